@@ -1,0 +1,43 @@
+# Two commands do all set-up: `make demo` and `make test` create (or reuse) .venv and install what they need.
+# torch is installed first, on its own, from TORCH_SPEC and, if set, TORCH_INDEX (e.g. PyTorch's CPU wheel
+# index on a machine without a GPU), so that later installs keep that build instead of pulling another.
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
+PY          := $(VENV)/bin/python
+PIP         := $(PY) -m pip --disable-pip-version-check
+
+.PHONY: demo test bench lab figures clean
+
+demo: $(VENV)/.deps-notebooks
+	$(PY) -m setpo.cli demo
+
+test: $(VENV)/.deps-test
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.deps-test
+	$(PY) -m setpo.cli bench
+
+figures: $(VENV)/.deps-test
+	$(PY) -m setpo.cli figures
+
+lab: $(VENV)/.deps-test
+	$(PY) -m jupyter lab notebooks/
+
+$(PY):
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "setpo needs Python 3.10 or newer, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.torch: | $(PY)
+	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	@touch $@
+
+# One stamp per set of extras; it is redone when pyproject.toml changes, so a second run is instant.
+$(VENV)/.deps-%: pyproject.toml $(VENV)/.torch
+	$(PIP) install -q -e ".[$*]"
+	@touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

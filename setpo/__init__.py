@@ -1,0 +1,34 @@
+"""setpo: set-level policy optimization (SetPO) for diversity-preserving RL of language models.
+
+The estimator in one line, Â_i = Ā_i + λ · s_i, lives in ``setpo.advantages.setpo_advantages``; the
+leave-one-out diversity marginal s_i in ``setpo.diversity.kernel_marginals``.
+"""
+
+from setpo.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    group_advantages,
+    groups_with_signal,
+    register_estimator,
+    setpo_advantages,
+)
+from setpo.diversity import cosine_kernel, diversity_marginals, kernel_marginals, set_diversity
+from setpo.metrics import pass_at_k
+from setpo.presets import PRESETS, AlgorithmPreset, get_preset
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "PRESETS",
+    "AlgorithmPreset",
+    "cosine_kernel",
+    "diversity_marginals",
+    "get_preset",
+    "group_advantages",
+    "groups_with_signal",
+    "kernel_marginals",
+    "pass_at_k",
+    "register_estimator",
+    "set_diversity",
+    "setpo_advantages",
+]

@@ -1,0 +1,136 @@
+"""SetPO's set diversity and its leave-one-out marginals (Li et al., "SetPO", arXiv 2602.01062).
+
+For a rollout set Ω = {o_1..o_G} with embeddings e_i:
+
+    k(o_i, o_j) = clamp(cos(e_i, e_j), 0, 1)                      bounded semantic kernel
+    m̂(y; S)     = 1/(|S|-1) · Σ_{z∈S, z≠y} k(y, z)                 local mass, self excluded
+    D(S)        = 1/|S| · Σ_{y∈S} g(m̂(y; S)),   g(x) = -log(1+x)   set diversity
+    s_i         = D(Ω) - D(Ω ∖ {o_i})                              leave-one-out marginal
+
+``kernel_marginals`` is the closed form of s_i, O(G²) per group; ``marginals_by_definition`` recomputes
+D on every reduced set (O(G³)) and is the reference the tests hold the closed form to.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from setpo.groups import Groups, as_tensor, check_finite
+
+
+def g(x: torch.Tensor) -> torch.Tensor:
+    """The paper's concave transform of local mass, g(x) = -log(1 + x)."""
+    return -torch.log1p(x)
+
+
+def _cosine_kernel(e: torch.Tensor, name: str = "emb") -> torch.Tensor:
+    """Kernel of (..., G, d) embeddings, validating them on the way at O(G²) cost.
+
+    The Gram matrix is formed first and normalised by its own diagonal, so the (..., G, d) input is read
+    once, by the matmul. A NaN or infinity anywhere in a row reaches that row's Gram entries, so checking
+    the small Gram matrix is enough to catch bad input; only then is the input scanned to name the problem.
+    """
+    gram = e @ e.transpose(-1, -2)
+    sq_norms = gram.diagonal(dim1=-2, dim2=-1)
+    if not bool(torch.isfinite(gram).all()):
+        check_finite(e, name)
+        raise ValueError(f"{name} is too large: its squared norms overflow {e.dtype}")
+    if bool((sq_norms <= 0).any()):
+        rows = (sq_norms.reshape(-1) <= 0).nonzero().flatten().tolist()
+        raise ValueError(f"{name} has zero-norm rows, where the cosine is undefined (flat rows {rows})")
+    inv = sq_norms.rsqrt()
+    k = (gram * inv[..., :, None] * inv[..., None, :]).clamp_(0.0, 1.0)
+    k.diagonal(dim1=-2, dim2=-1).fill_(1.0)  # exactly 1, not 1 ± rounding
+    return k
+
+
+def _as_embeddings(emb, ndims=(2,), name: str = "emb") -> torch.Tensor:
+    e = as_tensor(emb, name=name)
+    if e.ndim not in ndims:
+        shapes = " or ".join({2: "(N, d)", 3: "(B, G, d)"}[n] for n in ndims)
+        raise ValueError(f"{name} must have shape {shapes}, got {tuple(e.shape)}")
+    return e
+
+
+def cosine_kernel(emb) -> torch.Tensor:
+    """k(o_i, o_j) = clamp(cos(e_i, e_j), 0, 1) with k(y, y) = 1.
+
+    emb: (G, d) or (B, G, d). Returns (G, G) or (B, G, G), from one batched matmul.
+    """
+    return _cosine_kernel(_as_embeddings(emb, (2, 3)))
+
+
+def kernel_marginals(k: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Leave-one-out marginals s_i = D(Ω) - D(Ω∖{o_i}) from a kernel matrix, in closed form.
+
+    k:     (B, G, G) kernel with k(y, y) = 1 (symmetric for the paper's cosine kernel).
+    valid: (B, G) bool, which slots are real rollouts when ragged groups are padded; None = all.
+    Returns s: (B, G), zero in padded slots.
+
+    With R_j = Σ_{z≠j} k_jz and n the group size, removing o_i leaves o_j (j ≠ i) with mass
+    (R_j - k_ji)/(n-2), so
+        D(Ω)       = 1/n     · Σ_j     g(R_j / (n-1))
+        D(Ω∖{o_i}) = 1/(n-1) · Σ_{j≠i} g((R_j - k_ji) / (n-2)).
+    """
+    b, gmax, _ = k.shape
+    eye = torch.eye(gmax, dtype=torch.bool, device=k.device)
+    keep = ~eye if valid is None else (valid[:, :, None] & valid[:, None, :] & ~eye)  # (B, G, G) or (G, G)
+    n = k.new_full((b, 1), gmax) if valid is None else valid.sum(-1, keepdim=True).to(k.dtype)
+
+    k_off = k * keep                                             # k_jz for z ≠ j, zero elsewhere
+    r = k_off.sum(-1)                                            # (B, G)     R_j
+    d_full = g(r / (n - 1)).sum(-1, keepdim=True) / n              # (B, 1)     D(Ω); padded R_j = 0, g(0) = 0
+    # reduced[b, i, j] = g(m̂(o_j; Ω∖{o_i})) = g((R_j - k_ji) / (n-2))
+    reduced = g((r[:, None, :] - k_off.transpose(-1, -2)) / (n - 2)[:, :, None])
+    d_loo = (reduced * keep).sum(-1) / (n - 1)                   # (B, G)     D(Ω∖{o_i})
+    s = d_full - d_loo
+    return s if valid is None else s * valid
+
+
+def set_diversity(emb) -> float:
+    """D(Ω) of one rollout set, exactly as the paper defines it. emb: (G, d) with G >= 2."""
+    e = _as_embeddings(emb)
+    if e.shape[0] < 2:
+        raise ValueError(f"set diversity needs at least 2 rollouts (local mass excludes self), got {e.shape[0]}")
+    return float(_set_diversity(_cosine_kernel(e)))
+
+
+def _set_diversity(k: torch.Tensor) -> torch.Tensor:
+    """D(S) straight from the definition, for a (G, G) kernel."""
+    n = k.shape[-1]
+    mass = (k.sum(-1) - k.diagonal()) / (n - 1)
+    return g(mass).mean()
+
+
+def marginals_by_definition(emb) -> torch.Tensor:
+    """s_i = D(Ω) - D(Ω∖{o_i}) with D recomputed on every reduced set: O(G³), the reference.
+
+    emb: (G, d), one group. Used by tests and the benchmark; use ``diversity_marginals`` for real work.
+    """
+    e = _as_embeddings(emb)
+    n = e.shape[0]
+    if n < 3:
+        raise ValueError(f"leave-one-out marginals need groups of at least 3 rollouts, got {n}")
+    k = _cosine_kernel(e)
+    full = _set_diversity(k)
+    out = torch.empty(n, dtype=k.dtype, device=k.device)
+    for i in range(n):
+        rest = [j for j in range(n) if j != i]
+        out[i] = full - _set_diversity(k[rest][:, rest])
+    return out
+
+
+def diversity_marginals(emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
+    """SetPO's leave-one-out diversity marginal s_i for every row.
+
+    emb: (N, d) response embeddings (torch or numpy; float32 or float64 kept, on any device).
+    index: (N,) group id of each row, verl style: any hashable ids, any order, unequal group sizes.
+    group_size: rows form N / group_size contiguous groups. With neither, all rows are one group.
+    Returns s: (N,) tensor on emb's device. Every group needs at least 3 rollouts.
+    """
+    e = _as_embeddings(emb)
+    groups = Groups.build(e.shape[0], index, group_size, device=e.device)
+    groups.require_min_size(3, "the leave-one-out diversity marginal")
+    # Padded slots are filled with 1.0 so their norm is not zero; kernel_marginals masks them out.
+    k = _cosine_kernel(groups.pad(e, fill=1.0))
+    return groups.unpad(kernel_marginals(k, groups.valid()))

@@ -1,0 +1,125 @@
+"""Policy losses as pure functions over per-token tensors.
+
+Shapes: log_prob, old_log_prob, ref_log_prob, mask: (B, T) over response tokens (mask 1 for real tokens);
+advantages: (B,) one per sequence, or (B, T). Every loss returns (loss scalar, metrics dict of floats).
+
+- GRPO: token-level PPO clip, ratio π/π_old clipped to [1-0.2, 1+0.2].
+- DAPO: the same with clip-higher [1-0.2, 1+0.28] and token-mean over the whole batch.
+- GSPO: one ratio per sequence, exp(mean_t log(π/π_old)), clipped to [1-3e-4, 1+4e-4], seq-mean.
+- KL to a reference: the k3 estimator exp(ref-logp) - (ref-logp) - 1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def _check_shapes(log_prob: torch.Tensor, mask: torch.Tensor, **others: torch.Tensor) -> None:
+    if log_prob.ndim != 2:
+        raise ValueError(f"log_prob must have shape (B, T), got {tuple(log_prob.shape)}")
+    for name, t in {"mask": mask, **others}.items():
+        if t.shape != log_prob.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but log_prob has {tuple(log_prob.shape)}")
+
+
+def _per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if advantages.ndim == 1:
+        if advantages.shape[0] != like.shape[0]:
+            raise ValueError(f"advantages has {advantages.shape[0]} rows but log_prob has {like.shape[0]}")
+        return advantages[:, None].expand_as(like)
+    if advantages.shape != like.shape:
+        raise ValueError(f"advantages has shape {tuple(advantages.shape)}, expected (B,) or {tuple(like.shape)}")
+    return advantages
+
+
+def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean",
+              norm_len: int | None = None) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a scalar.
+
+    token-mean:              Σ loss·mask / Σ mask: every token of the batch weighs the same (DAPO).
+    seq-mean-token-mean:     mean over sequences of each sequence's token mean (GRPO paper, GSPO).
+    seq-mean-token-sum-norm: Σ loss·mask / (B · norm_len), a constant normaliser (Dr.GRPO); norm_len
+                             defaults to T, the padded response length.
+    """
+    mask = mask.to(loss_mat.dtype)
+    if mode == "token-mean":
+        return (loss_mat * mask).sum() / mask.sum().clamp_min(1.0)
+    if mode == "seq-mean-token-mean":
+        per_seq = (loss_mat * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
+        has_tokens = (mask.sum(-1) > 0).to(loss_mat.dtype)
+        return (per_seq * has_tokens).sum() / has_tokens.sum().clamp_min(1.0)
+    if mode == "seq-mean-token-sum-norm":
+        return (loss_mat * mask).sum() / (loss_mat.shape[0] * (norm_len or loss_mat.shape[1]))
+    raise ValueError(f"unknown aggregation {mode!r}; choose one of {AGG_MODES}")
+
+
+def _clipped_surrogate(ratio, adv, clip_low, clip_high):
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    return torch.maximum(unclipped, clipped), (clipped > unclipped)
+
+
+def ppo_clip_loss(log_prob, old_log_prob, advantages, mask, *, clip_low: float = 0.2,
+                  clip_high: float | None = None, agg: str = "token-mean"):
+    """Token-level PPO clip: -min(ρ_t A, clip(ρ_t, 1-ε_low, 1+ε_high) A), ρ_t = π/π_old per token.
+
+    clip_high=None means symmetric (GRPO); DAPO's clip-higher is clip_high=0.28 with agg="token-mean".
+    """
+    _check_shapes(log_prob, mask, old_log_prob=old_log_prob)
+    adv = _per_token(advantages, log_prob)
+    ratio = torch.exp(log_prob - old_log_prob)
+    loss_mat, was_clipped = _clipped_surrogate(ratio, adv, clip_low, clip_low if clip_high is None else clip_high)
+    loss = aggregate(loss_mat, mask, agg)
+    return loss, {"clip_frac": float(aggregate(was_clipped.to(loss_mat.dtype), mask, "token-mean"))}
+
+
+def gspo_loss(log_prob, old_log_prob, advantages, mask, *, clip_low: float = 3e-4, clip_high: float = 4e-4,
+              agg: str = "seq-mean-token-mean"):
+    """GSPO: sequence ratio s_i = exp(mean_t log(π/π_old)) over the response's tokens, clipped per sequence.
+
+    Each token carries sg[s_i] · π_t / sg[π_t], whose value is s_i and whose gradient flows through every
+    token of the sequence (the "GSPO-token" form), so all tokens share the sequence's clipping decision.
+    """
+    _check_shapes(log_prob, mask, old_log_prob=old_log_prob)
+    adv = _per_token(advantages, log_prob)
+    m = mask.to(log_prob.dtype)
+    seq_log_ratio = ((log_prob - old_log_prob) * m).sum(-1) / m.sum(-1).clamp_min(1.0)
+    token_log_ratio = seq_log_ratio.detach()[:, None] + log_prob - log_prob.detach()
+    ratio = torch.exp(token_log_ratio)
+    loss_mat, was_clipped = _clipped_surrogate(ratio, adv, clip_low, clip_high)
+    loss = aggregate(loss_mat, mask, agg)
+    return loss, {"clip_frac": float(aggregate(was_clipped.to(loss_mat.dtype), mask, "seq-mean-token-mean"))}
+
+
+def kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(π ‖ π_ref): exp(ref - logp) - (ref - logp) - 1, always ≥ 0."""
+    d = ref_log_prob - log_prob
+    return torch.exp(d) - d - 1.0
+
+
+def policy_loss(preset, log_prob, old_log_prob, advantages, mask, *, ref_log_prob=None, kl_coef: float = 0.0):
+    """The loss of an ``AlgorithmPreset`` (GRPO, GSPO, DAPO), plus β·KL_k3 to a reference when given."""
+    if preset.ratio_level == "sequence":
+        loss, metrics = gspo_loss(log_prob, old_log_prob, advantages, mask, clip_low=preset.clip_low,
+                                  clip_high=preset.clip_high, agg=preset.loss_agg)
+    elif preset.ratio_level == "token":
+        loss, metrics = ppo_clip_loss(log_prob, old_log_prob, advantages, mask, clip_low=preset.clip_low,
+                                      clip_high=preset.clip_high, agg=preset.loss_agg)
+    else:
+        raise ValueError(f"unknown ratio_level {preset.ratio_level!r}; use 'token' or 'sequence'")
+    if ref_log_prob is not None and kl_coef:
+        _check_shapes(log_prob, mask, ref_log_prob=ref_log_prob)
+        kl = aggregate(kl_k3(log_prob, ref_log_prob), mask, preset.loss_agg)
+        loss = loss + kl_coef * kl
+        metrics["kl"] = float(kl)
+    return loss, metrics
+
+
+def soft_overlong_penalty(lengths, max_len: int, cache_len: int) -> torch.Tensor:
+    """DAPO's soft overlong penalty: 0 if |y| ≤ L_max - L_cache, else (L_max - L_cache - |y|) / L_cache."""
+    lengths = torch.as_tensor(lengths, dtype=torch.get_default_dtype())
+    if cache_len <= 0 or cache_len >= max_len:
+        raise ValueError(f"cache_len must be in (0, max_len); got cache_len={cache_len}, max_len={max_len}")
+    return ((max_len - cache_len - lengths) / cache_len).clamp(max=0.0)
