@@ -1,1 +1,21 @@
-"""Gymnasium environments for setpo: ids ``setpo/MultiModalBandit-v0`` and ``setpo/Countdown-v0``."""
+"""Gymnasium environments for setpo, registered on import:
+
+- ``setpo/MultiModalBandit-v0``: the paper's Figure 1 world (``envs.bandit``).
+- ``setpo/Countdown-v0``: the Countdown arithmetic task over text (``envs.countdown``).
+"""
+
+import gymnasium as gym
+
+
+def register_envs() -> None:
+    """Register the environments with gymnasium (idempotent)."""
+    specs = {
+        "setpo/MultiModalBandit-v0": "envs.bandit:MultiModalBanditEnv",
+        "setpo/Countdown-v0": "envs.countdown:CountdownEnv",
+    }
+    for env_id, entry_point in specs.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point)
+
+
+register_envs()
