@@ -1,0 +1,106 @@
+"""Base estimators against verl and hand-computed values; the SetPO combination; the registry."""
+
+import numpy as np
+import pytest
+import torch
+
+import setpo
+from setpo.advantages import ADVANTAGE_ESTIMATORS, register_estimator
+from setpo.presets import PRESETS, get_preset
+
+
+def test_grpo_matches_verl_on_ragged_uids():
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    rng = np.random.default_rng(0)
+    sizes = [3, 5, 4, 8, 2]
+    uids = np.repeat(np.array([f"prompt-{i}" for i in range(len(sizes))], dtype=object), sizes)
+    perm = rng.permutation(len(uids))
+    uids = uids[perm]
+    rewards = torch.tensor(rng.choice([0.0, 0.1, 1.0], size=len(uids)), dtype=torch.float32)
+    rewards[:3] = torch.tensor([1.0, 0.0, 0.1])  # make sure groups are not all-equal by chance
+    length = 6
+    token_rewards = torch.zeros(len(uids), length)
+    token_rewards[:, -1] = rewards  # outcome reward on the last token, as verl lays it out
+    mask = torch.ones(len(uids), length)
+    verl_adv, _ = compute_grpo_outcome_advantage(token_rewards, mask, uids)
+    ours = setpo.group_advantages(rewards, uids)
+    torch.testing.assert_close(ours, verl_adv[:, 0], atol=1e-6, rtol=1e-5)
+    verl_dr, _ = compute_grpo_outcome_advantage(token_rewards, mask, uids, norm_adv_by_std_in_grpo=False)
+    torch.testing.assert_close(setpo.group_advantages(rewards, uids, estimator="dr_grpo"), verl_dr[:, 0],
+                               atol=1e-6, rtol=1e-5)
+
+
+def test_dr_grpo_and_rloo_by_hand():
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 4.0], dtype=torch.float64)
+    # groups: a = rows 0,1,2 (mean 1/3); b = rows 3,4,5,6 (mean 7/4)
+    idx = ["a", "a", "a", "b", "b", "b", "b"]
+    dr = setpo.group_advantages(r, idx, estimator="dr_grpo")
+    torch.testing.assert_close(dr, torch.tensor([2 / 3, -1 / 3, -1 / 3, -0.75, 0.25, -1.75, 2.25], dtype=torch.float64))
+    rloo = setpo.group_advantages(r, idx, estimator="rloo")
+    expected = [1 - 0.0, 0 - 0.5, 0 - 0.5, 1 - 2.0, 2 - 5 / 3, 0 - 7 / 3, 4 - 1.0]
+    torch.testing.assert_close(rloo, torch.tensor(expected, dtype=torch.float64))
+
+
+def test_grpo_by_hand_contiguous():
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    adv = setpo.group_advantages(r, group_size=3, eps=0.0)
+    mean, std = 1 / 3, np.std([1, 0, 0], ddof=1)
+    torch.testing.assert_close(adv[:3], torch.tensor([(1 - mean) / std, -mean / std, -mean / std], dtype=torch.float64))
+    # An all-equal group has zero advantage (eps keeps 0/0 away).
+    torch.testing.assert_close(setpo.group_advantages(r, group_size=3)[3:], torch.zeros(3, dtype=torch.float64))
+
+
+def test_setpo_is_base_plus_lambda_marginal():
+    gen = torch.Generator().manual_seed(0)
+    r = torch.randint(0, 2, (24,), generator=gen).double()
+    e = torch.randn(24, 16, generator=gen, dtype=torch.float64)
+    idx = np.arange(24) % 4  # four interleaved groups of six
+    for est in ADVANTAGE_ESTIMATORS:
+        got = setpo.setpo_advantages(r, e, idx, lam=0.3, estimator=est)
+        want = setpo.group_advantages(r, idx, estimator=est) + 0.3 * setpo.diversity_marginals(e, idx)
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(setpo.setpo_advantages(r, e, idx, lam=0.0), setpo.group_advantages(r, idx))
+
+
+def test_registry_rejects_unknown_and_duplicate_names():
+    with pytest.raises(ValueError, match="unknown estimator 'ppo'"):
+        setpo.group_advantages([1.0, 0.0, 1.0], estimator="ppo")
+    with pytest.raises(ValueError, match="already registered"):
+        register_estimator("grpo")(lambda r, v, eps: r)
+
+
+def test_custom_estimator_is_used_by_name(monkeypatch):
+    monkeypatch.setattr("setpo.advantages.ADVANTAGE_ESTIMATORS", dict(ADVANTAGE_ESTIMATORS))
+    register_estimator("double")(lambda r, valid, eps: r * 2)
+    torch.testing.assert_close(setpo.group_advantages(torch.tensor([1.0, 2.0, 3.0]), estimator="double"),
+                               torch.tensor([2.0, 4.0, 6.0]))
+
+
+def test_groups_with_signal_marks_dapo_filter():
+    r = [1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.5, 0.5]
+    idx = [0, 0, 0, 1, 1, 1, 2, 2]
+    assert setpo.groups_with_signal(r, idx).tolist() == [False] * 3 + [True] * 3 + [False] * 2
+
+
+def test_group_advantages_bad_input():
+    with pytest.raises(ValueError, match="at least 2"):
+        setpo.group_advantages([1.0, 0.0, 1.0], [0, 0, 1])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        setpo.group_advantages([1.0, float("inf"), 1.0])
+    with pytest.raises(ValueError, match=r"shape \(N,\)"):
+        setpo.group_advantages(torch.ones(2, 3))
+
+
+def test_presets_have_the_paper_lambdas():
+    assert {k: p.lam for k, p in PRESETS.items()} == {
+        "grpo": 0.05, "gspo": 0.1, "dapo": 0.2, "grpo_32b": 0.1, "countdown": 0.5}
+    assert get_preset("gspo").ratio_level == "sequence"
+    with pytest.raises(ValueError, match="unknown algorithm preset"):
+        get_preset("ppo")
+
+
+def test_output_on_input_device_and_dtype():
+    r = np.array([1.0, 0.0, 0.5], dtype=np.float64)
+    out = setpo.setpo_advantages(r, np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32))
+    assert out.dtype == torch.float32 and out.device.type == "cpu"
