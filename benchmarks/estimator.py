@@ -1,0 +1,118 @@
+"""Speed and memory of the SetPO estimator against its floor and against the definition.
+
+For (B groups, G, d) on the CPU in float32, timed side by side in one run (medians over interleaved
+repeats, so machine noise hits every candidate alike):
+  setpo_advantages     the closed form, contiguous groups (group_size)
+  ragged index         the same through a shuffled verl-style index
+  matmul floor         the one batched matmul that forms the Gram matrix, which any exact method needs
+  definition           recompute D on every reduced set (O(G³) per group, a Python loop)
+and the peak extra memory of setpo_advantages (peak RSS of a fresh process above what holds the inputs),
+in units of one B·G² float32 matrix. Writes runs/bench/estimator.md.
+
+Run: `make bench` (all benchmarks) or `python benchmarks/estimator.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import setpo
+from setpo.diversity import marginals_by_definition
+
+SHAPES = [(64, 8, 384), (512, 16, 1024), (1024, 64, 1024)]
+OUT = Path(__file__).resolve().parent.parent / "runs" / "bench" / "estimator.md"
+
+
+def make_inputs(b, g, d, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    emb = torch.randn(b * g, d, generator=gen)
+    rewards = torch.randint(0, 2, (b * g,), generator=gen).float()
+    return rewards, emb
+
+
+def definition_all_groups(emb, g):
+    return torch.cat([marginals_by_definition(chunk) for chunk in emb.split(g)])
+
+
+def time_side_by_side(fns: dict, repeats: int) -> dict:
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def peak_extra_bytes(b, g, d) -> int:
+    """Run setpo_advantages in a fresh process; return its peak RSS growth beyond the inputs."""
+    code = f"""
+import resource, torch, setpo
+torch.set_num_threads({torch.get_num_threads()})
+emb, rewards = torch.randn({b * g}, {d}), torch.randint(0, 2, ({b * g},)).float()
+setpo.setpo_advantages(rewards[:{3 * g}], emb[:{3 * g}], group_size={g})  # warm up kernels and allocator
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+setpo.setpo_advantages(rewards, emb, group_size={g})
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    rows = []
+    for b, g, d in SHAPES:
+        rewards, emb = make_inputs(b, g, d)
+        grouped = emb.reshape(b, g, d)
+        perm = torch.randperm(b * g)
+        index = np.repeat(np.arange(b), g)[perm.numpy()]
+        r_perm, e_perm = rewards[perm], emb[perm]
+        fns = {
+            "setpo_advantages": lambda: setpo.setpo_advantages(rewards, emb, group_size=g),
+            "ragged index": lambda: setpo.setpo_advantages(r_perm, e_perm, index),
+            "matmul floor": lambda: torch.bmm(grouped, grouped.transpose(1, 2)),
+        }
+        for fn in fns.values():
+            fn()  # warm-up
+        t = time_side_by_side(fns, repeats=15 if b * g * d < 2e7 else 7)
+        # The definition is slow; time it once per shape (and only a slice of groups at the largest shape).
+        n_def = b if g <= 16 else 64
+        t0 = time.perf_counter()
+        definition_all_groups(emb[: n_def * g], g)
+        t["definition"] = (time.perf_counter() - t0) * b / n_def
+        extra = peak_extra_bytes(b, g, d)
+        unit = b * g * g * 4
+        rows.append({
+            "B": b, "G": g, "d": d,
+            **{f"{k} (ms)": round(v * 1e3, 3) for k, v in t.items()},
+            "setpo / floor": round(t["setpo_advantages"] / t["matmul floor"], 2),
+            "definition / setpo": round(t["definition"] / t["setpo_advantages"], 1),
+            "definition extrapolated": n_def < b,
+            "peak extra (MiB)": round(extra / 2**20, 1),
+            "peak extra / (B·G²·4 B)": round(extra / unit, 1),
+            "B·G²·d·4 B would be (MiB)": round(b * g * g * d * 4 / 2**20),
+        })
+    header = list(rows[0])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(r[h]) for h in header) + " |" for r in rows]
+    table = "\n".join(lines)
+    note = (f"\nCPU float32, torch {torch.__version__}, {torch.get_num_threads()} threads; medians of interleaved "
+            "repeats. Targets: setpo/floor <= 2 at (512, 16, 1024); definition/setpo >= 50 at G = 16; "
+            "peak extra memory O(B·G²).\n")
+    print(table + note)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(table + "\n" + note)
+    OUT.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
