@@ -51,10 +51,13 @@ import numpy as np
 __all__ = [
     "CORRECT_REWARD",
     "FORMAT_REWARD",
+    "CountdownEnv",
     "CountdownInstance",
     "canonical_form",
+    "export_parquet",
     "extract_answer",
     "generate_instances",
+    "load_countdown_tasks",
     "make_prompt",
     "make_splits",
     "score_answer",
@@ -607,3 +610,192 @@ def make_splits(
             raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
     both = generate_instances(int(n_train) + int(n_test), seed, **kwargs)
     return both[: int(n_train)], both[int(n_train) :]
+
+
+# --------------------------------------------------------------------------------------------------
+# Gymnasium environment
+# --------------------------------------------------------------------------------------------------
+
+# Prompts are ASCII; a completion may hold any character, but the declared action space (what
+# ``action_space.sample()`` draws) is printable ASCII, and ``step`` accepts any string.
+_TEXT_CHARSET = string.printable
+
+
+class CountdownEnv(gym.Env):
+    """Countdown as a one-step text environment.
+
+    Observation: the prompt text (``make_prompt(..., chat=False)``), a ``spaces.Text``.
+    Action: the completion text (any ``str``; the declared ``spaces.Text`` is printable ASCII).
+    Reward: ``score_answer(action, numbers, target)``; every episode terminates after one step.
+
+    Args:
+        instances: the problems to draw from; default ``generate_instances(n_instances, instance_seed,
+            num_numbers)``. The problem set is fixed at construction; ``reset(seed=...)`` picks which one.
+        n_instances, instance_seed, num_numbers: used only when ``instances`` is None.
+        max_prompt_chars, max_completion_chars: the spaces' ``max_length``.
+
+    ``reset(seed=None, options=None)``: draws a problem uniformly with the env's generator, or takes
+    ``options={"index": i}``. info holds ``numbers``, ``target`` and ``index``. ``step(completion)``
+    returns the prompt again as observation and info with the extracted ``answer`` (or None) and
+    ``correct``. Stepping before ``reset`` or after the episode ended raises ``gymnasium.error.ResetNeeded``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        instances: Sequence[CountdownInstance] | None = None,
+        *,
+        n_instances: int = 1000,
+        instance_seed: int = 0,
+        num_numbers: int | Sequence[int] = (3, 4),
+        max_prompt_chars: int = 4096,
+        max_completion_chars: int = 4096,
+    ):
+        if instances is None:
+            instances = generate_instances(n_instances, instance_seed, num_numbers=num_numbers)
+        self.instances = [
+            inst if isinstance(inst, CountdownInstance) else CountdownInstance(*_check_instance(*inst))
+            for inst in instances
+        ]
+        if not self.instances:
+            raise ValueError("CountdownEnv needs at least one instance")
+        self._prompts = [make_prompt(inst.numbers, inst.target) for inst in self.instances]
+        longest = max(len(p) for p in self._prompts)
+        if longest > max_prompt_chars:
+            raise ValueError(f"a prompt has {longest} characters, over max_prompt_chars={max_prompt_chars}")
+        self.observation_space = gym.spaces.Text(max_prompt_chars, min_length=1, charset=_TEXT_CHARSET)
+        self.action_space = gym.spaces.Text(max_completion_chars, min_length=0, charset=_TEXT_CHARSET)
+        self._index: int | None = None
+        self._done = True
+
+    def _info(self) -> dict:
+        inst = self.instances[self._index]
+        return {"numbers": list(inst.numbers), "target": inst.target, "index": self._index}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if options and "index" in options:
+            index = options["index"]
+            if isinstance(index, bool) or int(index) != index or not 0 <= index < len(self.instances):
+                raise ValueError(f"options['index'] must be in [0, {len(self.instances)}), got {index!r}")
+            self._index = int(index)
+        else:
+            self._index = int(self.np_random.integers(len(self.instances)))
+        self._done = False
+        return self._prompts[self._index], self._info()
+
+    def step(self, action: str):
+        if self._done:
+            raise gym.error.ResetNeeded("call reset() before step(): Countdown episodes last one step")
+        if not isinstance(action, str):
+            raise ValueError(f"the action is the completion text, a str; got {type(action).__name__}")
+        inst = self.instances[self._index]
+        reward = score_answer(action, inst.numbers, inst.target)
+        self._done = True
+        info = self._info()
+        info.update(answer=extract_answer(action), correct=reward == CORRECT_REWARD)
+        return self._prompts[self._index], float(reward), True, False, info
+
+
+# --------------------------------------------------------------------------------------------------
+# Datasets: parquet export for TRL and verl, the public Countdown-Tasks-3to4 by path
+# --------------------------------------------------------------------------------------------------
+
+COUNTDOWN_TASKS_HELP = (
+    "Countdown-Tasks-3to4 is the public dataset 'Jiayi-Pan/Countdown-Tasks-3to4' on the Hugging Face Hub; "
+    "nothing here downloads it. Get a copy yourself, e.g. `huggingface-cli download --repo-type dataset "
+    "Jiayi-Pan/Countdown-Tasks-3to4 --local-dir data/countdown`, and pass the parquet file or its folder. "
+    "Or make instances locally with envs.countdown.generate_instances / make_splits."
+)
+
+
+def export_parquet(
+    instances: Sequence[CountdownInstance],
+    path,
+    style: str = "trl",
+    *,
+    chat: bool | None = None,
+    split: str = "train",
+    data_source: str = "countdown",
+):
+    """Write instances to a parquet file for a trainer; returns the path.
+
+    style="trl" (``GRPOTrainer``'s dataset; extra columns reach reward functions as keyword arguments):
+        prompt   text (chat=False, the default: the base-model prompt of ``make_prompt``), or a list of
+                 {"role", "content"} messages (chat=True, a conversational dataset)
+        numbers  list of int
+        target   int
+    style="verl" (verl's RL dataset convention):
+        data_source   ``data_source`` ("countdown")
+        prompt        list of chat messages: ``make_prompt(chat=True)`` by default; chat=False wraps the
+                      base-model prompt text in one user message (TinyZero's base-model layout)
+        ability       "math"
+        reward_model  {"style": "rule", "ground_truth": {"numbers": [...], "target": t}}
+        extra_info    {"split": split, "index": i, "numbers": [...], "target": t}
+    ``verl_compute_score`` scores this layout.
+    """
+    import pandas as pd
+
+    if style not in ("trl", "verl"):
+        raise ValueError(f"style must be 'trl' or 'verl', got {style!r}")
+    rows = []
+    for i, inst in enumerate(instances):
+        if not isinstance(inst, CountdownInstance):
+            raise ValueError(f"instances must be CountdownInstance, got {type(inst).__name__} at {i}")
+        numbers, target = [int(v) for v in inst.numbers], int(inst.target)
+        if style == "trl":
+            rows.append({"prompt": make_prompt(numbers, target, chat=bool(chat)), "numbers": numbers, "target": target})
+        else:
+            prompt = make_prompt(numbers, target, chat=True if chat is None else chat)
+            if isinstance(prompt, str):
+                prompt = [{"role": "user", "content": prompt}]
+            truth = {"numbers": numbers, "target": target}
+            rows.append(
+                {
+                    "data_source": data_source,
+                    "prompt": prompt,
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": truth},
+                    "extra_info": {"split": split, "index": i, **truth},
+                }
+            )
+    if not rows:
+        raise ValueError("no instances to export")
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    return path
+
+
+def load_countdown_tasks(path, limit: int | None = None) -> list[CountdownInstance]:
+    """Instances from a local copy of the public Countdown-Tasks-3to4 parquet (columns ``nums``, ``target``).
+
+    path: a parquet file, or a folder whose ``*.parquet`` files (searched recursively, in sorted order)
+    are read one after another. limit: keep the first ``limit`` rows. Nothing is downloaded: a missing
+    path raises FileNotFoundError saying where to get the data. Rows are not checked for solvability
+    (``solve`` does that, ~10 ms a row).
+    """
+    import pandas as pd
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"no Countdown-Tasks-3to4 parquet at {str(p)!r}. {COUNTDOWN_TASKS_HELP}")
+    files = sorted(p.rglob("*.parquet")) if p.is_dir() else [p]
+    if not files:
+        raise FileNotFoundError(f"no *.parquet files under {str(p)!r}. {COUNTDOWN_TASKS_HELP}")
+    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 0):
+        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    out: list[CountdownInstance] = []
+    for f in files:
+        df = pd.read_parquet(f, columns=None)
+        missing = {"nums", "target"} - set(df.columns)
+        if missing:
+            raise ValueError(f"{f} lacks the column(s) {sorted(missing)} of Countdown-Tasks-3to4 (nums, target)")
+        for nums, target in zip(df["nums"], df["target"]):
+            if limit is not None and len(out) >= limit:
+                return out
+            numbers, t = _check_instance(list(nums), target)
+            if not isinstance(t, int):
+                raise ValueError(f"{f}: target must be an integer, got {target!r}")
+            out.append(CountdownInstance(numbers, t))
+    return out
