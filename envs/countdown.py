@@ -54,6 +54,7 @@ __all__ = [
     "CountdownEnv",
     "CountdownInstance",
     "canonical_form",
+    "correct_canonical_form",
     "export_parquet",
     "extract_answer",
     "generate_instances",
@@ -361,23 +362,33 @@ def score_answer(text: str, numbers: Sequence[int], target) -> float:
     Never raises on the text's content (a non-string text or bad numbers/target is a caller error and
     raises ValueError); never executes it; bounded time and memory.
     """
-    numbers, target = _check_instance(numbers, target)
     answer = extract_answer(text)
     if not answer:
+        _check_instance(numbers, target)  # a caller error is an error whatever the text
         return NO_ANSWER_REWARD
-    parsed = _parse(answer)
-    if parsed is None or parsed.value is None:
-        return FORMAT_REWARD
-    if Counter(parsed.literals) != Counter(numbers):
-        return FORMAT_REWARD
-    return CORRECT_REWARD if abs(parsed.value - target) <= TOLERANCE else FORMAT_REWARD
+    correct = correct_canonical_form(answer, numbers, target, extract=False) is not None
+    return CORRECT_REWARD if correct else FORMAT_REWARD
 
 
-def correct_canonical_form(text: str, numbers: Sequence[int], target) -> str | None:
-    """Canonical form of a completion's answer when it scores 1.0, else None (used by the metrics)."""
-    if score_answer(text, numbers, target) != CORRECT_REWARD:
+def correct_canonical_form(text: str, numbers: Sequence[int], target, extract: bool = True) -> str | None:
+    """Canonical form of a correct answer, else None (the metrics' notion of a distinct solution).
+
+    extract=True: ``text`` is a completion, correct when ``score_answer`` gives 1.0. extract=False:
+    ``text`` is a bare expression, held to the same rules.
+    """
+    numbers, target = _check_instance(numbers, target)
+    if extract:
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a string, got {type(text).__name__}")
+        text = extract_answer(text)
+        if text is None:
+            return None
+    elif not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {type(text).__name__}")
+    parsed = _parse(text.strip())
+    if parsed is None or parsed.value is None or Counter(parsed.literals) != Counter(numbers):
         return None
-    return _parse(extract_answer(text)).canon.text
+    return parsed.canon.text if abs(parsed.value - target) <= TOLERANCE else None
 
 
 def verl_compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
