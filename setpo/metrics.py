@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from setpo.diversity import cosine_kernel
+from setpo.groups import Groups, as_tensor
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -22,3 +29,169 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Diversity metrics for the environments (SetPO, arXiv 2602.01062: Figure 1 and Table 3)
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModeCoverage:
+    """Which correct modes a policy's samples cover.
+
+    covered: the correct modes holding at least ``threshold`` of the sampled mass, sorted.
+    count: ``len(covered)``.
+    masses: every correct mode's share of the total sampled mass (0.0 when never sampled), by mode id.
+    correct_mass: the share of the mass on correct modes (the policy's accuracy).
+    threshold: the threshold used.
+    """
+
+    covered: tuple
+    count: int
+    masses: dict
+    correct_mass: float
+    threshold: float
+
+
+def mode_coverage(modes, correct_modes, threshold: float = 0.05, weights=None) -> ModeCoverage:
+    """Mode coverage: the correct modes that hold at least ``threshold`` of the sampled mass.
+
+    modes: (N,) mode id of each sample (ints, or any hashable ids in a list), e.g. the bandit mode of
+        each sampled trajectory for one prompt.
+    correct_modes: the rewarded mode ids (the paper's toy: the first 4 of 12).
+    threshold: share of the *total* sampled mass (correct and incorrect samples alike) a correct mode
+        needs to count as covered; the paper's figure uses 5%. In (0, 1].
+    weights: optional (N,) non-negative weight per sample (default 1 each), e.g. exact probabilities with
+        ``modes = range(M)``, to measure a policy's distribution without sampling noise.
+    A mode is covered when ``mass >= threshold`` (up to 1e-12 of rounding).
+    """
+    ids = _as_id_list(modes, "modes")
+    if not ids:
+        raise ValueError("modes is empty: mode coverage needs at least one sample")
+    correct = list(dict.fromkeys(_as_id_list(correct_modes, "correct_modes")))
+    if not correct:
+        raise ValueError("correct_modes is empty")
+    threshold = float(threshold)
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    if weights is None:
+        w = [1.0] * len(ids)
+    else:
+        w = [float(x) for x in _as_id_list(weights, "weights")]
+        if len(w) != len(ids):
+            raise ValueError(f"weights has length {len(w)} but modes has {len(ids)}")
+        if not all(math.isfinite(x) and x >= 0 for x in w):
+            raise ValueError("weights must be finite and non-negative")
+    total = math.fsum(w)
+    if total <= 0:
+        raise ValueError("weights sum to zero: no sampled mass")
+    per_mode: dict = {}
+    for m, x in zip(ids, w):
+        per_mode[m] = per_mode.get(m, 0.0) + x
+    masses = {m: per_mode.get(m, 0.0) / total for m in correct}
+    covered = tuple(sorted((m for m in correct if masses[m] >= threshold - 1e-12), key=_sort_key))
+    return ModeCoverage(covered, len(covered), masses, math.fsum(masses.values()), threshold)
+
+
+def _sort_key(x):
+    return (0, x, "") if isinstance(x, (int, float)) else (1, 0, str(x))
+
+
+def _as_id_list(x, name: str) -> list:
+    if isinstance(x, (str, bytes)):
+        raise ValueError(f"{name} must be a sequence, got a string")
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        if x.ndim != 1:
+            raise ValueError(f"{name} must be one-dimensional, got shape {tuple(x.shape)}")
+        return x.tolist()
+    if isinstance(x, np.ndarray):
+        if x.ndim != 1:
+            raise ValueError(f"{name} must be one-dimensional, got shape {x.shape}")
+        return x.tolist()
+    try:
+        return list(x)
+    except TypeError:
+        raise ValueError(f"{name} must be a sequence, got {type(x).__name__}") from None
+
+
+def distinct_correct_solutions(answers, numbers, target, *, extract: bool = True) -> dict[str, int]:
+    """The distinct correct solutions among one Countdown problem's sampled answers, with their counts.
+
+    answers: the completions sampled for the problem (extract=True: each scored like
+        ``envs.countdown.score_answer``, answer in the last ``<answer>`` tags) or bare expressions
+        (extract=False).
+    numbers, target: the problem.
+    Returns {canonical form: how many answers had it} over the answers that score 1.0, sorted by
+    canonical form; ``len()`` of it is the problem's number of distinct correct solutions ("modes").
+    Two answers are the same solution when they are equal up to commutativity and associativity (see
+    ``envs.countdown.canonical_form``).
+    """
+    from envs.countdown import correct_canonical_form
+
+    if isinstance(answers, str):
+        raise ValueError("answers must be a sequence of strings, got a single string")
+    counts: dict[str, int] = {}
+    for a in answers:
+        form = correct_canonical_form(a, numbers, target, extract=extract)
+        if form is not None:
+            counts[form] = counts.get(form, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def diversity_width_and_average_modes(
+    per_problem_distinct_counts, min_distinct: int = 2, over: str = "solved"
+) -> tuple[int, float]:
+    """The paper's Table 3 diversity numbers from each problem's count of distinct correct solutions.
+
+    per_problem_distinct_counts: (P,) non-negative integers, one per evaluation problem (e.g.
+        ``len(distinct_correct_solutions(...))`` over the n samples drawn for it; 0 when none is correct).
+    Returns (width, average_modes):
+        width: how many problems have at least ``min_distinct`` (2) distinct correct solutions
+            ("diversity width").
+        average_modes: the mean number of distinct correct solutions ("average mode"), over the solved
+            problems (at least one correct solution) by default, so that it measures diversity where the
+            policy succeeds rather than mixing in accuracy; ``over="all"`` averages over all P problems.
+            0.0 when there is nothing to average over. The paper does not say which; its values (2.1 to
+            3.5 next to widths of 321 to 415) are consistent with averaging over solved problems.
+    """
+    counts = _as_id_list(per_problem_distinct_counts, "per_problem_distinct_counts")
+    for c in counts:
+        whole = isinstance(c, (int, np.integer)) or (isinstance(c, float) and c.is_integer())
+        if isinstance(c, bool) or not whole or c < 0:
+            raise ValueError(f"per_problem_distinct_counts must be non-negative integers, got {c!r}")
+    counts = [int(c) for c in counts]
+    if isinstance(min_distinct, bool) or int(min_distinct) != min_distinct or min_distinct < 1:
+        raise ValueError(f"min_distinct must be a positive integer, got {min_distinct!r}")
+    if over not in ("solved", "all"):
+        raise ValueError(f"over must be 'solved' or 'all', got {over!r}")
+    width = sum(c >= min_distinct for c in counts)
+    pool = [c for c in counts if c > 0] if over == "solved" else counts
+    return width, (sum(pool) / len(pool) if pool else 0.0)
+
+
+def mean_pairwise_similarity(emb, index=None, *, group_size: int | None = None, reduce: bool = True):
+    """Mean pairwise similarity of responses within each group, averaged over groups.
+
+    emb: (N, d) response embeddings (torch or numpy). index / group_size: groups as in
+        ``setpo.diversity_marginals`` (verl-style ids, or contiguous blocks; neither: one group).
+    The similarity is SetPO's kernel, ``setpo.cosine_kernel`` (cosine clamped to [0, 1], so opposite
+    directions count as 0, not -1). For each group, the mean over ordered pairs i != j of k(e_i, e_j);
+    lower is more diverse. Every group needs at least 2 rows.
+    Returns a float, the unweighted mean over groups (reduce=True), or the (B,) per-group means in order
+    of each group's first row (reduce=False).
+    """
+    e = as_tensor(emb, name="emb")
+    if e.ndim != 2:
+        raise ValueError(f"emb must have shape (N, d), got {tuple(e.shape)}")
+    groups = Groups.build(e.shape[0], index, group_size, device=e.device)
+    groups.require_min_size(2, "mean pairwise similarity")
+    k = cosine_kernel(groups.pad(e, fill=1.0))  # (B, G, G); padded rows get norm > 0, masked below
+    valid = groups.valid()
+    gmax = k.shape[-1]
+    off = ~torch.eye(gmax, dtype=torch.bool, device=k.device)
+    keep = off if valid is None else (valid[:, :, None] & valid[:, None, :] & off)
+    n = groups.sizes.to(k.dtype)
+    per_group = (k * keep).sum((-1, -2)) / (n * (n - 1))
+    return float(per_group.mean()) if reduce else per_group
