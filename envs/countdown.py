@@ -63,6 +63,7 @@ __all__ = [
     "make_splits",
     "score_answer",
     "solve",
+    "trl_reward",
     "verl_compute_score",
 ]
 
@@ -389,6 +390,28 @@ def correct_canonical_form(text: str, numbers: Sequence[int], target, extract: b
     if parsed is None or parsed.value is None or Counter(parsed.literals) != Counter(numbers):
         return None
     return parsed.canon.text if abs(parsed.value - target) <= TOLERANCE else None
+
+
+def trl_reward(completions, numbers, target, **kwargs) -> list[float]:
+    """``score_answer`` as a TRL ``GRPOTrainer`` reward function, over a batch.
+
+    completions: texts, or conversational completions (lists of messages; the last message's
+    ``content`` is scored). numbers, target: the dataset columns ``export_parquet(style="trl")`` writes,
+    which TRL passes per completion. Other keyword arguments (prompts, trainer_state, ...) are ignored.
+    """
+    if not (len(completions) == len(numbers) == len(target)):
+        raise ValueError(
+            f"completions, numbers and target must have equal lengths, got "
+            f"{len(completions)}, {len(numbers)}, {len(target)}"
+        )
+    out = []
+    for completion, nums, t in zip(completions, numbers, target):
+        if not isinstance(completion, str):
+            if not completion or not isinstance(completion[-1], dict) or "content" not in completion[-1]:
+                raise ValueError(f"a completion must be a str or a list of messages, got {completion!r:.80}")
+            completion = completion[-1]["content"]
+        out.append(score_answer(completion, list(nums), t))
+    return out
 
 
 def verl_compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:

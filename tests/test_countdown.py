@@ -30,6 +30,7 @@ from envs.countdown import (
     make_splits,
     score_answer,
     solve,
+    trl_reward,
     verl_compute_score,
 )
 
@@ -435,6 +436,16 @@ def test_parquet_trl_round_trip(tmp_path):
         assert tuple(row.numbers) == inst.numbers and row.target == inst.target
     chat = pd.read_parquet(export_parquet(instances, tmp_path / "chat.parquet", chat=True))
     assert [dict(m) for m in chat.prompt[0]] == make_prompt(instances[0].numbers, instances[0].target, chat=True)
+
+
+def test_trl_reward_scores_text_and_conversational_batches():
+    numbers, target = [[44, 19, 35], [1, 2]], [98, 3]
+    texts = ["<answer>44+19+35</answer>", "<answer>1*2</answer>"]
+    assert trl_reward(texts, numbers, target, prompts=["p", "q"]) == [1.0, 0.1]
+    chats = [[{"role": "assistant", "content": t}] for t in texts]
+    assert trl_reward(completions=chats, numbers=numbers, target=target) == [1.0, 0.1]
+    with pytest.raises(ValueError, match="lengths"):
+        trl_reward(texts, numbers[:1], target)
 
 
 def test_parquet_trl_loads_with_datasets(tmp_path):
