@@ -32,7 +32,8 @@ does (a solver solution is a valid answer).
 Rules that follow TinyZero's scorer: intermediate values may be negative or fractional (only the final
 value is compared with the target, within 1e-5); the answer is the expression alone (``… = 98`` breaks
 the rules). Rules that are stricter, because the reference's regex is loose: ASCII digits only (Unicode
-digits and decimal points like ``1.5`` break the rules), integer literals only, no ``**``.
+digits and decimal points like ``1.5`` break the rules), integer literals only, no ``**``, no unary
+plus. ``score_answer`` takes the completion alone; it does not look for the prompt inside the text.
 """
 
 from __future__ import annotations
@@ -353,7 +354,9 @@ def score_answer(text: str, numbers: Sequence[int], target) -> float:
     text: the completion (without the prompt). numbers: the instance's integers; target: its target
     (an integer, or any exact number). The answer is the last ``<answer>…</answer>`` (``extract_answer``).
 
-    - 0.0: no answer tag pair, or an answer that is empty or whitespace only.
+    - 0.0: no answer tag pair, or an answer that is empty or whitespace only. (The reference gives empty
+      tags the format reward; that would pay a policy for emitting empty tags, so here they count as no
+      answer.)
     - 1.0: the answer parses as an allowed expression (see ``canonical_form``), uses each number exactly
       once (as a multiset: equal numbers may be swapped), and its exact value is within 1e-5 of target.
     - 0.1: anything else inside the tags: wrong value, a number missing or used twice, a number not in
@@ -779,7 +782,8 @@ def export_parquet(
             raise ValueError(f"instances must be CountdownInstance, got {type(inst).__name__} at {i}")
         numbers, target = [int(v) for v in inst.numbers], int(inst.target)
         if style == "trl":
-            rows.append({"prompt": make_prompt(numbers, target, chat=bool(chat)), "numbers": numbers, "target": target})
+            prompt = make_prompt(numbers, target, chat=bool(chat))
+            rows.append({"prompt": prompt, "numbers": numbers, "target": target})
         else:
             prompt = make_prompt(numbers, target, chat=True if chat is None else chat)
             if isinstance(prompt, str):
@@ -824,7 +828,9 @@ def load_countdown_tasks(path, limit: int | None = None) -> list[CountdownInstan
         df = pd.read_parquet(f, columns=None)
         missing = {"nums", "target"} - set(df.columns)
         if missing:
-            raise ValueError(f"{f} lacks the column(s) {sorted(missing)} of Countdown-Tasks-3to4 (nums, target)")
+            raise ValueError(
+                f"{f} lacks the column(s) {sorted(missing)} of Countdown-Tasks-3to4 (nums, target)"
+            )
         for nums, target in zip(df["nums"], df["target"]):
             if limit is not None and len(out) >= limit:
                 return out
