@@ -1,0 +1,178 @@
+"""Math data: reading the public layouts from local files, the Qwen-Math template, the math-verify reward."""
+
+import json
+import threading
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from setpo import math_data as md
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_gsm8k_jsonl_answers_after_hashes_without_commas(tmp_path):
+    f = _write_jsonl(tmp_path / "gsm8k_train.jsonl", [
+        {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
+        {"question": "A car costs $1,200 more than...", "answer": "work...\n#### 1,200"},
+    ])
+    problems = md.load_math_problems(f)
+    assert [p.answer for p in problems] == ["7", "1200"]
+    assert problems[0].question.startswith("Tom has 3 apples")
+    assert problems[0].source == "gsm8k_train"  # the file's stem when there is no data_source column
+    assert [p.id for p in problems] == ["0", "1"]
+
+
+def test_math500_parquet_uses_answer_and_falls_back_to_the_boxed_solution(tmp_path):
+    f = tmp_path / "math500.parquet"
+    pq.write_table(pa.Table.from_pylist([
+        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{4}$.", "solution": "... $\\boxed{\\frac{3}{4}}$",
+         "answer": "\\frac{3}{4}", "unique_id": "test/algebra/1.json"},
+        {"problem": "What is $\\sqrt{52}$?", "solution": "We get \\boxed{2\\sqrt{13}}.", "answer": None,
+         "unique_id": "test/algebra/2.json"},
+    ]), f)
+    problems = md.load_math_problems(f, source="math500")
+    assert [p.answer for p in problems] == ["\\frac{3}{4}", "2\\sqrt{13}"]
+    assert [p.id for p in problems] == ["test/algebra/1.json", "test/algebra/2.json"]
+    assert {p.source for p in problems} == {"math500"}
+
+
+def test_aime_and_amc_layouts_with_numeric_answers(tmp_path):
+    aime = _write_jsonl(tmp_path / "aime24.jsonl", [{"ID": "2024-I-1", "Problem": "Find x.", "Answer": 204}])
+    amc = tmp_path / "amc.json"
+    amc.write_text(json.dumps([{"problem": "Find y.", "answer": 142.0}, {"problem": "Find z.", "answer": 0.5}]))
+    assert md.load_math_problems(aime)[0] == md.MathProblem("Find x.", "204", "aime24", "2024-I-1")
+    assert [p.answer for p in md.load_math_problems(amc)] == ["142", "0.5"]
+
+
+def test_verl_parquet_round_trip_keeps_question_answer_and_template(tmp_path):
+    problems = md.smoke_problems(5, seed=3)
+    out = md.write_verl_parquet(problems, tmp_path / "sub" / "train.parquet", split="train")
+    assert md.is_verl_parquet(out)
+    rows = pq.read_table(out).to_pylist()
+    assert rows[0]["prompt"] == md.qwen_math_messages(problems[0].question)
+    assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": problems[0].answer}
+    assert rows[0]["ability"] == "math" and rows[0]["data_source"] == md.SMOKE_SOURCE
+    back = md.load_math_problems(out)
+    assert [(p.question, p.answer) for p in back] == [(p.question, p.answer) for p in problems]
+
+
+def test_missing_file_says_what_to_pass(tmp_path):
+    with pytest.raises(FileNotFoundError, match="TRAIN_FILE") as err:
+        md.load_math_problems(tmp_path / "nope.parquet")
+    assert "python -m setpo.math_data smoke" in str(err.value)
+
+
+@pytest.mark.parametrize("rows, match", [
+    ([{"text": "no question column"}], "question columns"),
+    ([{"question": "q", "solution": "no boxed answer here"}], "no answer column"),
+    ([{"question": "q", "answer": "   "}], "empty answer"),
+])
+def test_unreadable_rows_name_the_row(tmp_path, rows, match):
+    f = _write_jsonl(tmp_path / "bad.jsonl", [{"question": "fine", "answer": "1"}] + rows)
+    with pytest.raises(ValueError, match=f"row 1: .*{match}"):
+        md.load_math_problems(f)
+
+
+def test_bad_file_types_and_json_lines(tmp_path):
+    (tmp_path / "x.csv").write_text("question,answer\n")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        md.load_math_problems(tmp_path / "x.csv")
+    (tmp_path / "y.jsonl").write_text('{"question": "a", "answer": "1"}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        md.load_math_problems(tmp_path / "y.jsonl")
+
+
+def test_template_is_qwen_math_chatml():
+    q = "What is 2+3?"
+    assert md.qwen_math_messages(q) == [
+        {"role": "system", "content": "Please reason step by step, and put your final answer within \\boxed{}."},
+        {"role": "user", "content": q},
+    ]
+    assert md.qwen_math_prompt(q) == (
+        "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n"
+        "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_template_matches_a_qwen2_chat_template_rendering():
+    """The ChatML string equals what a Qwen2-style Jinja chat template renders from the messages."""
+    from jinja2 import Template
+
+    qwen2_template = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
+                      "+ '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
+                      "{{ '<|im_start|>assistant\n' }}{% endif %}")
+    q = "Find $x$ if $2x = 6$."
+    rendered = Template(qwen2_template).render(messages=md.qwen_math_messages(q), add_generation_prompt=True)
+    assert rendered == md.qwen_math_prompt(q)
+
+
+@pytest.mark.parametrize("completion, answer, expected", [
+    ("Adding, 3+4 = 7, so the answer is \\boxed{7}.", "7", 1.0),
+    ("so \\boxed{8}", "7", 0.0),
+    ("\\boxed{1,200}", "1200", 1.0),
+    ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
+    ("\\boxed{\\dfrac12}", "0.5", 1.0),
+    ("$2\\sqrt{13}$", "2\\sqrt{13}", 1.0),
+    ("first \\boxed{3} then, correcting myself, \\boxed{4}", "4", 1.0),
+    ("The answer is 7", "7", 0.0),        # not boxed and not LaTeX: the template asks for \boxed{}
+    ("\\boxed{__import__('os')}", "7", 0.0),  # nonsense is a wrong answer, never executed
+    ("", "7", 0.0),
+])
+def test_math_reward(completion, answer, expected):
+    assert md.math_reward(completion, answer) == expected
+
+
+def test_reward_works_off_the_main_thread_as_in_verl_reward_workers():
+    out = []
+    t = threading.Thread(target=lambda: out.append(md.verl_compute_score("gsm8k", "\\boxed{12}", "12")))
+    t.start()
+    t.join()
+    assert out == [1.0]
+
+
+def test_trl_reward_func_reads_chat_and_plain_completions():
+    completions = ["\\boxed{5}", [{"role": "assistant", "content": "it is \\boxed{6}"}], "\\boxed{1}"]
+    assert md.math_reward_func(completions, answer=["5", "6", "2"], prompts=None) == [1.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="3 completions but 2 answers"):
+        md.math_reward_func(completions, answer=["5", "6"])
+
+
+def test_extract_boxed_matches_nested_braces_and_rejects_truncation():
+    assert md.extract_boxed("x \\boxed{\\frac{a}{b}} y") == "\\frac{a}{b}"
+    assert md.extract_boxed("\\boxed{1} and \\fbox{2}") == "2"
+    assert md.extract_boxed("\\boxed{\\frac{1}{2") is None
+    assert md.extract_boxed("nothing") is None
+
+
+def test_smoke_problems_are_reproducible_and_their_answers_verify():
+    a, b = md.smoke_problems(40, seed=7), md.smoke_problems(40, seed=7)
+    assert a == b and a != md.smoke_problems(40, seed=8)
+    assert len({p.question for p in a}) > 30  # varied, not one template repeated
+    for p in a:
+        assert int(p.answer) >= 0
+        assert md.math_reward(f"... so \\boxed{{{p.answer}}}", p.answer) == 1.0
+        assert md.math_reward(f"\\boxed{{{int(p.answer) + 1}}}", p.answer) == 0.0
+
+
+def test_smoke_files_read_back_through_the_gsm8k_path(tmp_path):
+    train, val = md.write_smoke_files(tmp_path, n_train=12, n_val=4, seed=1)
+    tr, va = md.load_math_problems(train), md.load_math_problems(val)
+    assert [p.answer for p in tr] == [p.answer for p in md.smoke_problems(12, seed=1)]
+    assert len(va) == 4 and tr[0].source == md.SMOKE_SOURCE
+
+
+def test_to_trl_records():
+    recs = md.to_trl_records(md.smoke_problems(2), chat=False)
+    assert recs[0]["prompt"].startswith("<|im_start|>system") and recs[0]["answer"] == md.smoke_problems(2)[0].answer
+    assert md.to_trl_records(md.smoke_problems(1))[0]["prompt"][1]["role"] == "user"
+
+
+def test_cli_prepare_and_smoke(tmp_path, capsys):
+    md.main(["smoke", str(tmp_path / "d"), "--n-train", "6", "--n-val", "3"])
+    md.main(["prepare", str(tmp_path / "d" / "train.jsonl"), str(tmp_path / "out.parquet"), "--source", "s"])
+    assert "(6 problems)" in capsys.readouterr().out
+    assert {p.source for p in md.load_math_problems(tmp_path / "out.parquet")} == {"s"}
