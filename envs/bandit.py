@@ -1,0 +1,129 @@
+"""The multi-modal bandit of the SetPO paper's Figure 1, with token trajectories instead of single arms.
+
+The paper's setting: 12 discrete semantic modes, only the first 4 rewarded, each mode a 50-dim embedding,
+cosine similarity. What the paper leaves open is ours (all configurable in ``BanditConfig``):
+
+- A rollout is a short token sequence (``traj_len`` tokens from ``vocab_size``), so that a policy collapses
+  over trajectories the way a language model does. A fixed, seeded table maps each of the vocab_size**traj_len
+  sequences to a mode, differently for each prompt, so every mode has many surface forms.
+- A trajectory's embedding is its mode centre plus a fixed per-sequence offset (``surface_noise``), so the
+  sampled embeddings scatter around their mode's centre: the clouds and stars of Figure 1. Centres are random
+  Gaussian directions, nearly orthogonal in 50 dimensions, so the clamped cosine between modes is small.
+- Reward: ``correct_reward[m]`` for the correct modes (default 1.0 each), 0 otherwise. Several modes are
+  equally good; GRPO's policy gradient is rich-get-richer among them (a sampled correct mode's logits rise in
+  proportion to how often it is sampled), which is the collapse Figure 1 shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+
+@dataclass(frozen=True)
+class BanditConfig:
+    num_modes: int = 12          # semantic modes (paper: 12)
+    num_correct: int = 4         # the first num_correct modes are rewarded (paper: 4)
+    embed_dim: int = 50          # mode embedding dimension (paper: 50)
+    vocab_size: int = 6          # tokens per position
+    traj_len: int = 3            # tokens per trajectory: vocab_size**traj_len surface forms in all
+    num_prompts: int = 1         # contexts; each has its own sequence -> mode table
+    surface_noise: float = 0.45  # norm of a surface form's offset relative to its unit mode centre
+    correct_reward: tuple = ()   # per correct mode; empty = 1.0 for each
+    world_seed: int = 0          # geometry and tables; the policy's seed is separate
+
+    def __post_init__(self):
+        if not 0 < self.num_correct <= self.num_modes:
+            raise ValueError(f"need 0 < num_correct <= num_modes, got {self.num_correct}, {self.num_modes}")
+        if self.vocab_size ** self.traj_len < self.num_modes:
+            raise ValueError("vocab_size**traj_len must be at least num_modes so every mode has a surface form")
+        if self.correct_reward and len(self.correct_reward) != self.num_correct:
+            raise ValueError(f"correct_reward needs {self.num_correct} values, got {len(self.correct_reward)}")
+
+
+class MultiModalBandit:
+    """The world: tables and geometry, vectorised over batches of (prompt, token sequence)."""
+
+    def __init__(self, config: BanditConfig = BanditConfig()):
+        self.config = c = config
+        rng = np.random.default_rng(c.world_seed)
+        self.num_sequences = c.vocab_size ** c.traj_len
+        # Balanced table: each mode gets the same number of surface forms (± 1), shuffled per prompt.
+        base = np.arange(self.num_sequences) % c.num_modes
+        self.mode_table = torch.as_tensor(np.stack([rng.permutation(base) for _ in range(c.num_prompts)]))
+        centres = rng.standard_normal((c.num_modes, c.embed_dim))
+        self.centres = torch.as_tensor(centres / np.linalg.norm(centres, axis=1, keepdims=True), dtype=torch.float32)
+        offsets = rng.standard_normal((self.num_sequences, c.embed_dim))
+        offsets *= c.surface_noise / np.linalg.norm(offsets, axis=1, keepdims=True)
+        self.offsets = torch.as_tensor(offsets, dtype=torch.float32)
+        rewards = torch.zeros(c.num_modes)
+        rewards[: c.num_correct] = torch.tensor(c.correct_reward or (1.0,) * c.num_correct)
+        self.mode_reward = rewards
+        self.correct_modes = tuple(range(c.num_correct))
+        self._place = c.vocab_size ** torch.arange(c.traj_len - 1, -1, -1)
+
+    def sequence_id(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(N, traj_len) tokens -> (N,) sequence ids in [0, vocab_size**traj_len)."""
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim != 2 or tokens.shape[1] != self.config.traj_len:
+            raise ValueError(f"tokens must have shape (N, {self.config.traj_len}), got {tuple(tokens.shape)}")
+        if bool(((tokens < 0) | (tokens >= self.config.vocab_size)).any()):
+            raise ValueError(f"tokens must lie in [0, {self.config.vocab_size})")
+        return (tokens.long() * self._place).sum(-1)
+
+    def _check_prompts(self, prompts) -> torch.Tensor:
+        prompts = torch.as_tensor(prompts).long()
+        if bool(((prompts < 0) | (prompts >= self.config.num_prompts)).any()):
+            raise ValueError(f"prompt ids must lie in [0, {self.config.num_prompts})")
+        return prompts
+
+    def modes(self, prompts, tokens) -> torch.Tensor:
+        return self.mode_table[self._check_prompts(prompts), self.sequence_id(tokens)]
+
+    def rewards(self, prompts, tokens) -> torch.Tensor:
+        return self.mode_reward[self.modes(prompts, tokens)]
+
+    def embeddings(self, prompts, tokens) -> torch.Tensor:
+        """(N, embed_dim): mode centre + the sequence's fixed surface offset."""
+        return self.centres[self.modes(prompts, tokens)] + self.offsets[self.sequence_id(tokens)]
+
+
+class MultiModalBanditEnv(gym.Env):
+    """One-step episodes: observe a prompt id, act with a whole token trajectory, get its mode's reward.
+
+    info holds the trajectory's ``mode``, ``embedding``, ``correct`` flag; the world (``env.unwrapped.world``)
+    exposes the correct-mode set and the mode centres.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, config: BanditConfig | None = None, **overrides):
+        self.world = MultiModalBandit(BanditConfig(**overrides) if config is None else config)
+        c = self.world.config
+        self.observation_space = spaces.Discrete(c.num_prompts)
+        self.action_space = spaces.MultiDiscrete([c.vocab_size] * c.traj_len)
+        self._prompt = None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._prompt = int(self.np_random.integers(self.world.config.num_prompts))
+        return self._prompt, {}
+
+    def step(self, action):
+        if self._prompt is None:
+            raise RuntimeError("call reset() before step()")
+        tokens = torch.as_tensor(np.asarray(action, dtype=np.int64))[None]
+        prompt = torch.tensor([self._prompt])
+        mode = int(self.world.modes(prompt, tokens)[0])
+        info = {
+            "mode": mode,
+            "correct": mode in self.world.correct_modes,
+            "embedding": self.world.embeddings(prompt, tokens)[0].numpy(),
+        }
+        obs = self._prompt
+        self._prompt = None
+        return obs, float(self.world.mode_reward[mode]), True, False, info

@@ -1,0 +1,296 @@
+"""The toy mode-collapse experiment: a small trajectory policy on the multi-modal bandit, trained with
+GRPO / GSPO / DAPO, with or without SetPO's diversity marginal. One loop, one config, one seed.
+
+Read ``train`` top to bottom: sample G trajectories per prompt, score them, turn rewards (and, for SetPO,
+embeddings) into advantages with ``setpo.advantages``, and take clipped policy-gradient steps with
+``setpo.losses``. Everything the notebooks plot is logged in ``ToyRun.history`` and ``ToyRun.snapshots``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from envs.bandit import BanditConfig, MultiModalBandit
+from setpo.advantages import group_advantages, groups_with_signal
+from setpo.diversity import diversity_marginals
+from setpo.losses import policy_loss
+from setpo.metrics import mean_pairwise_similarity
+from setpo.presets import get_preset
+
+
+@dataclass
+class ToyConfig:
+    algo: str = "grpo"             # policy-loss preset from setpo.presets: grpo | gspo | dapo
+    setpo: bool = False            # add λ·s_i (SetPO) to the base advantage
+    lam: float = 0.5               # SetPO marginal weight λ on this toy (see README for the sweep)
+    estimator: str = "grpo"        # base group advantage, a key of setpo.ADVANTAGE_ESTIMATORS
+    group_size: int = 8            # G rollouts per prompt
+    groups_per_step: int = 16      # prompts (groups) per batch
+    steps: int = 200               # training steps (batches)
+    updates_per_batch: int = 2     # optimiser steps per batch; the second sees ratios != 1, so clipping acts
+    lr: float = 0.01               # Adam learning rate
+    hidden: int = 64               # policy MLP width
+    kl_coef: float = 0.0           # β for the k3 KL to the initial policy
+    max_resample: int = 4          # DAPO dynamic sampling: extra batches drawn to refill dropped groups
+    seed: int = 0                  # policy init and sampling
+    bandit: BanditConfig = field(default_factory=BanditConfig)
+    snapshot_every: int = 50       # record sampled embeddings for the trajectory plot every this many steps
+    snapshot_samples: int = 160    # trajectories per snapshot
+    checkpoint_dir: str | None = None  # save here every checkpoint_every steps and resume from it
+    checkpoint_every: int = 50
+
+    @property
+    def name(self) -> str:
+        return ("SetPO+" if self.setpo else "") + self.algo.upper()
+
+
+class TrajectoryPolicy(nn.Module):
+    """π(t_1..t_L | prompt) = Π_k π(t_k | prompt, t_<k): an MLP over one-hots of the prompt, the position and
+    the prefix (later tokens zeroed), so every position is scored in one batched pass."""
+
+    def __init__(self, num_prompts: int, vocab_size: int, traj_len: int, hidden: int = 64):
+        super().__init__()
+        self.num_prompts, self.vocab_size, self.traj_len = num_prompts, vocab_size, traj_len
+        in_dim = num_prompts + traj_len + traj_len * vocab_size
+        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.Tanh(), nn.Linear(hidden, vocab_size))
+
+    def _inputs(self, prompts: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        n, L, V = tokens.shape[0], self.traj_len, self.vocab_size
+        prefix = F.one_hot(tokens, V).float()                               # (N, L, V)
+        causal = torch.tril(torch.ones(L, L), diagonal=-1)                  # position k sees tokens < k
+        prefixes = (causal[None, :, :, None] * prefix[:, None]).reshape(n, L, L * V)
+        pos = torch.eye(L).expand(n, L, L)
+        prompt = F.one_hot(prompts, self.num_prompts).float()[:, None].expand(n, L, -1)
+        return torch.cat([prompt, pos, prefixes], -1)
+
+    def token_log_probs(self, prompts: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """(N,) prompts, (N, L) tokens -> (N, L) log π(t_k | prompt, t_<k)."""
+        logits = self.net(self._inputs(prompts, tokens))
+        return logits.log_softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)
+
+    @torch.no_grad()
+    def sample(self, prompts: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        tokens = torch.zeros(len(prompts), self.traj_len, dtype=torch.long)
+        for k in range(self.traj_len):
+            probs = self.net(self._inputs(prompts, tokens))[:, k].softmax(-1)
+            tokens[:, k] = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        return tokens
+
+    @torch.no_grad()
+    def sequence_probs(self, prompt: int) -> torch.Tensor:
+        """Exact probability of every one of the vocab_size**traj_len sequences for one prompt."""
+        V, L = self.vocab_size, self.traj_len
+        grid = torch.cartesian_prod(*[torch.arange(V)] * L).reshape(-1, L)
+        return self.token_log_probs(torch.full((len(grid),), prompt), grid).sum(-1).exp()
+
+
+def mode_mass(policy: TrajectoryPolicy, world: MultiModalBandit) -> torch.Tensor:
+    """(num_prompts, num_modes) exact probability mass the policy puts on each mode, per prompt."""
+    c = world.config
+    return torch.stack([
+        torch.zeros(c.num_modes).index_add_(0, world.mode_table[p], policy.sequence_probs(p))
+        for p in range(c.num_prompts)
+    ])
+
+
+@dataclass
+class ToyRun:
+    config: ToyConfig
+    policy: TrajectoryPolicy
+    history: list[dict]      # one row of metrics per step
+    snapshots: list[dict]    # {"step", "embeddings" (n, D), "modes" (n,), "tokens" (n, L)}
+
+
+def _sample_batch(policy, world, cfg, gen):
+    prompts = torch.randint(cfg.bandit.num_prompts, (cfg.groups_per_step,), generator=gen)
+    prompts = prompts.repeat_interleave(cfg.group_size)
+    tokens = policy.sample(prompts, gen)
+    return prompts, tokens, world.rewards(prompts, tokens)
+
+
+def _dynamic_sample(policy, world, cfg, gen):
+    """DAPO: keep only groups whose rewards differ, drawing more batches to refill (at most max_resample)."""
+    G, kept = cfg.group_size, []
+    for _ in range(1 + cfg.max_resample):
+        prompts, tokens, rewards = _sample_batch(policy, world, cfg, gen)
+        signal = groups_with_signal(rewards, group_size=G)
+        kept.append((prompts[signal], tokens[signal], rewards[signal]))
+        if sum(len(k[0]) for k in kept) >= cfg.groups_per_step * G:
+            break
+    prompts, tokens, rewards = (torch.cat(parts)[: cfg.groups_per_step * G] for parts in zip(*kept))
+    return prompts, tokens, rewards
+
+
+def _checkpoint_path(cfg: ToyConfig) -> Path | None:
+    return Path(cfg.checkpoint_dir) / "checkpoint.pt" if cfg.checkpoint_dir else None
+
+
+def _save(path: Path, step, policy, ref, opt, gen, history, snapshots, cfg):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"step": step, "policy": policy.state_dict(), "ref": ref.state_dict(), "opt": opt.state_dict(),
+                "gen": gen.get_state(), "history": history, "snapshots": snapshots,
+                "config": json.loads(json.dumps(asdict(cfg), default=str))}, tmp)
+    tmp.replace(path)  # atomic: an interrupted save never leaves a half-written checkpoint
+    (path.parent / "config.json").write_text(json.dumps(asdict(cfg), indent=1, default=str))
+
+
+def _snapshot(step, policy, world, cfg, gen) -> dict:
+    prompts = torch.randint(cfg.bandit.num_prompts, (cfg.snapshot_samples,), generator=gen)
+    tokens = policy.sample(prompts, gen)
+    return {"step": step, "prompts": prompts, "tokens": tokens, "modes": world.modes(prompts, tokens),
+            "embeddings": world.embeddings(prompts, tokens)}
+
+
+def train(cfg: ToyConfig, progress: bool = True) -> ToyRun:
+    preset = get_preset(cfg.algo)
+    world = MultiModalBandit(cfg.bandit)
+    torch.manual_seed(cfg.seed)
+    policy = TrajectoryPolicy(cfg.bandit.num_prompts, cfg.bandit.vocab_size, cfg.bandit.traj_len, cfg.hidden)
+    ref = TrajectoryPolicy(cfg.bandit.num_prompts, cfg.bandit.vocab_size, cfg.bandit.traj_len, cfg.hidden)
+    ref.load_state_dict(policy.state_dict())
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    history, snapshots, start = [], [], 0
+
+    ckpt = _checkpoint_path(cfg)
+    if ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        policy.load_state_dict(state["policy"])
+        ref.load_state_dict(state["ref"])
+        opt.load_state_dict(state["opt"])
+        gen.set_state(state["gen"])
+        history, snapshots, start = state["history"], state["snapshots"], state["step"]
+
+    G = cfg.group_size
+    for step in tqdm(range(start, cfg.steps), desc=cfg.name, disable=not progress, initial=start, total=cfg.steps):
+        if step % cfg.snapshot_every == 0:
+            snapshots.append(_snapshot(step, policy, world, cfg, gen))
+
+        # 1. Rollouts: G trajectories per prompt, scored by the world.
+        if preset.dynamic_sampling:
+            prompts, tokens, rewards = _dynamic_sample(policy, world, cfg, gen)
+        else:
+            prompts, tokens, rewards = _sample_batch(policy, world, cfg, gen)
+        emb = world.embeddings(prompts, tokens)
+
+        # 2. Advantages: the base group estimator, plus λ·s_i for SetPO.
+        s = diversity_marginals(emb, group_size=G) if len(rewards) else rewards
+        adv = group_advantages(rewards, group_size=G, estimator=cfg.estimator) if len(rewards) else rewards
+        if cfg.setpo:
+            adv = adv + cfg.lam * s
+
+        # 3. Clipped policy-gradient updates on this batch.
+        mask = torch.ones_like(tokens, dtype=torch.float32)
+        with torch.no_grad():
+            old_logp = policy.token_log_probs(prompts, tokens)
+            ref_logp = ref.token_log_probs(prompts, tokens) if cfg.kl_coef else None
+        metrics = {}
+        for _ in range(cfg.updates_per_batch if len(rewards) else 0):
+            logp = policy.token_log_probs(prompts, tokens)
+            loss, metrics = policy_loss(preset, logp, old_logp, adv, mask, ref_log_prob=ref_logp,
+                                        kl_coef=cfg.kl_coef)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        masses = mode_mass(policy, world).mean(0)
+        history.append({
+            "step": step + 1,
+            "reward": float(rewards.mean()) if len(rewards) else math.nan,
+            "correct_mass": float(masses[list(world.correct_modes)].sum()),
+            "mode_mass": masses.tolist(),
+            "mean_s": float(s.mean()) if len(s) else math.nan,
+            "pairwise_similarity": float(mean_pairwise_similarity(emb, group_size=G)) if len(emb) else math.nan,
+            "groups": len(rewards) // G,
+            **metrics,
+        })
+        if ckpt is not None and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+            _save(ckpt, step + 1, policy, ref, opt, gen, history, snapshots, cfg)
+
+    if not snapshots or snapshots[-1]["step"] != cfg.steps:
+        snapshots.append(_snapshot(cfg.steps, policy, world, cfg, gen))
+    return ToyRun(cfg, policy, history, snapshots)
+
+
+def covered_modes(run: ToyRun, threshold: float = 0.05) -> list[int]:
+    """Correct modes holding at least ``threshold`` of the final policy's mass (averaged over prompts)."""
+    masses = run.history[-1]["mode_mass"]
+    return [m for m in range(run.config.bandit.num_correct) if masses[m] >= threshold]
+
+
+def with_(cfg: ToyConfig, **changes) -> ToyConfig:
+    return dataclasses.replace(cfg, **changes)
+
+
+# ---- comparisons, tables and the demo -----------------------------------------------------------------
+
+def compare(base: ToyConfig, variants: dict[str, dict], seeds, progress: bool = False) -> dict[str, list[ToyRun]]:
+    """Train every variant (label -> config changes) from the same seeds and world."""
+    return {label: [train(with_(base, seed=s, **changes), progress=progress) for s in seeds]
+            for label, changes in variants.items()}
+
+
+def coverage_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> list[dict]:
+    """One row per (variant, seed): correct modes covered (≥ threshold mass), final correct mass, masses."""
+    rows = []
+    for label, runs in results.items():
+        for run in runs:
+            last = run.history[-1]
+            rows.append({"method": label, "seed": run.config.seed, "modes_covered": len(covered_modes(run, threshold)),
+                         "correct_mass": round(last["correct_mass"], 3),
+                         "correct_mode_masses": [round(m, 2) for m in last["mode_mass"][: run.config.bandit.num_correct]]})
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    header = list(rows[0])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(r[h]) for h in header) + " |" for r in rows])
+
+
+def summary_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> list[dict]:
+    out = []
+    for label, runs in results.items():
+        cov = [len(covered_modes(r, threshold)) for r in runs]
+        out.append({"method": label, "seeds": len(runs), "modes covered per seed": cov,
+                    "min modes": min(cov), "mean final reward": round(sum(r.history[-1]["correct_mass"] for r in runs) / len(runs), 3)})
+    return out
+
+
+DEMO_VARIANTS = {"GRPO": {"setpo": False}, "SetPO+GRPO": {"setpo": True}}
+
+
+def run_demo(out_dir: Path, seeds: int = 5, smoke: bool = False, projection: str | None = None) -> dict:
+    """`make demo`: GRPO vs SetPO+GRPO over ``seeds`` seeds; Figure 1 (seed 0) and the coverage table."""
+    from setpo.figures import save_plotly, toy_trajectory_figure, toy_trajectory_png
+
+    torch.set_num_threads(1)  # the toy is tiny; threads only add overhead
+    base = ToyConfig(steps=12, snapshot_every=4) if smoke else ToyConfig()
+    projection = projection or ("pca" if smoke else "umap")
+    results = compare(base, DEMO_VARIANTS, range(seeds))
+    rows = coverage_rows(results)
+    print(markdown_table(rows))
+    print()
+    print(markdown_table(summary_rows(results)))
+
+    out_dir = Path(out_dir)
+    first = {label: runs[0] for label, runs in results.items()}
+    fig, data = toy_trajectory_figure(first, method=projection)
+    curves = {label: ([h["step"] for h in r.history], [h["mode_mass"] for h in r.history]) for label, r in first.items()}
+    stem = out_dir / "fig1_toy_mode_collapse"
+    html, png = save_plotly(fig, stem), toy_trajectory_png(data, curves, stem)
+    record = {"command": "make demo" + (" (smoke)" if smoke else ""), "config": asdict(base), "seeds": list(range(seeds)),
+              "variants": DEMO_VARIANTS, "projection": projection, "rows": rows}
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
+    print(f"\nwrote {png} and {html}")
+    return record
