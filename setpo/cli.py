@@ -40,6 +40,16 @@ def cmd_demo(args) -> None:
     run_demo(out_dir=Path(args.out_dir), seeds=args.seeds, smoke=args.smoke)
 
 
+def cmd_sweep(args) -> None:
+    import torch
+
+    from setpo.toy import ToyConfig, lambda_sweep, markdown_table
+
+    torch.set_num_threads(1)
+    rows = lambda_sweep(ToyConfig(algo=args.algo), args.lams, range(args.seeds))
+    print(markdown_table(rows))
+
+
 def cmd_figures(args) -> None:
     names = args.names or FIGURE_NOTEBOOKS
     for name in names:
@@ -64,6 +74,11 @@ def main(argv=None) -> None:
     d.add_argument("--seeds", type=int, default=5)
     d.add_argument("--smoke", action="store_true", help="a few steps only, to check that it runs")
     d.set_defaults(fn=cmd_demo)
+    s = sub.add_parser("sweep", help="toy: correct modes kept by SetPO for each λ (λ = 0 is plain GRPO)")
+    s.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.5, 1.0])
+    s.add_argument("--seeds", type=int, default=5)
+    s.add_argument("--algo", default="grpo", choices=["grpo", "gspo", "dapo"])
+    s.set_defaults(fn=cmd_sweep)
     f = sub.add_parser("figures", help="regenerate figures by running the notebooks headless")
     f.add_argument("names", nargs="*", help=f"notebooks to run (default: {' '.join(FIGURE_NOTEBOOKS)})")
     f.add_argument("--out-dir", default=str(ROOT / "figures"))

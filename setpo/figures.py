@@ -37,6 +37,76 @@ def save_plotly(fig, path: Path) -> Path:
     return path
 
 
+def plotly_to_png(fig, path: Path, dpi: int = 110) -> Path:
+    """Static PNG twin of a plotly figure made of scatter/line traces, drawn with matplotlib.
+
+    Each subplot's axes are placed from the layout's axis domains, so subplot grids keep their shape. Meant
+    for this package's own figures (scatter, lines, markers with text); not a general plotly renderer.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layout = fig.layout
+    width, height = (layout.width or 700) / 100, (layout.height or 450) / 100
+    out = plt.figure(figsize=(width, height))
+    axes = {}
+
+    def axis_for(xref: str, yref: str):
+        key = (xref, yref)
+        if key not in axes:
+            xa = layout[f"xaxis{xref[1:]}"] if xref != "x" else layout.xaxis
+            ya = layout[f"yaxis{yref[1:]}"] if yref != "y" else layout.yaxis
+            (x0, x1), (y0, y1) = xa.domain or (0, 1), ya.domain or (0, 1)
+            ax = out.add_axes([0.08 + 0.84 * x0, 0.1 + 0.78 * y0, 0.84 * (x1 - x0), 0.78 * (y1 - y0)])
+            ax.set_xlabel(xa.title.text or "")
+            ax.set_ylabel(ya.title.text or "")
+            if xa.range:
+                ax.set_xlim(xa.range)
+            if ya.range:
+                ax.set_ylim(ya.range)
+            axes[key] = ax
+        return axes[key]
+
+    for trace in fig.data:
+        if trace.type not in ("scatter", "scattergl"):
+            continue
+        ax = axis_for(trace.xaxis or "x", trace.yaxis or "y")
+        x, y, mode = np.asarray(trace.x, dtype=float), np.asarray(trace.y, dtype=float), trace.mode or "lines"
+        label = trace.name if trace.showlegend is not False else None
+        if "lines" in mode:
+            ax.plot(x, y, color=trace.line.color, label=label)
+            label = None
+        if "markers" in mode:
+            colour = trace.marker.color
+            numeric = colour is not None and not isinstance(colour, str) and np.issubdtype(np.asarray(colour).dtype, np.number)
+            ax.scatter(x, y, s=(trace.marker.size or 6) ** 2 / 2, c=colour if colour is not None else None,
+                       cmap="RdBu" if numeric else None, alpha=trace.marker.opacity or 1.0, label=label,
+                       edgecolors="none")
+        if "text" in mode and trace.text is not None:
+            for xi, yi, t in zip(x, y, trace.text):
+                ax.annotate(str(t), (xi, yi), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+    for ax in axes.values():
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    titles = [a.text for a in (layout.annotations or []) if a.text]
+    for ax, title in zip(sorted(axes.values(), key=lambda a: a.get_position().x0), titles):
+        ax.set_title(title, fontsize=9)
+    if layout.title and layout.title.text:
+        out.suptitle(layout.title.text, fontsize=10)
+    path = Path(path).with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out.savefig(path, dpi=dpi)
+    plt.close(out)
+    return path
+
+
+def save_figure(fig, path: Path) -> tuple[Path, Path]:
+    """Write a plotly figure as interactive HTML and its static PNG twin; returns (html, png)."""
+    return save_plotly(fig, path), plotly_to_png(fig, path)
+
+
 def toy_trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, prompt: int = 0):
     """Figure 1: sampled trajectory embeddings over training, one panel per run, stars at correct modes.
 
