@@ -420,6 +420,7 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=prin
         **_common_args(cfg))
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer)
+    _drop_printer(trainer)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=_last_checkpoint(out_dir))
     trainer.save_model(str(final))
@@ -428,6 +429,13 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=prin
     _write_json(final / "done.json", {"seconds": time.time() - t0, "examples": len(examples)})
     _clean_checkpoints(out_dir)
     return final
+
+
+def _drop_printer(trainer) -> None:
+    """Per-step metric dicts go to log_history.json, not the console (the study logs one line per stage)."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
 
 
 def _clean_checkpoints(folder: Path) -> None:
@@ -480,8 +488,12 @@ class ProbeCallback:
 
 
 def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
-           embedder=None, log=print) -> Path:
-    """One GRPO / SetPO run from the warm start; resumes from its last checkpoint. Returns final dir."""
+           embedder=None, log=print, callbacks: Sequence = ()) -> Path:
+    """One GRPO / SetPO run from the warm start; resumes from its last checkpoint. Returns final dir.
+
+    embedder: an Embedder to share across runs (None: load ``cfg.embedder``). callbacks: extra
+    TrainerCallbacks (the tests use one to interrupt a run).
+    """
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
@@ -509,7 +521,8 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
                            cfg.probe_samples, cfg.seed)
     trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
                            train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
-                           embedder=embedder, solution_key=solution_key, callbacks=[probes])
+                           embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
+    _drop_printer(trainer)
     t0 = time.time()
     resume = _last_checkpoint(out_dir)
     log(f"[rl] {run.name}: {run.method}, G={g}, beta={run.beta}, lambda={run.lam}"
@@ -549,9 +562,20 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
 # --------------------------------------------------------------------------------------------------
 
 
+def quiet_libraries() -> None:
+    """Silence per-step progress bars and info chatter of datasets / transformers (logs stay)."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
 def run_study(cfg: CountdownLMConfig, log=print, stages: Sequence[str] = ("sft", "rl", "eval")) -> dict:
     """The whole study: data, warm start, every RL run, evaluation, results table. Resumable."""
     torch.set_num_threads(cfg.threads)
+    quiet_libraries()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.json"

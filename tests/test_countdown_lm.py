@@ -1,0 +1,172 @@
+"""The small Countdown model: tokenizer, warm-start data, evaluation numbers, and the pipeline end to end."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from envs.countdown import CountdownInstance, score_answer
+from setpo import pass_at_k
+from setpo.countdown_lm import (
+    CountdownLMConfig,
+    ModelSize,
+    RLRun,
+    answer_text,
+    build_tokenizer,
+    countdown_reward,
+    evaluate_samples,
+    load_config,
+    make_data,
+    prompt_text,
+    run_rl,
+    run_sft,
+    run_study,
+    sft_examples,
+    solution_key,
+)
+
+
+def test_tokenizer_round_trips_and_is_expression_level():
+    tok = build_tokenizer()
+    text = "3 7 25 50 = 82\n<answer>(50-25)*3+7</answer>"
+    ids = tok(text)["input_ids"]
+    assert tok.decode(ids) == text
+    pieces = tok.convert_ids_to_tokens(ids)
+    assert "<answer>" in pieces and "25" in pieces and "82" in pieces  # whole numbers, one token each
+    assert tok.unk_token_id not in ids
+    long = "12345 + 7"
+    assert tok.decode(tok(long)["input_ids"]) == long  # long digit runs split into known pieces
+    assert tok.convert_ids_to_tokens(tok(f"1{tok.eos_token}")["input_ids"])[-1] == tok.eos_token
+
+
+def test_sft_examples_are_distinct_correct_solutions():
+    insts = [CountdownInstance((2, 3, 4), 24), CountdownInstance((1, 2, 3, 4), 10)]
+    ex = sft_examples(insts, solutions_per_problem=3, seed=0)
+    for inst in insts:
+        mine = [e["completion"] for e in ex if e["prompt"] == prompt_text(inst)]
+        assert 1 <= len(mine) <= 3 and len(set(mine)) == len(mine)
+        assert all(score_answer(c, inst.numbers, inst.target) == 1.0 for c in mine)
+    assert len([e for e in ex if e["prompt"] == prompt_text(insts[1])]) == 3  # 1+2+3+4 has many solutions
+    assert ex == sft_examples(insts, 3, seed=0)
+    with pytest.raises(ValueError):
+        sft_examples(insts, 0, seed=0)
+
+
+def test_reward_and_solution_key():
+    good, reordered = answer_text("2*3*4"), answer_text("4*(3*2)")
+    assert countdown_reward([good, "<answer>2+3+4</answer>", "nothing"], numbers=[[2, 3, 4]] * 3,
+                            target=[24] * 3) == [1.0, 0.1, 0.0]
+    assert solution_key(good) == solution_key(reordered) is not None
+    assert solution_key("no answer") is None
+
+
+def test_evaluate_samples_pass_at_k_and_diversity():
+    a, b = CountdownInstance((2, 3, 4), 24), CountdownInstance((1, 2, 3, 4), 10)
+    samples = [
+        [answer_text("2*3*4"), answer_text("4*3*2"), "x", "<answer>1</answer>"],          # 2 correct, 1 mode
+        [answer_text("1+2+3+4"), answer_text("2*3+4*1"), answer_text("4+3+2+1"), "y"],  # 3 correct, 2 modes
+    ]
+    r = evaluate_samples([a, b], samples)
+    assert r["correct"] == [2, 3] and r["distinct"] == [1, 2]
+    assert r["pass_at_k"][0] == pytest.approx((0.5 + 0.75) / 2)
+    assert r["pass_at_k"][2] == pytest.approx((pass_at_k(4, 2, 3) + pass_at_k(4, 3, 3)) / 2)
+    assert r["diversity_width"] == 1 and r["average_modes"] == pytest.approx(1.5)
+    with pytest.raises(ValueError):
+        evaluate_samples([a, b], samples[:1])
+
+
+def test_config_validation_and_runs():
+    cfg = CountdownLMConfig()
+    names = [r.name for r in cfg.runs()]
+    assert len(names) == len(set(names)) == 2 * 2 * 2 + 2 * 2
+    assert {r.lam for r in cfg.runs()} == {0.0, 0.5}
+    with pytest.raises(ValueError, match="group sizes"):
+        CountdownLMConfig(group_sizes=(2,))
+    with pytest.raises(ValueError, match="preset"):
+        CountdownLMConfig(extra_presets=("ppo",))
+
+
+class Interrupt(TrainerCallback):
+    """Stops a run with an exception after ``at`` steps, like a killed process (checkpoint already saved)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step_begin(self, args, state, control, **kw):
+        if state.global_step == self.at:
+            raise KeyboardInterrupt
+
+
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("countdown_smoke")
+    cfg = CountdownLMConfig.smoke(out=str(out), threads=1)
+    logs = []
+    run_study(cfg, log=logs.append)
+    return cfg, out, logs
+
+
+def test_smoke_study_end_to_end(smoke_study):
+    cfg, out, logs = smoke_study
+    summary = json.loads((out / "results.json").read_text())
+    assert {r["run"] for r in summary["rows"]} == {"sft"} | {r.name for r in cfg.runs()}
+    for row in summary["rows"]:
+        curve = row["pass_curve"]
+        assert len(curve) == cfg.eval_samples and all(0 <= x <= 1 for x in curve)
+        assert all(x <= y + 1e-12 for x, y in zip(curve, curve[1:]))  # pass@k grows with k
+    assert "| SetPO+GRPO | 3 | 0.001 |" in (out / "results.md").read_text()
+    for run in cfg.runs():
+        hist = json.loads((out / "rl" / run.name / "log_history.json").read_text())
+        steps = [h for h in hist if "setpo/s_mean" in h]
+        assert steps and all("setpo/distinct_correct" in h for h in steps)
+        probes = [json.loads(x) for x in (out / "rl" / run.name / "probes.jsonl").read_text().splitlines()]
+        assert {p["step"] for p in probes} == set(range(cfg.rl_steps + 1))
+    assert load_config(out) == cfg
+    # a second call finds everything done and only re-reads the cached evaluations
+    logs2 = []
+    run_study(cfg, log=logs2.append)
+    assert not any(line.startswith("[sft]") or line.startswith("[rl] ") and "lambda" in line for line in logs2)
+    with pytest.raises(ValueError, match="different config"):
+        run_study(replace(cfg, rl_steps=3), log=lambda *_: None)
+
+
+def test_rl_run_checkpoints_and_resumes(smoke_study, tmp_path):
+    cfg, out, _ = smoke_study
+    cfg = replace(cfg, out=str(tmp_path), rl_steps=2, rl_save_steps=1)
+    data = make_data(cfg)
+    run = RLRun("grpo", 3, 0.001, 0.5)
+    run_dir = tmp_path / run.name
+    with pytest.raises(KeyboardInterrupt):
+        run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=lambda *_: None, callbacks=[Interrupt(1)])
+    assert (run_dir / "checkpoint-1").is_dir() and not (run_dir / "final").exists()
+    logs = []
+    final = run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=logs.append)
+    assert any("resuming from checkpoint-1" in line for line in logs)
+    hist = json.loads((run_dir / "log_history.json").read_text())
+    assert max(h.get("step", 0) for h in hist) == 2
+    assert json.loads((final / "done.json").read_text())["run"]["lam"] == 0.5
+    assert not list(run_dir.glob("checkpoint-*"))  # cleaned once final is written
+    probes = [json.loads(x)["step"] for x in (run_dir / "probes.jsonl").read_text().splitlines()]
+    assert sorted(set(probes)) == [0, 1, 2] and len(probes) == 3 * cfg.probe_samples * cfg.n_probe
+
+
+def test_sft_warm_start_learns_the_format(tmp_path):
+    """A few hundred SFT steps on a tiny model: the answer format comes out, and loss goes down."""
+    cfg = CountdownLMConfig.smoke(out=str(tmp_path), n_train=200, sft_epochs=4.0, sft_batch_size=32, sft_lr=5e-3,
+                                  model=ModelSize(64, 1, 2, 1, 128, 48), threads=1)
+    data = make_data(cfg)
+    final = run_sft(cfg, data, tmp_path / "sft", log=lambda *_: None)
+    hist = json.loads((tmp_path / "sft" / "log_history.json").read_text())
+    losses = [h["loss"] for h in hist if "loss" in h]
+    assert losses[-1] < 0.5 * losses[0]
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from setpo.countdown_lm import sample_completions
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(final))
+    model = AutoModelForCausalLM.from_pretrained(str(final), dtype=torch.float32)
+    samples = sample_completions(model, tok, [prompt_text(i) for i in data.test], 8, temperature=0.5)
+    formatted = sum(score_answer(s, i.numbers, i.target) > 0 for i, row in zip(data.test, samples) for s in row)
+    assert formatted >= 0.5 * 8 * len(data.test)  # most samples are <answer>...</answer>
