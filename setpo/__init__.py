@@ -12,7 +12,14 @@ from setpo.advantages import (
     setpo_advantages,
 )
 from setpo.diversity import cosine_kernel, diversity_marginals, kernel_marginals, set_diversity
-from setpo.metrics import pass_at_k
+from setpo.metrics import (
+    ModeCoverage,
+    distinct_correct_solutions,
+    diversity_width_and_average_modes,
+    mean_pairwise_similarity,
+    mode_coverage,
+    pass_at_k,
+)
 from setpo.presets import PRESETS, AlgorithmPreset, get_preset
 
 __version__ = "0.1.0"
@@ -21,6 +28,11 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "PRESETS",
     "AlgorithmPreset",
+    "ModeCoverage",
+    "distinct_correct_solutions",
+    "diversity_width_and_average_modes",
+    "mean_pairwise_similarity",
+    "mode_coverage",
     "cosine_kernel",
     "diversity_marginals",
     "get_preset",
