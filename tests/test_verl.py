@@ -1,0 +1,384 @@
+"""The verl plug-in: verl's own compute_advantage with adv_estimator="setpo", the trainer hook, the launcher's
+configuration composed and validated by verl's config system for every preset, and the plug-in in Ray workers."""
+
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import setpo
+import setpo.verl as sv
+from setpo.embed import HashedNgramEmbedder
+from setpo.presets import PRESETS
+
+from verl.protocol import DataProto  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+
+# verl's compute_advantage lives in verl.trainer.ppo.ray_trainer, whose imports reach verl's HTTP rollout
+# router (cachetools, fastapi, uvicorn: verl's "verl-core" extra). Where those are not installed, placeholder
+# modules stand in for the import only (compute_advantage never touches them) and are removed right after.
+_ROUTER_ONLY_DEPS = ("cachetools", "fastapi", "uvicorn")
+
+
+def _placeholder(name):
+    mod = types.ModuleType(name)
+    mod.__getattr__ = lambda attr: type(attr, (), {})  # any name imported from it is a dummy class
+    return mod
+
+
+def _import_verl_compute_advantage():
+    added = []
+    try:
+        while True:
+            try:
+                from verl.trainer.ppo.ray_trainer import compute_advantage
+                return compute_advantage
+            except ModuleNotFoundError as err:  # Python drops the half-imported modules itself
+                if err.name not in _ROUTER_ONLY_DEPS or err.name in added:
+                    raise
+                sys.modules[err.name] = _placeholder(err.name)
+                added.append(err.name)
+    finally:
+        for name in added:
+            del sys.modules[name]
+
+
+verl_compute_advantage = _import_verl_compute_advantage()
+
+
+def _ragged_batch(seed=0, sizes=(3, 5, 4, 6), length=7, dim=16):
+    """A DataProto as verl's trainer hands it over: shuffled uids of unequal group sizes, ragged response
+    lengths, the outcome reward on each response's last token."""
+    rng = np.random.default_rng(seed)
+    uids = np.repeat(np.array([f"uid-{i}" for i in range(len(sizes))], dtype=object), sizes)
+    uids = uids[rng.permutation(len(uids))]
+    n = len(uids)
+    lengths = rng.integers(2, length + 1, size=n)
+    mask = (torch.arange(length)[None, :] < torch.as_tensor(lengths)[:, None]).float()
+    rewards = torch.as_tensor(rng.choice([0.0, 1.0], size=n), dtype=torch.float32)
+    token_rewards = torch.zeros(n, length)
+    token_rewards[torch.arange(n), torch.as_tensor(lengths) - 1] = rewards
+    emb = rng.normal(size=(n, dim)).astype(np.float32)
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": token_rewards, "response_mask": mask},
+        non_tensors={"uid": uids, sv.EMBEDDINGS_KEY: emb},
+    )
+    return data, rewards, torch.as_tensor(emb), uids, mask
+
+
+def _algo_config(lam=0.05, **extra):
+    return OmegaConf.create({"adv_estimator": "setpo", "setpo": {"lam": lam, **extra}})
+
+
+def test_setpo_is_registered_in_verls_registry():
+    assert core_algos.get_adv_estimator_fn("setpo") is sv.compute_setpo_outcome_advantage
+
+
+@pytest.mark.parametrize("lam", [0.05, 0.5])
+def test_verls_compute_advantage_equals_setpo_advantages(lam):
+    data, rewards, emb, uids, mask = _ragged_batch()
+    expected = setpo.setpo_advantages(rewards, emb, uids, lam=lam)
+    cfg = _algo_config(lam)
+    # verl's own compute_advantage, dispatching through its registry, with the embeddings supplied by the context
+    with sv.batch_embeddings(emb, uids=uids):
+        out = verl_compute_advantage(data, adv_estimator="setpo", config=cfg)
+    torch.testing.assert_close(out.batch["advantages"], expected[:, None] * mask)
+    torch.testing.assert_close(out.batch["returns"], expected[:, None] * mask)
+    # the wrapper reads data.non_tensor_batch["setpo_embeddings"] itself
+    data2, *_ = _ragged_batch()
+    out2 = sv.compute_advantage(data2, adv_estimator="setpo", config=cfg)
+    torch.testing.assert_close(out2.batch["advantages"], expected[:, None] * mask)
+    # the diversity term really is there: λ·s moves the advantages away from plain GRPO
+    assert not torch.allclose(expected, setpo.group_advantages(rewards, uids), atol=1e-4)
+
+
+def test_lambda_zero_is_verls_own_grpo():
+    data, *_ = _ragged_batch(seed=1)
+    grpo = verl_compute_advantage(_ragged_batch(seed=1)[0], adv_estimator="grpo")
+    out = sv.compute_advantage(data, config=_algo_config(0.0))
+    torch.testing.assert_close(out.batch["advantages"], grpo.batch["advantages"], atol=1e-6, rtol=1e-5)
+
+
+def test_texts_in_the_batch_are_embedded_by_the_configured_embedder():
+    data, rewards, _, uids, mask = _ragged_batch(seed=2)
+    texts = np.array([f"response {i % 5} {'x' * (i % 3)}" for i in range(len(uids))], dtype=object)
+    del data.non_tensor_batch[sv.EMBEDDINGS_KEY]
+    data.non_tensor_batch[sv.TEXTS_KEY] = texts
+    out = sv.compute_advantage(data, config=_algo_config(0.1, embedding_model="hash", embedding_device="cpu"))
+    expected = setpo.setpo_advantages(rewards, HashedNgramEmbedder()(list(texts)), uids, lam=0.1)
+    torch.testing.assert_close(out.batch["advantages"], expected[:, None] * mask)
+
+
+def test_responses_decoded_by_a_tokenizer():
+    data, rewards, _, uids, mask = _ragged_batch(seed=3)
+    del data.non_tensor_batch[sv.EMBEDDINGS_KEY]
+    data.batch["responses"] = torch.arange(len(uids))[:, None].repeat(1, 3) % 4
+
+    class Tok:
+        def batch_decode(self, ids, skip_special_tokens=True):
+            return [" ".join(f"w{int(t)}" for t in row) for row in ids]
+
+    emb = HashedNgramEmbedder()
+    out = sv.compute_advantage(data, config=_algo_config(0.2), embedder=emb, tokenizer=Tok())
+    expected = setpo.setpo_advantages(rewards, emb(Tok().batch_decode(data.batch["responses"])), uids, lam=0.2)
+    torch.testing.assert_close(out.batch["advantages"], expected[:, None] * mask)
+
+
+def test_missing_or_misaligned_embeddings_are_errors():
+    data, _, emb, uids, _ = _ragged_batch()
+    cfg = _algo_config()
+    with pytest.raises(ValueError, match="found no response embeddings"):
+        verl_compute_advantage(data, adv_estimator="setpo", config=cfg)
+    with pytest.raises(ValueError, match="not in the batch's order"):
+        with sv.batch_embeddings(emb, uids=uids[::-1]):
+            verl_compute_advantage(data, adv_estimator="setpo", config=cfg)
+    with pytest.raises(ValueError, match="rows but the batch has"):
+        with sv.batch_embeddings(emb[:-1]):
+            verl_compute_advantage(data, adv_estimator="setpo", config=cfg)
+    with pytest.raises(ValueError, match="algorithm.setpo section"):
+        sv.compute_advantage(data, config=OmegaConf.create({"adv_estimator": "setpo"}))
+    with pytest.raises(ValueError, match="unknown keys"):
+        sv.compute_advantage(data, config=_algo_config(lamda=1.0))
+    del data.non_tensor_batch[sv.EMBEDDINGS_KEY]
+    with pytest.raises(ValueError, match="neither"):
+        sv.compute_advantage(data, config=cfg)
+
+
+def test_groups_smaller_than_three_are_rejected():
+    data, *_ = _ragged_batch(sizes=(3, 2))
+    with pytest.raises(ValueError, match="at least 3"):
+        sv.compute_advantage(data, config=_algo_config())
+
+
+# --------------------------------------------------------------------------------- the v1 trainer hook
+
+
+class _FakeNested:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def to_padded_tensor(self, padding):
+        width = max(len(r) for r in self.rows)
+        return torch.tensor([r + [padding] * (width - len(r)) for r in self.rows])
+
+
+class _FakeObjects(list):
+    def tolist(self):
+        return list(self)
+
+
+class _FakeTokenizer:
+    pad_token_id = 0
+
+    def batch_decode(self, ids, skip_special_tokens=True):
+        return [" ".join(f"t{int(t)}" for t in row if not (skip_special_tokens and int(t) == 0)) for row in ids]
+
+
+def _fake_transfer_queue(store):
+    tq = types.ModuleType("transfer_queue")
+
+    def kv_batch_get(keys, partition_id, select_fields):
+        rows = [store[k] for k in keys]
+        out = {}
+        if "uid" in select_fields:
+            out["uid"] = _FakeObjects(r["uid"] for r in rows)
+        if "responses" in select_fields:
+            out["responses"] = _FakeNested([r["responses"] for r in rows])
+        return out
+
+    tq.kv_batch_get = kv_batch_get
+    return tq
+
+
+class _FakeVerlTrainer:
+    """Stands in for verl's v1 PPOTrainer: its _compute_advantage builds the DataProto from the store in key
+    order and calls verl's compute_advantage, as verl's does (for non-GRPO estimators)."""
+
+    def __init__(self, store, config):
+        self.store, self.config, self.tokenizer = store, config, _FakeTokenizer()
+
+    def _compute_advantage(self, batch, metrics):
+        rows = [self.store[k] for k in batch.keys]
+        data = DataProto.from_dict(
+            tensors={"token_level_rewards": torch.stack([r["token_level_rewards"] for r in rows]),
+                     "response_mask": torch.stack([r["response_mask"] for r in rows])},
+            non_tensors={"uid": np.array([r["uid"] for r in rows], dtype=object)})
+        self.result = verl_compute_advantage(data, adv_estimator=self.config.algorithm.adv_estimator,
+                                             config=self.config.algorithm)
+        return batch
+
+
+def test_trainer_hook_embeds_the_decoded_responses_and_logs(monkeypatch):
+    rng = np.random.default_rng(5)
+    sizes, length = (3, 4, 5), 6
+    uids = np.repeat([f"u{i}" for i in range(len(sizes))], sizes)[rng.permutation(sum(sizes))]
+    store, keys = {}, []
+    for i, u in enumerate(uids):
+        n_tok = int(rng.integers(1, length + 1))
+        reward = float(rng.integers(0, 2))
+        tr = torch.zeros(length)
+        tr[n_tok - 1] = reward
+        key = f"{u}_0_{i}"
+        keys.append(key)
+        store[key] = {"uid": str(u), "responses": [int(t) for t in rng.integers(1, 6, size=n_tok)],
+                      "token_level_rewards": tr, "response_mask": (torch.arange(length) < n_tok).float()}
+    monkeypatch.setitem(sys.modules, "transfer_queue", _fake_transfer_queue(store))
+    config = OmegaConf.create({"algorithm": {"adv_estimator": "setpo",
+                                             "setpo": {"lam": 0.3, "embedding_model": "hash",
+                                                       "embedding_device": "cpu"}}})
+    trainer = sv.setpo_trainer_class(_FakeVerlTrainer)(store, config)
+    metrics = {}
+    trainer._compute_advantage(types.SimpleNamespace(keys=keys, partition_id="train"), metrics)
+
+    texts = _FakeTokenizer().batch_decode(_FakeNested([store[k]["responses"] for k in keys]).to_padded_tensor(0))
+    rewards = torch.stack([store[k]["token_level_rewards"].sum() for k in keys])
+    mask = torch.stack([store[k]["response_mask"] for k in keys])
+    expected = setpo.setpo_advantages(rewards, HashedNgramEmbedder()(texts), uids, lam=0.3)
+    torch.testing.assert_close(trainer.result.batch["advantages"], expected[:, None] * mask)
+    assert {"setpo/embed_time_s", "setpo/s_mean", "setpo/s_std", "setpo/lambda_s_over_adv"} <= set(metrics)
+    assert metrics["setpo/lambda_s_over_adv"] > 0
+
+
+def test_trainer_hook_passes_other_estimators_through(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transfer_queue", None)  # importing it would fail: the hook must not try
+    calls = []
+
+    class Base:
+        config = OmegaConf.create({"algorithm": {"adv_estimator": "grpo"}})
+
+        def _compute_advantage(self, batch, metrics):
+            calls.append(batch)
+            return batch
+
+    assert sv.setpo_trainer_class(Base)()._compute_advantage("b", {}) == "b" and calls == ["b"]
+
+
+def test_trainer_lookup_returns_setpo_subclass_of_verls_choice(monkeypatch):
+    class Sync:
+        pass
+
+    fake_v1 = types.ModuleType("verl.trainer.ppo.v1")
+    fake_v1.get_trainer_cls = lambda name: {"sync": Sync}[name]
+    monkeypatch.setitem(sys.modules, "verl.trainer.ppo.v1", fake_v1)
+    original = fake_v1.get_trainer_cls
+    with sv.setpo_trainers_selected():
+        cls = fake_v1.get_trainer_cls("sync")
+        assert issubclass(cls, Sync) and issubclass(cls, sv.SetPOTrainerMixin)
+        assert fake_v1.get_trainer_cls("sync") is cls  # one subclass per base
+    assert fake_v1.get_trainer_cls is original
+
+
+# --------------------------------------------------------------------------------- launcher configuration
+
+
+def _launch(**kw):
+    base = dict(model_path="/models/Qwen2.5-Math-1.5B", train_files=["/data/gsm8k/train.parquet"],
+                val_files=["/data/gsm8k/test.parquet", "/data/math500/test.parquet"],
+                embedding_model="/models/Qwen3 Embedding")
+    return sv.VerlLaunchConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("algo", ["grpo", "gspo", "dapo"])
+def test_launcher_config_is_accepted_by_verls_config_system(algo):
+    from verl.utils.config import omega_conf_to_dataclass
+
+    preset = PRESETS[algo]
+    config = sv.compose_config(sv.build_overrides(_launch(algo=algo, nnodes=2, n_gpus_per_node=4)))
+    sv.validate(config)  # verl's validate_config plus the setpo section
+    resolved = OmegaConf.to_container(config, resolve=True)  # every interpolation resolves
+    actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)  # the dataclass verl's workers build
+    rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+
+    assert actor.policy_loss.loss_mode == {"token": "vanilla", "sequence": "gspo"}[preset.ratio_level]
+    assert (actor.clip_ratio_low, actor.clip_ratio_high) == (preset.clip_low, preset.clip_high)
+    assert actor.loss_agg_mode == preset.loss_agg and actor.optim.lr == preset.lr
+    assert actor.use_kl_loss and actor.kl_loss_coef == 1e-4 and actor.kl_loss_type == "low_var_kl"
+    assert config.algorithm.filter_groups.enable == preset.dynamic_sampling
+    assert config.algorithm.adv_estimator == "setpo"
+    assert sv.SetPOVerlSettings.from_algorithm_config(config.algorithm).lam == preset.lam
+    assert config.algorithm.setpo.embedding_model == "/models/Qwen3 Embedding"
+    # the paper's math settings
+    assert (rollout.n, rollout.temperature, config.data.max_response_length) == (6, 0.9, 756)
+    assert (config.data.train_batch_size, config.trainer.total_epochs) == (64, 2)
+    assert (rollout.val_kwargs.temperature, rollout.val_kwargs.top_p, rollout.val_kwargs.do_sample) == (0.5, 0.9, True)
+    assert (config.trainer.nnodes, config.trainer.n_gpus_per_node) == (2, 4)
+    assert resolved["data"]["val_files"] == ["/data/gsm8k/test.parquet", "/data/math500/test.parquet"]
+    assert resolved["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == "setpo.verl"
+    assert config.reward.custom_reward_function.path == "pkg://setpo.math_data"
+
+
+def test_baseline_and_lambda_override():
+    config = sv.compose_config(sv.build_overrides(_launch(algo="gspo", setpo=False)))
+    sv.validate(config)
+    assert config.algorithm.adv_estimator == "grpo" and "setpo" not in config.algorithm
+    assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
+    assert sv.build_overrides(_launch(lam=0.7)).count("+algorithm.setpo.lam=0.7") == 1
+    with pytest.raises(ValueError, match="at least 3 rollouts"):
+        _launch(rollout_n=2)
+    with pytest.raises(ValueError, match="unknown algorithm preset"):
+        _launch(algo="ppo")
+
+
+def test_cli_print_config_converts_raw_files_and_checks_paths(tmp_path, capsys):
+    from setpo import math_data
+
+    train, val = math_data.write_smoke_files(tmp_path / "data", n_train=8, n_val=4)
+    model = tmp_path / "model"
+    model.mkdir()
+    argv = ["print-config", "--model-path", str(model), "--train-file", str(train), "--val-file", str(val),
+            "--algo", "dapo", "--n-gpus-per-node", "2", "--output-dir", str(tmp_path / "runs"),
+            "trainer.save_freq=7"]
+    sv.main(argv)
+    printed = capsys.readouterr().out.splitlines()
+    assert "trainer.save_freq=7" in printed and "+algorithm.setpo.lam=0.2" in printed
+    converted = tmp_path / "data" / "setpo_verl" / "train.train.parquet"
+    assert math_data.is_verl_parquet(converted)
+    assert f"data.train_files=[{converted}]" in printed
+    with pytest.raises(FileNotFoundError, match="MODEL_PATH"):
+        sv.main(["print-config", "--model-path", str(tmp_path / "none"), "--train-file", str(train),
+                 "--val-file", str(val)])
+    with pytest.raises(FileNotFoundError, match="EMBEDDING_MODEL_PATH"):
+        sv.main(argv[:-1] + ["--embedding-model", str(tmp_path / "no-embedder")])
+    with pytest.raises(FileNotFoundError, match="no data file"):
+        sv.main(["print-config", "--model-path", str(model), "--train-file", str(tmp_path / "x.parquet"),
+                 "--val-file", str(val)])
+
+
+# --------------------------------------------------------------------------------- Ray
+
+
+@pytest.mark.slow
+def test_plugin_reaches_every_ray_worker_through_the_launchers_runtime_env():
+    ray = pytest.importorskip("ray")
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    # Probes are defined here, not at module level, so that Ray ships them by value: the worker must not
+    # import this test module (or setpo) to run them; the plug-in has to arrive through verl's own import.
+    def probe_registry():
+        import os
+        import sys
+
+        from verl.trainer.ppo import core_algos as ca
+
+        return "setpo" in ca.ADV_ESTIMATOR_REGISTRY, os.environ.get("VERL_USE_EXTERNAL_MODULES"), "setpo.verl" in sys.modules
+
+    def probe_task_runner(runner):
+        from verl.trainer.ppo import core_algos as ca
+
+        return [c.__name__ for c in type(runner).__mro__], "setpo" in ca.ADV_ESTIMATOR_REGISTRY
+
+    config = sv.compose_config(sv.build_overrides(_launch()))
+    # exactly how verl's run_ppo builds ray.init's runtime_env from the config
+    runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.runtime_env)
+    ray.init(num_cpus=1, include_dashboard=False, runtime_env=OmegaConf.to_container(runtime_env))
+    try:
+        registered, env, loaded = ray.get(ray.remote(num_cpus=0)(probe_registry).remote())
+        assert (registered, env, loaded) == (True, "setpo.verl", True)
+        runner = sv.setpo_task_runner().remote()
+        mro, registered = ray.get(runner.__ray_call__.remote(probe_task_runner))
+        assert "TaskRunnerV1" in mro and registered
+    finally:
+        ray.shutdown()
