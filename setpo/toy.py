@@ -23,7 +23,7 @@ from envs.bandit import BanditConfig, MultiModalBandit
 from setpo.advantages import group_advantages, groups_with_signal
 from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
-from setpo.metrics import mean_pairwise_similarity
+from setpo.metrics import mean_pairwise_similarity, mode_coverage
 from setpo.presets import get_preset
 
 
@@ -223,9 +223,10 @@ def train(cfg: ToyConfig, progress: bool = True) -> ToyRun:
 
 
 def covered_modes(run: ToyRun, threshold: float = 0.05) -> list[int]:
-    """Correct modes holding at least ``threshold`` of the final policy's mass (averaged over prompts)."""
+    """Correct modes holding at least ``threshold`` of the final policy's exact mass (averaged over prompts)."""
     masses = run.history[-1]["mode_mass"]
-    return [m for m in range(run.config.bandit.num_correct) if masses[m] >= threshold]
+    cov = mode_coverage(range(len(masses)), range(run.config.bandit.num_correct), threshold, weights=masses)
+    return list(cov.covered)
 
 
 def with_(cfg: ToyConfig, **changes) -> ToyConfig:
