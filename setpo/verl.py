@@ -85,7 +85,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from verl.trainer.ppo.core_algos import register_adv_est
+from verl.trainer.ppo import core_algos
 
 from setpo.advantages import ADVANTAGE_ESTIMATORS, setpo_advantages
 from setpo.diversity import diversity_marginals
@@ -187,7 +187,6 @@ def batch_embeddings(emb, uids: Sequence | None = None) -> Iterator[_BatchEmbedd
         _CURRENT.reset(token)
 
 
-@register_adv_est(ESTIMATOR_NAME)
 def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                     index: np.ndarray | None = None, config: Any = None, **_: Any
                                     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,6 +226,22 @@ def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_
     })
     scores = adv.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
     return scores, scores
+
+
+def _register_estimator() -> None:
+    """Register ``"setpo"`` with verl; a re-import (reload) of this module replaces its own earlier entry."""
+    existing = core_algos.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME)
+    if existing is not None and existing is not compute_setpo_outcome_advantage:
+        if getattr(existing, "__qualname__", None) != compute_setpo_outcome_advantage.__qualname__:
+            raise ValueError(f"verl already has a different advantage estimator named {ESTIMATOR_NAME!r}: {existing}")
+        del core_algos.ADV_ESTIMATOR_REGISTRY[ESTIMATOR_NAME]
+    core_algos.register_adv_est(ESTIMATOR_NAME)(compute_setpo_outcome_advantage)
+
+
+# `python -m setpo.verl` runs this file as __main__, and verl imports it again as setpo.verl (the plug-in
+# variable); only the latter registers, so the estimator and the embeddings context exist once per process.
+if __name__ != "__main__":
+    _register_estimator()
 
 
 # ------------------------------------------------------------------------------------------- embedders
@@ -717,4 +732,6 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from setpo.verl import main as _main  # the importable module's main (see _register_estimator)
+
+    sys.exit(_main())

@@ -382,3 +382,31 @@ def test_plugin_reaches_every_ray_worker_through_the_launchers_runtime_env():
         assert "TaskRunnerV1" in mro and registered
     finally:
         ray.shutdown()
+
+
+def test_run_setpo_sh_dry_run_composes_the_papers_config(tmp_path):
+    """The launcher script end to end up to (not including) training: env vars -> python -m setpo.verl."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from setpo import math_data
+
+    root = Path(__file__).resolve().parent.parent
+    train, val = math_data.write_smoke_files(tmp_path / "data", n_train=8, n_val=4)
+    (tmp_path / "model").mkdir()
+    env = {**os.environ, "MODEL_PATH": str(tmp_path / "model"), "EMBEDDING_MODEL_PATH": "default",
+           "TRAIN_FILE": str(train), "VAL_FILE": f"{val},{val}", "PYTHON_BIN": sys.executable,
+           "NNODES": "2", "N_GPUS_PER_NODE": "4", "ALGO": "gspo", "SETPO_LAMBDA": "0.3", "DRY_RUN": "1",
+           "OUTPUT_DIR": str(tmp_path / "runs")}
+    res = subprocess.run(["bash", str(root / "scripts" / "run_setpo.sh"), "trainer.test_freq=5"], env=env,
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.splitlines()
+    for expected in ["+algorithm.setpo.lam=0.3", "trainer.nnodes=2", "trainer.n_gpus_per_node=4",
+                     "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.rollout.n=6",
+                     "trainer.test_freq=5", "+algorithm.setpo.embedding_model=default"]:
+        assert expected in lines
+    missing = subprocess.run(["bash", str(root / "scripts" / "run_setpo.sh")],
+                             env={k: v for k, v in env.items() if k != "MODEL_PATH"}, capture_output=True, text=True)
+    assert missing.returncode != 0 and "set MODEL_PATH" in missing.stderr
