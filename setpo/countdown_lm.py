@@ -697,6 +697,115 @@ def results_markdown(cfg: CountdownLMConfig, summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --------------------------------------------------------------------------------------------------
+# Reading a finished study (notebook 03)
+# --------------------------------------------------------------------------------------------------
+
+
+def load_summary(out: str | Path) -> dict:
+    """``results.json`` of a finished study."""
+    path = Path(out) / "results.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run `python -m setpo.countdown_lm --full --out {out}` first")
+    with open(path) as f:
+        return json.load(f)
+
+
+def training_curves(out: str | Path, runs: Sequence[RLRun]):
+    """Per-step training metrics of the given runs as a pandas DataFrame (one row per logged step).
+
+    Columns: run, method, G, beta, step, reward, distinct_correct, pairwise_similarity, s_mean, s_std,
+    entropy, kl.
+    """
+    import pandas as pd
+
+    rows = []
+    for run in runs:
+        path = Path(out) / "rl" / run.name / "log_history.json"
+        if not path.exists():
+            continue
+        with open(path) as f:
+            hist = json.load(f)
+        for h in hist:
+            if "reward" not in h:
+                continue  # the second mini-batch of a generation batch logs no rollout metrics
+            rows.append({"run": run.name, "method": run.method, "G": run.group_size, "beta": run.beta,
+                         "step": h["step"], "reward": h["reward"],
+                         "distinct_correct": h.get("setpo/distinct_correct"),
+                         "pairwise_similarity": h.get("setpo/pairwise_similarity"),
+                         "s_mean": h.get("setpo/s_mean"), "s_std": h.get("setpo/s_std"),
+                         "entropy": h.get("entropy"), "kl": h.get("kl")})
+    return pd.DataFrame(rows)
+
+
+def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int = 0, method: str = "pca",
+                seed: int = 0):
+    """Probe samples of the given runs on one validation problem, embedded and projected to 2-D together.
+
+    embedder: texts -> (N, d) (the study's embedder, so the picture shows what SetPO's kernel sees).
+    Returns a pandas DataFrame with one row per distinct (run, step, text): run, method, step, text,
+    expression, reward, correct, canonical, count (how many of that step's samples were this text: a
+    collapsing policy shows as few points with large counts), x, y. One projection
+    (``setpo.figures.project_2d``) is fitted on all points, so panels and steps share coordinates.
+    """
+    import pandas as pd
+
+    from setpo.figures import project_2d
+
+    rows = []
+    for run in runs:
+        path = Path(out) / "rl" / run.name / "probes.jsonl"
+        if not path.exists():
+            continue
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r["problem"] == problem:
+                    rows.append({"run": run.name, "method": run.method, **r})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        raise ValueError(f"no probe samples for problem {problem} in {out} for runs {[r.name for r in runs]}")
+    counts = df.groupby(["run", "step", "text"]).size().rename("count")
+    df = df.drop_duplicates(subset=["run", "step", "text"]).join(counts, on=["run", "step", "text"])
+    df = df.reset_index(drop=True)
+    emb = embedder(df["text"].tolist()).numpy()
+    emb = emb / (((emb ** 2).sum(1, keepdims=True)) ** 0.5 + 1e-12)  # cosine geometry, as the kernel sees it
+    xy = project_2d(emb, method=method, seed=seed)
+    df["x"], df["y"] = xy[:, 0], xy[:, 1]
+    df["correct"] = df["reward"] == 1.0
+    return df
+
+
+def probe_png(df, runs: Sequence[RLRun], path: str | Path, title: str = "") -> Path:
+    """Static twin of the embedding-trajectory figure (matplotlib): one panel per run, colour = step,
+    size = number of identical samples, o correct, x wrong. ``df`` from ``probe_frame``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 4.8), sharex=True, sharey=True,
+                             squeeze=False)
+    lo, hi = df.step.min(), df.step.max()
+    for ax, run in zip(axes[0], runs):
+        for ok, marker in ((True, "o"), (False, "x")):
+            d = df[(df.run == run.name) & (df.correct == ok)]
+            sc = ax.scatter(d.x, d.y, s=12 + 10 * d["count"], c=d.step, cmap="viridis", vmin=lo, vmax=hi,
+                            marker=marker, alpha=0.7, label="correct" if ok else "wrong")
+        ax.set_title(run.method)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[0][0].legend(fontsize=8)
+    fig.colorbar(sc, ax=axes[0].tolist(), label="step")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    path = Path(path).with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m setpo.countdown_lm", description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group(required=True)

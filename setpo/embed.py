@@ -217,6 +217,31 @@ class TableEmbedder(DedupEmbedder):
         return self.vectors[[self.index[t] for t in texts]]
 
 
+class CenteredEmbedder(DedupEmbedder):
+    """Another embedder's vectors minus their mean over a reference corpus (anisotropy correction).
+
+    Sentence embeddings of short formulaic texts (arithmetic expressions, say) share a large common
+    direction, so their cosines all sit near 1 and SetPO's kernel has little range. Subtracting the mean
+    embedding of texts like the ones to be compared (e.g. the warm-start data) removes that direction; the
+    kernel then spans more of [0, 1]. A standard correction for sentence embeddings (whitening without the
+    rotation); it is a choice of embedder, the SetPO kernel itself is unchanged.
+
+    base: the embedder to correct. reference: texts whose mean embedding is subtracted (deduplicated).
+    """
+
+    def __init__(self, base: Embedder, reference: Sequence[str]):
+        reference = sorted(set(_check_texts(reference)))
+        if not reference:
+            raise ValueError("reference is empty: need texts to estimate the mean embedding")
+        self.base = base
+        self.mean = base(reference).mean(0)
+        self.dim = self.mean.shape[0]
+        self.batch_size = getattr(base, "batch_size", 64)
+
+    def _embed_unique(self, texts: list[str]) -> torch.Tensor:
+        return self.base(texts) - self.mean
+
+
 def load_embedder(spec: str | Embedder | None = "default", device: str | None = "cpu",
                   batch_size: int = 64) -> Embedder:
     """An embedder from a config value.
