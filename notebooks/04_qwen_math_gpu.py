@@ -1,0 +1,186 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Qwen2.5-Math on one GPU: GRPO vs SetPO+GRPO
+#
+# The top of the ladder: the paper's math setting (SetPO, arXiv 2602.01062) on one GPU node with TRL and
+# vLLM. Qwen2.5-Math-1.5B (or 7B) is trained on the GSM8K train split with G = 6 rollouts per prompt,
+# rollout temperature 0.9, responses up to 756 tokens, KL 1e-4 to the base model, 64 prompts per step,
+# 2 epochs, and the learning rate, clip range and λ of the chosen algorithm (`setpo.presets`):
+#
+# | algorithm | ratio | clip | lr | λ |
+# |---|---|---|---|---|
+# | GRPO | token | 0.2 / 0.2 | 3e-6 | 0.05 |
+# | GSPO | sequence | 3e-4 / 4e-4 | 1e-6 | 0.1 |
+# | DAPO | token | 0.2 / 0.28 | 1e-6 | 0.2 |
+#
+# Two runs share everything but λ: the baseline (λ = 0) and SetPO, whose advantage is
+# $\hat A_i = \bar A_i + \lambda s_i$ with $s_i$ the leave-one-out diversity marginal of response $i$ in its
+# group (`setpo.trl.SetPOTrainer`). Pass@1 is reported as avg@k at T = 0.5, top-p 0.9 (the paper's k is 64),
+# and the responses to a few fixed prompts are embedded over training to show where each policy's samples go.
+#
+# **Paths, not downloads.** Set `MODEL_PATH`, `EMBEDDING_MODEL_PATH`, `TRAIN_FILE`, `VAL_FILE` (the names of
+# the paper's launcher) to local files, e.g. GSM8K from `huggingface-cli download --repo-type dataset
+# openai/gsm8k`. Without `MODEL_PATH` the notebook builds a **tiny randomly initialised Qwen2 model** and
+# trains it on generated arithmetic word problems on the CPU: every step of the pipeline runs, and **every
+# number it prints means nothing**. Runs checkpoint as they go; rerunning the notebook resumes them.
+#
+# For many GPUs or nodes use verl instead: `scripts/run_setpo.sh` (same settings, `setpo.verl`).
+
+# %% tags=["parameters"]
+SMOKE = False                      # tiny model, two steps, one evaluation: checks the notebook runs (tests)
+OUT_DIR = "../figures"             # figures and the results table
+MODEL_PATH = None                  # e.g. "/models/Qwen2.5-Math-1.5B"; None: tiny random Qwen2 (CPU demo)
+EMBEDDING_MODEL_PATH = "default"   # e.g. "/models/Qwen3-Embedding-0.6B" (paper); "default": all-MiniLM-L6-v2
+TRAIN_FILE = None                  # e.g. ".../gsm8k/main/train-00000-of-00001.parquet"; None: generated problems
+VAL_FILE = None                    # e.g. ".../gsm8k/main/test-00000-of-00001.parquet" or MATH500
+ALGO = "grpo"                      # "grpo" | "gspo" | "dapo": the one switch to the other algorithms
+SETPO_LAMBDA = None                # None: the preset's λ
+RUN_DIR = "../runs/qwen_math"      # models, checkpoints, logs, evaluations (resumable)
+MAX_STEPS = -1                     # > 0 stops each run early
+EVAL_K = 64                        # Pass@1 is reported as avg@EVAL_K
+EVAL_LIMIT = None                  # evaluate the first N validation problems only
+PROJECTION = "umap"                # "umap" or "pca"
+
+# %%
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+from IPython.display import Markdown, display
+
+from setpo import math_data as md
+from setpo.countdown_lm import quiet_libraries
+from setpo.embed import load_embedder
+from setpo.figures import save_figure
+
+quiet_libraries()
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    torch.set_num_threads(2)
+if SMOKE:
+    # a fresh run folder every time, so the smoke run really trains instead of resuming a finished one
+    cfg = md.MathRunConfig.cpu_demo(smoke=True, algo=ALGO, lam=SETPO_LAMBDA, run_dir=tempfile.mkdtemp())
+    PROJECTION = "pca"
+elif MODEL_PATH is None:
+    cfg = md.MathRunConfig.cpu_demo(algo=ALGO, lam=SETPO_LAMBDA, embedder=EMBEDDING_MODEL_PATH,
+                                    train_file=TRAIN_FILE, val_file=VAL_FILE, run_dir=RUN_DIR)
+else:
+    cfg = md.MathRunConfig(model_path=MODEL_PATH, embedder=EMBEDDING_MODEL_PATH, train_file=TRAIN_FILE,
+                           val_file=VAL_FILE, algo=ALGO, lam=SETPO_LAMBDA, max_steps=MAX_STEPS, eval_k=EVAL_K,
+                           eval_limit=EVAL_LIMIT, run_dir=RUN_DIR)
+TINY = cfg.model_path is None
+if TINY:
+    display(Markdown(
+        "> **Tiny random model on generated problems.** This run exercises the pipeline end to end "
+        f"({'CPU' if not CUDA else 'GPU'}); its rewards, Pass@1 and trajectories **mean nothing**. "
+        "Set `MODEL_PATH` (and the data paths) on a GPU machine for the real experiment."))
+elif not CUDA:
+    display(Markdown("> **No GPU found.** A Qwen2.5-Math model on the CPU will take days; use a GPU."))
+cfg
+
+# %% [markdown]
+# ## Data and prompt
+# Each question becomes a Qwen2.5-Math chain-of-thought prompt (system: *Please reason step by step, and
+# put your final answer within \boxed{}.*). The reward is 1 when the last `\boxed{}` of the response equals
+# the reference answer by `math-verify`, else 0 (`setpo.math_data.math_reward`; model text is parsed as
+# LaTeX, never executed).
+
+# %%
+train, val = md.load_study_problems(cfg)
+probes = val[:cfg.n_probe]
+model_path = md.resolve_model_path(cfg)
+tokenizer = md.load_tokenizer(model_path)
+print(f"{len(train)} training and {len(val)} validation problems; model: {model_path}")
+print(md.chat_prompts(tokenizer, [train[0].question])[0] + "…", "\nreference answer:", train[0].answer)
+
+# %% [markdown]
+# ## Train the baseline and SetPO
+# Same base model, seed, prompts and settings; only λ differs. Generation uses vLLM (colocated with the
+# trainer) when a GPU and vLLM are there, `generate` otherwise. The embedder (response text only, prompt
+# excluded) runs on the trainer's device. A run that stops part-way continues from its last checkpoint
+# when this cell runs again; a finished run is loaded, not retrained.
+
+# %%
+embedder = load_embedder(cfg.embedder, device="cuda" if CUDA else "cpu")
+finals = {label: md.train_run(cfg, label, lam, train, probes, embedder=embedder) for label, lam in cfg.runs().items()}
+run_dirs = {label: Path(cfg.run_dir) / label.replace("+", "_") for label in finals}
+
+# %% [markdown]
+# ## Training curves
+# Reward, the mean within-group similarity of the rollouts (lower = more diverse groups) and the number of
+# distinct correct responses per group, as logged by `SetPOTrainer` for both runs.
+
+# %%
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+keys = [("reward", "mean reward"), ("setpo/pairwise_similarity", "within-group similarity"),
+        ("setpo/distinct_correct", "distinct correct per group")]
+fig_curves, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.2))
+for label, d in run_dirs.items():
+    history = json.loads((d / "log_history.json").read_text())
+    for ax, (key, title) in zip(axes, keys):
+        pts = [(h["step"], h[key]) for h in history if h.get(key) is not None]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=3, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+axes[0].legend()
+fig_curves.suptitle("numbers mean nothing (tiny random model)" if TINY else f"{ALGO.upper()} vs SetPO+{ALGO.upper()}")
+fig_curves.tight_layout()
+out = Path(OUT_DIR)
+out.mkdir(parents=True, exist_ok=True)
+fig_curves.savefig(out / "qwen_math_training.png", dpi=110)
+display(fig_curves)
+
+# %% [markdown]
+# ## Pass@1 as avg@k
+# k samples per validation problem at T = 0.5, top-p 0.9; Pass@1 is the mean fraction correct (the
+# paper's avg@64). With several validation sources (e.g. GSM8K and MATH500) the table splits by source.
+
+# %%
+results = {label: md.evaluate_avg_at_k(cfg, final, val, cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
+           for label, final in finals.items()}
+sources = sorted({s for r in results.values() for s in r["per_source"]})
+rows = ["| run | " + " | ".join(sources) + f" | all (avg@{cfg.eval_k}) |", "|---" * (len(sources) + 2) + "|"]
+for label, r in results.items():
+    rows.append(f"| {label} | " + " | ".join(f"{100 * r['per_source'][s]:.1f}" for s in sources)
+                + f" | {100 * r['avg_at_k']:.1f} |")
+table = "\n".join(rows)
+note = "\n\n*Tiny random model: these numbers mean nothing.*" if TINY else ""
+display(Markdown(table + note))
+(out / "qwen_math_results.md").write_text(table + note + "\n")
+(out / "qwen_math_results.json").write_text(json.dumps(
+    {"config": {k: v for k, v in vars(cfg).items()}, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"}
+                                                                  for k, r in results.items()}}, indent=1))
+
+# %% [markdown]
+# ## Where the responses go
+# The responses sampled for the same few validation prompts at successive training steps, embedded with
+# the SetPO embedder and projected together (UMAP by default). Colour is the step; each marker shape is one
+# prompt; filled markers are correct. Hover over a point to read the response. A collapsing policy's
+# responses to a prompt shrink to one spot; SetPO's should stay spread over several.
+
+# %%
+traj, traj_data = md.trajectory_figure({label: md.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()},
+                                       embedder, method=PROJECTION, seed=cfg.seed)
+if TINY:
+    traj.update_layout(title=traj.layout.title.text + " · tiny random model: means nothing")
+html, png = save_figure(traj, out / "qwen_math_trajectories")
+traj.show()
+display(Markdown(f"Written: `{html}`, `{png}`, `{out / 'qwen_math_training.png'}`, `{out / 'qwen_math_results.md'}`"))
