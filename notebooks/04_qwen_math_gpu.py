@@ -109,13 +109,16 @@ print(md.chat_prompts(tokenizer, [train[0].question])[0] + "…", "\nreference a
 # %% [markdown]
 # ## Train the baseline and SetPO
 # Same base model, seed, prompts and settings; only λ differs. Generation uses vLLM (colocated with the
-# trainer) when a GPU and vLLM are there, `generate` otherwise. The embedder (response text only, prompt
-# excluded) runs on the trainer's device. A run that stops part-way continues from its last checkpoint
-# when this cell runs again; a finished run is loaded, not retrained.
+# trainer) when a GPU and vLLM are there, `generate` otherwise; with vLLM each run trains in its own
+# process, so that one engine's GPU memory is gone before the next starts. The embedder (response text only,
+# prompt excluded) runs on the trainer's device. The policy trains in float32 with bf16 autocast on a GPU
+# (an update at lr 1e-6 is below bf16's resolution), which fits the 1.5B model on one 80 GB GPU; for 7B use
+# verl. A run that stops part-way continues from its last checkpoint when this cell runs again; a finished
+# run is loaded, not retrained.
 
 # %%
 embedder = load_embedder(cfg.embedder, device="cuda" if CUDA else "cpu")
-finals = {label: md.train_run(cfg, label, lam, train, probes, embedder=embedder) for label, lam in cfg.runs().items()}
+finals = md.train_runs(cfg, train, probes, embedder=embedder)
 run_dirs = {label: Path(cfg.run_dir) / label.replace("+", "_") for label in finals}
 
 # %% [markdown]

@@ -575,6 +575,25 @@ def _vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def uses_vllm(cfg: MathRunConfig) -> bool:
+    """Whether generation goes through vLLM: ``cfg.use_vllm``, or (None) when CUDA and vllm are available."""
+    return (_cuda() and _vllm_available()) if cfg.use_vllm is None else bool(cfg.use_vllm)
+
+
+def in_fresh_process(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` in a newly spawned Python process and return its result.
+
+    Used for everything that starts a vLLM engine: an engine keeps its GPU memory and distributed state until
+    its process exits, so each training run and each evaluation gets its own process and the next one
+    starts clean.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args, **kwargs).result()
+
+
 def resolve_model_path(cfg: MathRunConfig) -> Path:
     """MODEL_PATH if given (it must exist), else the tiny model under ``run_dir``."""
     if cfg.model_path:
@@ -601,7 +620,7 @@ def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path):
     from setpo.trl import config_for
 
     cuda = _cuda()
-    use_vllm = (cuda and _vllm_available()) if cfg.use_vllm is None else cfg.use_vllm
+    use_vllm = uses_vllm(cfg)
     completions = cfg.prompts_per_step * cfg.num_generations
     extra = {} if cfg.lr is None else {"learning_rate": cfg.lr}
     if use_vllm:
@@ -617,12 +636,37 @@ def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path):
 
 
 def sample_responses(model, tokenizer, questions: Sequence[str], n: int, temperature: float, top_p: float,
-                     max_new_tokens: int, seed: int = 0) -> list[list[str]]:
-    """n responses per question with ``generate`` (special tokens dropped), seeded, in question order."""
-    from setpo.countdown_lm import sample_completions
+                     max_new_tokens: int, seed: int = 0, batch_sequences: int = 64) -> list[list[str]]:
+    """n responses per question with ``generate`` on the model's device (special tokens dropped), in order.
 
-    return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions), n, temperature, top_p,
-                              max_new_tokens=max_new_tokens, batch_sequences=64, seed=seed)
+    Questions go in batches of about ``batch_sequences`` sequences, each seeded from ``seed`` and its position,
+    so the samples do not depend on what ran before. The model's train/eval mode is restored afterwards.
+    """
+    import torch
+
+    if n < 1 or temperature <= 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need n >= 1, temperature > 0 and 0 < top_p <= 1, got {n}, {temperature}, {top_p}")
+    prompts = chat_prompts(tokenizer, questions)
+    was_training = model.training
+    model.eval()
+    per_batch = max(1, batch_sequences // n)
+    out: list[list[str]] = []
+    try:
+        with torch.inference_mode():
+            for b in range(0, len(prompts), per_batch):
+                chunk = prompts[b:b + per_batch]
+                # the template already holds every special token: add none (Qwen has no BOS; others might)
+                enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
+                                add_special_tokens=False).to(model.device)
+                torch.manual_seed(seed * 1_000_003 + b)
+                gen = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                                     max_new_tokens=max_new_tokens, num_return_sequences=n,
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+                texts = tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                out.extend(texts[i * n:(i + 1) * n] for i in range(len(chunk)))
+    finally:
+        model.train(was_training)
+    return out
 
 
 def _write_json(path: Path, obj) -> None:
@@ -672,8 +716,10 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     Writes under ``run_dir/<label>/``: checkpoints, ``final/`` (model + tokenizer + done.json),
     ``log_history.json`` and ``probes.jsonl``. A finished run is not retrained. Returns ``final/``.
     """
+    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
+    from transformers.trainer_callback import PrinterCallback
     from transformers.trainer_utils import get_last_checkpoint
 
     from setpo.trl import SetPOTrainer
@@ -685,16 +731,13 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     out.mkdir(parents=True, exist_ok=True)
     model_path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(model_path)
-    import torch
-
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.bfloat16 if _cuda() else torch.float32)
+    # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
     args = trl_args(cfg, lam, out)
     trainer = SetPOTrainer(model=model, reward_funcs=math_reward_func, args=args,
                            train_dataset=Dataset.from_list(to_trl_records(train)), processing_class=tokenizer,
                            embedder=embedder,
                            callbacks=[probe_callback(cfg, probes, tokenizer, out / "probes.jsonl"), *callbacks])
-    from transformers.trainer_callback import PrinterCallback
-
     trainer.remove_callback(PrinterCallback)  # per-step dicts go to log_history.json, not the notebook
     resume = get_last_checkpoint(str(out)) if any(out.glob("checkpoint-*")) else None
     log(f"[{label}] λ={lam}, G={cfg.num_generations}, {cfg.prompts_per_step} prompts/step, "
@@ -707,24 +750,37 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     _write_json(final / "done.json", {"seconds": time.time() - t0, "label": label, "lam": lam,
                                       "steps": trainer.state.global_step})
     del trainer, model
+    if _cuda():
+        torch.cuda.empty_cache()  # the next run in this process starts with the memory free
     return final
 
 
-def _generate_vllm(model_dir: Path, prompts: list[str], k: int, temperature: float, top_p: float,
+def _generate_vllm(model_dir: str, prompts: list[str], k: int, temperature: float, top_p: float,
                    max_new_tokens: int, seed: int, gpu_memory_utilization: float) -> list[list[str]]:
-    import gc
-
-    import torch
+    """k samples per (already templated) prompt with vLLM; run it through ``in_fresh_process``."""
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=str(model_dir), seed=seed, gpu_memory_utilization=gpu_memory_utilization)
-    params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
-    outs = llm.generate(prompts, params)
-    texts = [[o.text for o in out.outputs] for out in outs]
-    del llm
-    gc.collect()
-    torch.cuda.empty_cache()
-    return texts
+    llm = LLM(model=model_dir, seed=seed, gpu_memory_utilization=gpu_memory_utilization)
+    params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed,
+                            skip_special_tokens=True)
+    return [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
+
+
+def train_runs(cfg: MathRunConfig, train: Sequence[MathProblem], probes: Sequence[MathProblem], embedder=None,
+               log=print) -> dict[str, Path]:
+    """Every run of ``cfg.runs()`` (baseline, then SetPO), each with ``train_run``; label -> final model dir.
+
+    With vLLM each run trains in its own spawned process (``in_fresh_process``; the embedder is then loaded
+    there from ``cfg.embedder``), otherwise in this one with the given embedder.
+    """
+    finals = {}
+    for label, lam in cfg.runs().items():
+        if uses_vllm(cfg):
+            log(f"[{label}] training in a fresh process (vLLM)")
+            finals[label] = in_fresh_process(train_run, cfg, label, lam, list(train), list(probes))
+        else:
+            finals[label] = train_run(cfg, label, lam, train, probes, embedder=embedder, log=log)
+    return finals
 
 
 def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
@@ -742,18 +798,17 @@ def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     problems = list(problems[:cfg.eval_limit] if cfg.eval_limit else problems)
     tokenizer = load_tokenizer(model_dir)
     t0 = time.time()
-    use_vllm = (_cuda() and _vllm_available()) if cfg.use_vllm is None else cfg.use_vllm
-    if use_vllm:
-        texts = _generate_vllm(Path(model_dir), chat_prompts(tokenizer, [p.question for p in problems]), cfg.eval_k,
-                               cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1,
-                               0.8)
+    if uses_vllm(cfg):
+        texts = in_fresh_process(_generate_vllm, str(model_dir), chat_prompts(tokenizer, [p.question for p in problems]),
+                                 cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length,
+                                 cfg.seed + 1, 0.85)
     else:
         import torch
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-        if _cuda():
-            model = model.to("cuda")
+        cuda = _cuda()
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16 if cuda else torch.float32)
+        model.to("cuda" if cuda else "cpu")
         texts = sample_responses(model, tokenizer, [p.question for p in problems], cfg.eval_k,
                                  cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length, seed=cfg.seed + 1)
     correct = [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)]

@@ -254,3 +254,12 @@ def test_run_config_checks_and_presets():
         md.MathRunConfig(prompts_per_step=3, micro_batch=4)
     with pytest.raises(FileNotFoundError, match="MODEL_PATH"):
         md.resolve_model_path(md.MathRunConfig(model_path="/no/such/model"))
+
+
+def test_vllm_work_goes_to_fresh_processes(monkeypatch):
+    assert md.in_fresh_process(md.math_reward, "so \\boxed{3}", "3") == 1.0  # a real spawned process
+    calls = []
+    monkeypatch.setattr(md, "in_fresh_process", lambda fn, *args, **kw: calls.append((fn.__name__, args[1])) or args[1])
+    cfg = md.MathRunConfig(use_vllm=True, algo="gspo")
+    assert md.train_runs(cfg, [], [], log=lambda *_: None) == {"GSPO": "GSPO", "SetPO+GSPO": "SetPO+GSPO"}
+    assert calls == [("train_run", "GSPO"), ("train_run", "SetPO+GSPO")]
