@@ -48,8 +48,8 @@ import torch
 from IPython.display import Markdown, display
 from plotly.subplots import make_subplots
 
-from setpo.countdown_lm import (CountdownLMConfig, RLRun, load_summary, probe_frame, probe_png, results_markdown,
-                                run_study, training_curves)
+from setpo.countdown_lm import (CountdownLMConfig, load_summary, pass_at_k_panels, pass_at_k_png, probe_frame,
+                                probe_png, results_markdown, run_study, training_curves)
 from setpo.embed import load_embedder
 from setpo.figures import save_figure, save_plotly
 
@@ -73,36 +73,39 @@ display(Markdown(results_markdown(cfg, summary)))
 
 # %% [markdown]
 # ## pass@k curves
-# One panel per setting (rows: temperature). Solid: SetPO; dashed: the baseline; dotted grey: the warm start.
+# One panel per setting (rows: temperature). Solid: SetPO (one line per λ); dashed: the baseline (GRPO, or the
+# GSPO / DAPO preset without SetPO); dotted grey: the warm start.
 # pass@1 is accuracy; pass@64 is "solved by at least one of 64 samples", the number diversity should lift.
 
 # %%
-rows = summary["rows"]
-pairs = [(r, RLRun(r.preset, r.group_size, r.beta, 0.0)) for r in cfg.runs() if r.lam]
+panels = pass_at_k_panels(cfg, summary)
 temps = list(cfg.eval_temperatures)
-titles = [f"{s.preset.upper()} G={s.group_size} β={s.beta:g}, T={t:g}" for t in temps for s, _ in pairs]
-fig = make_subplots(rows=len(temps), cols=len(pairs), subplot_titles=titles, shared_yaxes=True,
-                    horizontal_spacing=0.03, vertical_spacing=0.12)
-by = {(r["run"], r["T"]): r for r in rows}
-for i, t in enumerate(temps, start=1):
-    for j, (setpo_run, base_run) in enumerate(pairs, start=1):
-        for name, colour, dash, label in [("sft", "grey", "dot", "warm start"),
-                                          (base_run.name, "#1f77b4", "dash", base_run.method),
-                                          (setpo_run.name, "#d62728", "solid", setpo_run.method)]:
-            r = by.get((name, t))
-            if r is None:
-                continue
-            ks = list(range(1, len(r["pass_curve"]) + 1))
-            fig.add_trace(go.Scatter(x=ks, y=[100 * v for v in r["pass_curve"]], mode="lines", name=label,
-                                     line=dict(color=colour, dash=dash), legendgroup=label,
-                                     showlegend=(i == 1 and j == 1) or (i == 1 and name != "sft" and j == 1),
-                                     hovertemplate=f"{label}<br>k=%{{x}}<br>pass@k=%{{y:.1f}}%<extra></extra>"),
-                          row=i, col=j)
+settings = list(dict.fromkeys(p["setting"] for p in panels))
+fig = make_subplots(rows=len(temps), cols=len(settings), shared_yaxes=True, horizontal_spacing=0.02,
+                    vertical_spacing=0.12, subplot_titles=[f"{p['setting']}, T={p['T']:g}" for t in temps
+                                                           for p in panels if p["T"] == t])
+styles = {"sft": dict(color="grey", dash="dot"), "baseline": dict(color="#1f77b4", dash="dash")}
+reds = ["#d62728", "#ff7f0e", "#9467bd"]
+shown = set()
+for p in panels:
+    i, j = temps.index(p["T"]) + 1, settings.index(p["setting"]) + 1
+    n_setpo = 0
+    for line in p["lines"]:
+        style = styles.get(line["kind"]) or dict(color=reds[n_setpo % 3], dash="solid")
+        n_setpo += line["kind"] == "setpo"
+        key = line["label"] if line["kind"] != "baseline" else "baseline"
+        fig.add_trace(go.Scatter(x=line["k"], y=[100 * v for v in line["pass"]], mode="lines", name=line["label"],
+                                 line=style, legendgroup=key, showlegend=key not in shown,
+                                 hovertemplate=f"{line['label']}<br>k=%{{x}}<br>pass@k=%{{y:.1f}}%<extra></extra>"),
+                      row=i, col=j)
+        shown.add(key)
         fig.update_xaxes(type="log", title_text="k" if i == len(temps) else None, row=i, col=j)
-    fig.update_yaxes(title_text="pass@k (%)", row=i, col=1)
-fig.update_layout(title="Countdown test split: pass@k from n = %d samples" % cfg.eval_samples,
-                  height=330 * len(temps) + 80, width=max(320 * len(pairs), 600), template="plotly_white")
-html, png = save_figure(fig, Path(OUT_DIR) / "fig3_countdown_pass_at_k")
+    fig.update_yaxes(title_text="pass@k (%)" if j == 1 else None, row=i, col=j)
+title = f"Countdown test split: pass@k from n = {cfg.eval_samples} samples (dashed: baseline, solid: SetPO)"
+fig.update_layout(title=title, height=330 * len(temps) + 100, width=max(300 * len(settings), 700),
+                  template="plotly_white")
+html = save_plotly(fig, Path(OUT_DIR) / "fig3_countdown_pass_at_k")
+png = pass_at_k_png(panels, Path(OUT_DIR) / "fig3_countdown_pass_at_k", title)
 fig.show()
 display(Markdown(f"Written: `{html}` and `{png}`"))
 
@@ -144,8 +147,11 @@ fig.show()
 # samples, ● correct and ✕ wrong; hover shows the expression. A collapsing policy ends as a few large dots.
 
 # %%
-# the largest G with the smallest β: the setting where GRPO has the most rollouts per group to collapse
-setpo_run, base_run = pairs[len(cfg.kl_betas) * (len(cfg.group_sizes) - 1)]
+# the largest G with the smallest β (the setting where GRPO has the most rollouts per group to collapse),
+# against SetPO with the largest λ of the study
+base_run = next(r for r in cfg.runs() if not r.lam and r.preset == "grpo" and r.group_size == max(cfg.group_sizes)
+                and r.beta == min(cfg.kl_betas))
+setpo_run = max((r for r in cfg.runs() if r.lam and r.baseline == base_run), key=lambda r: r.lam)
 embedder = load_embedder(cfg.embedder)
 df = probe_frame(out, [base_run, setpo_run], embedder, problem=0, method=PROJECTION)
 steps = sorted(df.step.unique())

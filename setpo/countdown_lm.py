@@ -171,7 +171,8 @@ class CountdownLMConfig:
     ``number_range``, targets in ``target_range``, drawn with ``seed``.
     Model: ``model`` (shape). SFT: ``sft_*``. RL: ``rl_*``; the grid is ``group_sizes`` x ``kl_betas`` x
     {GRPO, SetPO+GRPO}, plus ``extra_presets`` (e.g. "gspo", "dapo", each with and without SetPO) at
-    ``extra_group_size`` / ``extra_beta``. ``setpo_lambda`` is lambda for every SetPO run.
+    ``extra_group_size`` / ``extra_beta``. ``setpo_lambdas``: one SetPO run per lambda for every baseline
+    (the first is the paper's Countdown lambda).
     Evaluation: ``eval_samples`` per test problem at each of ``eval_temperatures`` with ``eval_top_p``;
     probes: ``probe_samples`` samples on ``n_probe`` validation problems every ``probe_every`` RL steps.
     """
@@ -202,7 +203,7 @@ class CountdownLMConfig:
     rl_save_steps: int = 20
     group_sizes: tuple[int, ...] = (3, 7)
     kl_betas: tuple[float, ...] = (0.001, 0.005)
-    setpo_lambda: float = PRESETS["countdown"].lam
+    setpo_lambdas: tuple[float, ...] = (PRESETS["countdown"].lam,)
     embedder: str = "default"
     extra_presets: tuple[str, ...] = ("gspo", "dapo")
     extra_group_size: int = 7
@@ -220,13 +221,15 @@ class CountdownLMConfig:
         if isinstance(self.model, dict):
             self.model = ModelSize(**self.model)
         for name in ("num_numbers", "number_range", "target_range", "group_sizes", "kl_betas",
-                     "extra_presets", "eval_temperatures"):
+                     "extra_presets", "eval_temperatures", "setpo_lambdas"):
             setattr(self, name, tuple(getattr(self, name)))
         if min(self.group_sizes + (self.extra_group_size,)) < 3:
             raise ValueError(f"SetPO needs group sizes >= 3, got {self.group_sizes}, {self.extra_group_size}")
         for p in self.extra_presets:
             if p not in PRESETS:
                 raise ValueError(f"unknown preset {p!r} in extra_presets; known: {sorted(PRESETS)}")
+        if not self.setpo_lambdas or any(not math.isfinite(v) or v <= 0 for v in self.setpo_lambdas):
+            raise ValueError(f"setpo_lambdas must be positive finite numbers, got {self.setpo_lambdas}")
         if self.n_train < 1 or self.n_test < 1 or self.n_val < self.n_probe:
             raise ValueError("need n_train >= 1, n_test >= 1 and n_val >= n_probe")
 
@@ -244,10 +247,10 @@ class CountdownLMConfig:
         out = []
         for g in self.group_sizes:
             for beta in self.kl_betas:
-                for lam in (0.0, self.setpo_lambda):
+                for lam in (0.0, *self.setpo_lambdas):
                     out.append(RLRun("grpo", g, beta, lam))
         for preset in self.extra_presets:
-            for lam in (0.0, self.setpo_lambda):
+            for lam in (0.0, *self.setpo_lambdas):
                 out.append(RLRun(preset, self.extra_group_size, self.extra_beta, lam))
         return out
 
@@ -262,11 +265,19 @@ class RLRun:
     @property
     def method(self) -> str:
         base = self.preset.upper()
-        return f"SetPO+{base}" if self.lam else base
+        return f"SetPO+{base} (λ={self.lam:g})" if self.lam else base
+
+    @property
+    def setting(self) -> str:
+        return f"{self.preset.upper()} G={self.group_size} β={self.beta:g}"
+
+    @property
+    def baseline(self) -> "RLRun":
+        return RLRun(self.preset, self.group_size, self.beta, 0.0)
 
     @property
     def name(self) -> str:
-        return f"{'setpo_' if self.lam else ''}{self.preset}_G{self.group_size}_b{self.beta:g}"
+        return f"{f'setpo{self.lam:g}_' if self.lam else ''}{self.preset}_G{self.group_size}_b{self.beta:g}"
 
 
 def _config_to_json(cfg: CountdownLMConfig) -> dict:
@@ -653,13 +664,13 @@ def summarize(cfg: CountdownLMConfig, results: dict) -> dict:
     for run in cfg.runs():
         if not run.lam:
             continue
-        base = replace(run, lam=0.0)
+        base = run.baseline
         for temp in cfg.eval_temperatures:
             a, b = by.get((base.name, temp)), by.get((run.name, temp))
             if a is None or b is None:
                 continue
             big = [k for k in _ks(cfg.eval_samples) if k >= 16]
-            pairs.append({"setting": f"{run.preset.upper()} G={run.group_size} beta={run.beta:g}", "T": temp,
+            pairs.append({"setting": run.setting, "lambda": run.lam, "T": temp,
                           "pass1_diff": b["pass_at_k"]["1"] - a["pass_at_k"]["1"],
                           "passk_diff": {str(k): b["pass_at_k"][str(k)] - a["pass_at_k"][str(k)] for k in big},
                           "setpo_higher_at_k_ge_16": all(b["pass_at_k"][str(k)] > a["pass_at_k"][str(k)] for k in big)
@@ -673,7 +684,8 @@ def results_markdown(cfg: CountdownLMConfig, summary: dict) -> str:
     """The Table 3 analogue (diversity at T = 1.0) and pass@k per run and temperature, as markdown."""
     ks = _ks(cfg.eval_samples)
     lines = [f"Countdown test split: {cfg.n_test} problems, n = {cfg.eval_samples} samples each, top-p "
-             f"{cfg.eval_top_p}, lambda = {cfg.setpo_lambda}, embedder {cfg.embedder}.", ""]
+             f"{cfg.eval_top_p}, SetPO lambda {', '.join(f'{v:g}' for v in cfg.setpo_lambdas)}, "
+             f"embedder {cfg.embedder}.", ""]
     t_div = max(cfg.eval_temperatures)
     lines += [f"Diversity at T = {t_div:g} (width: problems with >= 2 distinct correct solutions; modes: mean "
               "distinct correct solutions over solved problems)", "",
@@ -688,11 +700,11 @@ def results_markdown(cfg: CountdownLMConfig, summary: dict) -> str:
         lines.append(f"| {row['method']} | {row['G'] or '-'} | {row['beta'] if row['beta'] is not None else '-'} "
                      f"| {row['T']:g} | " + " | ".join(f"{100 * row['pass_at_k'][str(k)]:.1f}" for k in ks) + " |")
     if summary["pairs"]:
-        lines += ["", "SetPO minus baseline (points)", "", "| setting | T | pass@1 | pass@k, k >= 16 | modes | width |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "SetPO minus its baseline (pass@k in points)", "",
+                  "| setting | λ | T | pass@1 | pass@k, k >= 16 | avg modes | width |", "|---|---|---|---|---|---|---|"]
         for p in summary["pairs"]:
             big = ", ".join(f"k={k}: {100 * v:+.1f}" for k, v in p["passk_diff"].items()) or "-"
-            lines.append(f"| {p['setting']} | {p['T']:g} | {100 * p['pass1_diff']:+.1f} | {big} | "
+            lines.append(f"| {p['setting']} | {p['lambda']:g} | {p['T']:g} | {100 * p['pass1_diff']:+.1f} | {big} | "
                          f"{p['modes_diff']:+.2f} | {p['width_diff']:+d} |")
     return "\n".join(lines) + "\n"
 
@@ -774,6 +786,72 @@ def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int =
     df["x"], df["y"] = xy[:, 0], xy[:, 1]
     df["correct"] = df["reward"] == 1.0
     return df
+
+
+def pass_at_k_panels(cfg: CountdownLMConfig, summary: dict) -> list[dict]:
+    """One panel per (setting, temperature): the warm start, the baseline and its SetPO runs.
+
+    Returns [{"setting", "T", "lines": [{"label", "kind" ("sft" | "baseline" | "setpo"), "lam", "k", "pass"}]}],
+    settings in study order, temperatures inner; ``pass`` is pass@k in [0, 1] for k = 1..n.
+    """
+    by = {(r["run"], r["T"]): r for r in summary["rows"]}
+    baselines = [r for r in cfg.runs() if not r.lam]
+    panels = []
+    for base in baselines:
+        for temp in cfg.eval_temperatures:
+            lines = []
+            members = [("sft", "warm start", "sft", None), (base.name, base.method, "baseline", 0.0)]
+            members += [(r.name, r.method, "setpo", r.lam) for r in cfg.runs() if r.lam and r.baseline == base]
+            for name, label, kind, lam in members:
+                row = by.get((name, temp))
+                if row is not None:
+                    curve = row["pass_curve"]
+                    lines.append({"label": label, "kind": kind, "lam": lam, "k": list(range(1, len(curve) + 1)),
+                                  "pass": curve})
+            panels.append({"setting": base.setting, "T": temp, "lines": lines})
+    return panels
+
+
+def pass_at_k_png(panels: list[dict], path: str | Path, title: str = "") -> Path:
+    """Static pass@k figure (matplotlib): a grid of panels (rows: temperature), log-scale k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    temps = sorted({p["T"] for p in panels})
+    settings = list(dict.fromkeys(p["setting"] for p in panels))
+    fig, axes = plt.subplots(len(temps), len(settings), figsize=(3.3 * len(settings), 3.0 * len(temps) + 0.6),
+                             sharex=True, sharey="row", squeeze=False)
+    reds = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b"]
+    for p in panels:
+        ax = axes[temps.index(p["T"])][settings.index(p["setting"])]
+        n_setpo = 0
+        for line in p["lines"]:
+            if line["kind"] == "sft":
+                style = dict(color="grey", linestyle=":")
+            elif line["kind"] == "baseline":
+                style = dict(color="#1f77b4", linestyle="--")
+            else:
+                style = dict(color=reds[n_setpo % len(reds)], linestyle="-")
+                n_setpo += 1
+            ax.plot(line["k"], [100 * v for v in line["pass"]], label=line["label"], **style)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{p['setting']}, T={p['T']:g}", fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("k")
+    for row in axes:
+        row[0].set_ylabel("pass@k (%)")
+    axes[0][0].legend(fontsize=6)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path).with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def probe_png(df, runs: Sequence[RLRun], path: str | Path, title: str = "") -> Path:

@@ -82,6 +82,11 @@ def test_config_validation_and_runs():
     names = [r.name for r in cfg.runs()]
     assert len(names) == len(set(names)) == 2 * 2 * 2 + 2 * 2
     assert {r.lam for r in cfg.runs()} == {0.0, 0.5}
+    two = CountdownLMConfig(setpo_lambdas=(0.5, 5.0))
+    assert len(two.runs()) == 3 * 2 * 2 + 3 * 2
+    assert all(r.baseline in two.runs() for r in two.runs())
+    with pytest.raises(ValueError, match="setpo_lambdas"):
+        CountdownLMConfig(setpo_lambdas=(0.0,))
     with pytest.raises(ValueError, match="group sizes"):
         CountdownLMConfig(group_sizes=(2,))
     with pytest.raises(ValueError, match="preset"):
@@ -116,7 +121,7 @@ def test_smoke_study_end_to_end(smoke_study):
         curve = row["pass_curve"]
         assert len(curve) == cfg.eval_samples and all(0 <= x <= 1 for x in curve)
         assert all(x <= y + 1e-12 for x, y in zip(curve, curve[1:]))  # pass@k grows with k
-    assert "| SetPO+GRPO | 3 | 0.001 |" in (out / "results.md").read_text()
+    assert "| SetPO+GRPO (λ=0.5) | 3 | 0.001 |" in (out / "results.md").read_text()
     for run in cfg.runs():
         hist = json.loads((out / "rl" / run.name / "log_history.json").read_text())
         steps = [h for h in hist if "setpo/s_mean" in h]

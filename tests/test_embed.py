@@ -95,3 +95,18 @@ def test_default_embedder_offline_minilm():
     sim = out @ out.T
     assert sim[0, 1] > sim[0, 2]  # the same expression reordered is closer than prose
     assert load_embedder("default") is e  # cached: loading takes seconds
+
+
+def test_centered_embedder_removes_the_common_direction():
+    from setpo.embed import CenteredEmbedder
+
+    base = TableEmbedder({"a": [10.0, 1.0, 0.0], "b": [10.0, 0.0, 1.0], "c": [10.0, -1.0, 0.0]})
+    raw = base(["a", "b"])
+    assert float(raw[0] @ raw[1] / (raw[0].norm() * raw[1].norm())) > 0.98  # nearly parallel before
+    c = CenteredEmbedder(base, ["a", "b", "c", "a"])  # duplicates in the reference count once
+    assert torch.allclose(c.mean, torch.tensor([10.0, 0.0, 1 / 3]))
+    out = c(["a", "b"])
+    assert torch.allclose(out, raw - c.mean)
+    assert float(out[0] @ out[1]) < 0  # now clearly apart: the kernel clamps this pair to 0
+    with pytest.raises(ValueError, match="empty"):
+        CenteredEmbedder(base, [])
