@@ -301,7 +301,8 @@ class Recovery:
     anchor:   (B, T, G) c₀(τ), â soft-thresholded by τq̂σ̂ (the point of the box C(τ) nearest 0).
     eta:      (B, T) η*(τ), the largest η ∈ [0, 1] with m_τ(η) ≥ 0 (NaN when none exists).
     m_at_eta: (B, T) m_τ(η*) (≥ 0 where eta is finite).
-    accepted: (B, T) bool, the safe update c(η*(τ)) exists and is not zero.
+    accepted: (B, T) bool, the safe update c(η*(τ)) exists and moves the policy (‖Σ c_i g_i‖ is not zero
+              to rounding, relative to its bound ‖c‖₂ · sqrt(tr K)).
     coef:     (B, T, G) c(η*(τ)) for accepted groups, zero for rejected ones.
     rho:      (B,) gate score, the largest τ ≤ rho_max at which the group is accepted (bisection over τ;
               −inf when it is not accepted even at τ = 0, i.e. â moves nothing), or None if not computed.
@@ -328,7 +329,9 @@ class _Path:
         self.d = self.centre - self.anchor
         mv = lambda x: (gram[:, None] @ x[..., None])[..., 0]  # noqa: E731  (B, T, G) -> (B, T, G)
         self.v0, self.u = mv(self.anchor), mv(self.d)                                        # v = v0 + ηu
-        self.a_norm = (centre * (gram @ centre[..., None])[..., 0]).sum(-1).clamp_min(0.0).sqrt()  # (B,)
+        # ‖Σ c_i g_i‖ ≤ ‖c‖₂ · sqrt(tr K): an update far below that bound is rounding, not a direction
+        # (e.g. a group of identical responses, whose coefficients sum to zero).
+        self.trace_root = gram.diagonal(dim1=-2, dim2=-1).sum(-1).clamp_min(0.0).sqrt()   # (B,)
         self.qa = (self.d * self.u).sum(-1)                          # ‖c(η)‖²_K = γ + 2bη + aη², each (B, T)
         self.qb = (self.anchor * self.u).sum(-1)
         self.qg = (self.anchor * self.v0).sum(-1)
@@ -372,10 +375,10 @@ class _Path:
             hi = torch.where(safe, hi, mid)
         eta = torch.where(feasible, lo, torch.full_like(lo, math.nan))
         m_eta = torch.where(feasible, self.m(lo[..., None])[..., 0], torch.full_like(lo, math.nan))
-        a = self.a_norm[:, None]
-        # An update whose K-norm is this small next to ‖â‖_K moves nothing and does not count as accepted.
-        accepted = feasible & (self.norm(lo[..., None])[..., 0] > 1e-9 * a) & (a > 0)
-        coef = (self.anchor + lo[..., None] * self.d) * accepted[..., None]
+        coef = self.anchor + lo[..., None] * self.d
+        bound = coef.norm(dim=-1) * self.trace_root[:, None]
+        accepted = feasible & (self.norm(lo[..., None])[..., 0] > 1e-8 * bound) & (bound > 0)
+        coef = coef * accepted[..., None]
         return eta, m_eta, accepted, coef
 
 
@@ -612,7 +615,7 @@ class SetGRPOConfig:
     scale: str = "pooled"
     tau_grid: tuple[float, ...] = DEFAULT_TAU_GRID
     p_value: str = "binomial"
-    risk_fraction: float = 0.5
+    risk_fraction: float = 0.75
     ltt_start_factor: float = 2.0
     recalibrate_every: int = 10
     estimator: str = "grpo"
