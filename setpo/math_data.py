@@ -626,7 +626,8 @@ def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path):
     if use_vllm:
         extra.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
     return config_for(
-        cfg.algo, output_dir=str(output_dir), setpo_lambda=lam, embedder=cfg.embedder, num_generations=cfg.num_generations,
+        cfg.algo, output_dir=str(output_dir), setpo_lambda=lam, embedder=cfg.embedder,
+        num_generations=cfg.num_generations,
         temperature=cfg.temperature, top_p=1.0, max_completion_length=cfg.max_completion_length, beta=cfg.beta,
         per_device_train_batch_size=cfg.micro_batch, gradient_accumulation_steps=completions // cfg.micro_batch,
         num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps, lr_scheduler_type="constant",
@@ -799,8 +800,8 @@ def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     tokenizer = load_tokenizer(model_dir)
     t0 = time.time()
     if uses_vllm(cfg):
-        texts = in_fresh_process(_generate_vllm, str(model_dir), chat_prompts(tokenizer, [p.question for p in problems]),
-                                 cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length,
+        prompts = chat_prompts(tokenizer, [p.question for p in problems])
+        texts = in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length,
                                  cfg.seed + 1, 0.85)
     else:
         import torch

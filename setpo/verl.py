@@ -34,9 +34,9 @@ leaves ``CUDA_VISIBLE_DEVICES`` alone for actors that ask for no GPU (unless
 ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1``), so the task runner sees its node's GPUs; with
 ``embedding_device: auto`` the embedder goes to ``cuda`` when one is visible and to the CPU otherwise. One
 forward pass per step over the step's batch × G responses (384 at the paper's settings) is small next to
-generation; Qwen3-Embedding-0.6B takes about 1.5 GB next to the colocated actor and vLLM, which is why the
-launcher's default ``gpu_memory_utilization`` leaves headroom. Set ``embedding_device: cpu`` to keep the
-GPU memory for vLLM at the price of a slower step.
+generation; Qwen3-Embedding-0.6B takes about 2.5 GB (float32 weights and activations) next to the colocated
+actor and vLLM, which is why the launcher's default ``gpu_memory_utilization`` (0.6) leaves headroom. Set
+``embedding_device: cpu`` to keep the GPU memory for vLLM at the price of a slower step.
 
 Loading the plug-in in every Ray process
 ----------------------------------------
@@ -55,8 +55,10 @@ Presets
 -------
 ``setpo.presets.PRESETS`` maps onto verl's actor settings (``verl_preset_overrides``): ratio level "token" ->
 ``policy_loss.loss_mode=vanilla``, "sequence" -> ``gspo``; ``clip_ratio_low/high``; ``loss_agg_mode``; the
-learning rate; DAPO's dynamic sampling -> ``algorithm.filter_groups.enable``. λ and the base estimator go
-to ``algorithm.setpo``. **Design choice**: DAPO's soft overlong penalty is not switched on (the paper gives
+learning rate; DAPO's dynamic sampling -> ``algorithm.filter_groups.enable``. λ, the base estimator and the
+embedder go to ``algorithm.setpo`` (``SetPOVerlSettings``), the section verl hands to every estimator; verl
+0.9 keeps ``algorithm`` a DictConfig (it never builds its ``AlgoConfig`` dataclass from it), so the extra
+section is carried as is. **Design choice**: DAPO's soft overlong penalty is not switched on (the paper gives
 no cache length for its 756-token responses).
 
 Launcher
@@ -66,7 +68,8 @@ Launcher
 template (``setpo.math_data``), builds the Hydra overrides (``build_overrides``, the paper's math settings),
 composes them against verl's packaged ``ppo_trainer`` config, validates them with verl's own
 ``validate_config`` and runs verl's ``run_ppo`` with ``SetPOTaskRunner``. ``print-config`` does everything
-but the run.
+but the run. Training needs verl's full runtime (``pip install 'verl[vllm]'``: TransferQueue, vLLM, ...) and
+the v1 trainer (``trainer.use_v1=true``, verl's default); the legacy trainer is refused by ``validate``.
 """
 
 from __future__ import annotations
@@ -697,7 +700,8 @@ def launch_config_from_args(args) -> VerlLaunchConfig:
         nnodes=args.nnodes, n_gpus_per_node=args.n_gpus_per_node, val_n=args.val_n, test_freq=args.test_freq,
         save_freq=args.save_freq, rollout_tp=args.rollout_tp, gpu_memory_utilization=args.gpu_memory_utilization,
         micro_batch_per_gpu=args.micro_batch_per_gpu, embedding_device=args.embedding_device,
-        output_dir=str(Path(args.output_dir).expanduser().resolve()), experiment_name=args.experiment_name, logger=tuple(_split_files(args.logger)),
+        output_dir=str(Path(args.output_dir).expanduser().resolve()), experiment_name=args.experiment_name,
+        logger=tuple(_split_files(args.logger)),
     )
 
 

@@ -185,7 +185,8 @@ def test_chat_tokenizer_round_trips_and_renders_the_template():
     tok = md.build_chat_tokenizer()
     text = md.qwen_math_prompt("What is 2+3? Answer in \\boxed{}.")
     assert tok.decode(tok(text)["input_ids"]) == text
-    rendered = tok.apply_chat_template(md.qwen_math_messages("What is 2+3?"), tokenize=False, add_generation_prompt=True)
+    rendered = tok.apply_chat_template(md.qwen_math_messages("What is 2+3?"), tokenize=False,
+                                       add_generation_prompt=True)
     assert rendered == md.qwen_math_prompt("What is 2+3?")
     assert tok.convert_ids_to_tokens(tok(rendered)["input_ids"][:1]) == ["<|im_start|>"]
 

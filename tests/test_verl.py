@@ -316,6 +316,9 @@ def test_baseline_and_lambda_override():
     assert config.algorithm.adv_estimator == "grpo" and "setpo" not in config.algorithm
     assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
     assert sv.build_overrides(_launch(lam=0.7)).count("+algorithm.setpo.lam=0.7") == 1
+    legacy = sv.compose_config(sv.build_overrides(_launch()) + ["trainer.use_v1=false"])
+    with pytest.raises(ValueError, match="use_v1"):
+        sv.validate(legacy)
     with pytest.raises(ValueError, match="at least 3 rollouts"):
         _launch(rollout_n=2)
     with pytest.raises(ValueError, match="unknown algorithm preset"):
@@ -363,7 +366,8 @@ def test_plugin_reaches_every_ray_worker_through_the_launchers_runtime_env():
 
         from verl.trainer.ppo import core_algos as ca
 
-        return "setpo" in ca.ADV_ESTIMATOR_REGISTRY, os.environ.get("VERL_USE_EXTERNAL_MODULES"), "setpo.verl" in sys.modules
+        return ("setpo" in ca.ADV_ESTIMATOR_REGISTRY, os.environ.get("VERL_USE_EXTERNAL_MODULES"),
+                "setpo.verl" in sys.modules)
 
     def probe_task_runner(runner):
         from verl.trainer.ppo import core_algos as ca
