@@ -730,7 +730,7 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     if (final / "done.json").is_file():
         return final
     out.mkdir(parents=True, exist_ok=True)
-    _write_json(out / "run_config.json", {"label": label, "lam": lam, **vars(cfg)})  # the run's record
+    _write_json(out / "run_config.json", {"label": label, "lambda": lam, "config": vars(cfg)})  # the record
     model_path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(model_path)
     # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution

@@ -221,7 +221,7 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
     final = md.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, log=logs.append)
     assert "resuming from checkpoint-1" in logs[0]
     assert json.loads((final / "done.json").read_text())["steps"] == 2
-    assert json.loads((run_dir / "run_config.json").read_text())["lam"] == 0.05
+    assert json.loads((run_dir / "run_config.json").read_text())["lambda"] == 0.05
     history = json.loads((run_dir / "log_history.json").read_text())
     assert [h["step"] for h in history if "loss" in h] == [1, 2]  # step 1's log came back with the checkpoint
     assert any("setpo/s_mean" in h for h in history)
