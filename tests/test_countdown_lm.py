@@ -80,11 +80,11 @@ def test_evaluate_samples_pass_at_k_and_diversity():
 def test_config_validation_and_runs():
     cfg = CountdownLMConfig()
     names = [r.name for r in cfg.runs()]
-    assert len(names) == len(set(names)) == 2 * 2 * 2 + 2 * 2
-    assert {r.lam for r in cfg.runs()} == {0.0, 0.5}
-    two = CountdownLMConfig(setpo_lambdas=(0.5, 5.0))
-    assert len(two.runs()) == 3 * 2 * 2 + 3 * 2
-    assert all(r.baseline in two.runs() for r in two.runs())
+    assert len(names) == len(set(names)) == 3 * 2 * 2 + 3 * 2  # (GRPO, 2 SetPO) x G x beta, + GSPO, DAPO
+    assert {r.lam for r in cfg.runs()} == {0.0, 0.5, 5.0}
+    assert all(r.baseline in cfg.runs() for r in cfg.runs())
+    one = CountdownLMConfig(setpo_lambdas=(0.5,))
+    assert len(one.runs()) == 2 * 2 * 2 + 2 * 2
     with pytest.raises(ValueError, match="setpo_lambdas"):
         CountdownLMConfig(setpo_lambdas=(0.0,))
     with pytest.raises(ValueError, match="group sizes"):
