@@ -42,10 +42,21 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from setpo.advantages import group_advantages
-from setpo.setgrpo import SetGRPO, SetGRPOConfig, reference_coefficients
+from setpo.groups import Groups
+from setpo.setgrpo import (
+    SetGRPO,
+    SetGRPOConfig,
+    conformal_quantile,
+    conformal_scores,
+    gram_matrices,
+    joint_coefficient_set,
+    reference_coefficients,
+    reversal_indicators,
+    safe_recovery,
+)
 
-__all__ = ["LinearSoftmaxPolicy", "RubricTask", "RubricToyConfig", "TrainConfig", "compare", "format_table",
-           "train"]
+__all__ = ["LinearSoftmaxPolicy", "RubricTask", "RubricToyConfig", "TrainConfig", "compare", "coverage_study",
+           "format_table", "invariance_table", "risk_study", "train"]
 
 
 @dataclass
@@ -267,13 +278,15 @@ def train(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
 
 
 def compare(seeds=range(5), task_config: RubricToyConfig | None = None,
-            train_config: TrainConfig | None = None, verbose: bool = True) -> list[dict]:
+            train_config: TrainConfig | None = None, verbose: bool = True,
+            keep_history: bool = False) -> list[dict]:
     """GRPO vs SetGRPO on the same noisy graders, one world per seed; print a markdown table.
 
     Three runs per seed: GRPO (one grading per grader), GRPO with at least SetGRPO's grader budget per step
     (``grpo_gradings`` raised until it matches; more gradings average out noise and slips, not taste), and
     SetGRPO. Returns one row per seed with their final true-quality rewards, the optimum, SetGRPO − GRPO,
-    SetGRPO's mean accepted-group ratio and the grader calls of each run.
+    SetGRPO's mean accepted-group ratio and the grader calls of each run (and, with ``keep_history``, the
+    three runs' histories under "history": {"grpo", "grpo_matched", "setgrpo"}).
     """
     tc = train_config or TrainConfig()
     matched = replace(tc, grpo_gradings=math.ceil(tc.grader_calls_per_step("setgrpo")
@@ -289,6 +302,8 @@ def compare(seeds=range(5), task_config: RubricToyConfig | None = None,
                      "accepted": sum(h_s["accepted_ratio"]) / len(h_s["accepted_ratio"]),
                      "calls": (h_g["grader_calls"], h_m["grader_calls"], h_s["grader_calls"]),
                      "matched_gradings": matched.grpo_gradings})
+        if keep_history:
+            rows[-1]["history"] = {"grpo": h_g, "grpo_matched": h_m, "setgrpo": h_s}
     if verbose:
         print(format_table(rows))
     return rows
@@ -315,6 +330,113 @@ def format_table(rows: list[dict]) -> str:
                  f"GRPO {calls[0]:.0f}, matched GRPO {calls[1]:.0f}, SetGRPO {calls[2]:.0f} (calibration "
                  f"included). ± is one standard error over seeds.")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# diagnostics behind notebook 05 (the paper's Figure 9 and Table 7, in miniature)
+
+
+def _graded(task, policy, n_groups, g, gen, n_regrades=2):
+    p, r = _draw_groups(task, policy, n_groups, g, gen)
+    scores = task.grade(p, r, gen)
+    ref = reference_coefficients(task.regrade(p, r, n_regrades, gen), group_size=g)
+    return scores, ref, policy.grad_features(p, r)
+
+
+def _policy_at(task, theta_scale: float) -> LinearSoftmaxPolicy:
+    """A policy part-way to the optimum, θ = theta_scale · w_true (0 is the uniform starting policy)."""
+    policy = LinearSoftmaxPolicy(task)
+    with torch.no_grad():
+        policy.theta.copy_(theta_scale * task.w_true)
+    return policy
+
+
+def coverage_study(alphas=(0.05, 0.1, 0.2), trials: int = 300, n_cal: int = 39, seed: int = 0,
+                   theta_scale: float = 2.0, task_config: RubricToyConfig | None = None, group_size: int = 8):
+    """Empirical coverage of the joint box over ``trials`` independent calibrations of ``n_cal`` groups.
+
+    Returns one row per α: alpha, target 1 − α, coverage (share of fresh groups whose a* fell in the box),
+    and the finite-sample upper bound 1 − α + 1/(n_cal + 1).
+    """
+    task = RubricTask(task_config, seed=seed)
+    policy = _policy_at(task, theta_scale)
+    gen = torch.Generator().manual_seed(seed + 1)
+    g = group_size
+    scores, ref, _ = _graded(task, policy, trials * (n_cal + 1), g, gen)
+    centre, sigma, _ = joint_coefficient_set(scores, group_size=g)
+    s = conformal_scores(ref, centre, sigma, group_size=g).reshape(trials, n_cal + 1)
+    rows = []
+    for alpha in alphas:
+        q = torch.tensor([conformal_quantile(s[t, :-1], alpha) for t in range(trials)], dtype=s.dtype)
+        rows.append({"alpha": alpha, "target": 1 - alpha, "coverage": float((s[:, -1] <= q).double().mean()),
+                     "upper": 1 - alpha + 1 / (n_cal + 1)})
+    return rows
+
+
+def risk_study(seed: int = 0, n_cal: int = 512, n_fresh: int = 2000, theta_scale: float = 2.0,
+               task_config: RubricToyConfig | None = None, config: SetGRPOConfig | None = None,
+               group_size: int = 8) -> dict:
+    """Calibrate SetGRPO once, then measure direction reversals on fresh groups from the same policy.
+
+    Returns the calibration record and, on the fresh groups, the reversal rate among accepted and among
+    rejected groups at the selected τ, the accepted share, and plain two-grader GRPO's (τ = 0) reversal rate.
+    A rejected group's "reversal" is what its centre â would have done, since it applies nothing.
+    """
+    task = RubricTask(task_config, seed=seed)
+    policy = _policy_at(task, theta_scale)
+    gen = torch.Generator().manual_seed(seed + 1)
+    g = group_size
+    sg = SetGRPO(config or SetGRPOConfig())
+    cal = sg.calibrate(*_graded(task, policy, n_cal, g, gen), group_size=g)
+    scores, ref, feats = _graded(task, policy, n_fresh, g, gen)
+    groups = Groups.build(scores.shape[0], None, g)
+    gram = gram_matrices(feats, groups)
+    centre, sigma, _ = joint_coefficient_set(scores, group_size=g, sigma_min=sg.config.sigma_min,
+                                             scale=sg.config.scale)
+    tau = 0.0 if math.isinf(cal.tau) else cal.tau
+    rec = safe_recovery(groups.pad(centre), groups.pad(sigma), cal.q, gram, [tau, 0.0])
+    rev = reversal_indicators(rec.coef, groups.pad(ref), gram)
+    acc = rec.accepted[:, 0] & (not math.isinf(cal.tau))
+    plain_rev = rev[:, 1] & rec.accepted[:, 1]
+    rate = lambda num, den: float(num.sum()) / max(int(den.sum()), 1)  # noqa: E731
+    return {"calibration": cal, "tau": cal.tau, "q": cal.q, "accepted": float(acc.double().mean()),
+            "risk_accepted": rate(rev[:, 0] & acc, acc), "risk_rejected": rate(plain_rev & ~acc, ~acc),
+            "risk_plain_grpo": rate(plain_rev, rec.accepted[:, 1]), "beta": sg.config.beta}
+
+
+def invariance_table(transforms=((0.5, -1.0), (1.0, 0.0), (2.0, 1.0), (3.0, -2.0)), seed: int = 0,
+                     theta_scale: float = 2.0, n_cal: int = 512, n_batch: int = 64,
+                     task_config: RubricToyConfig | None = None, group_size: int = 8) -> list[dict]:
+    """Positive-affine invariance (paper Table 7): SetGRPO on scores r and on a·r + b, same responses.
+
+    Calibration and batch scores are both transformed. Per transform: coefficient cosine, cosine of the
+    resulting updates Σ_i c_i g_i, share of groups whose accept/reject decision flips (%), and the mean
+    |Δη*| over groups accepted in both (in units of 1e-3).
+    """
+    task = RubricTask(task_config, seed=seed)
+    policy = _policy_at(task, theta_scale)
+    gen = torch.Generator().manual_seed(seed + 1)
+    g = group_size
+    cal_scores, cal_ref, cal_feats = _graded(task, policy, n_cal, g, gen)
+    scores, _, feats = _graded(task, policy, n_batch, g, gen)
+
+    def run(a, b):
+        sg = SetGRPO(SetGRPOConfig())
+        sg.calibrate(a * cal_scores + b, cal_ref, cal_feats, group_size=g)
+        return sg.coefficients(a * scores + b, feats, group_size=g)
+
+    base = run(1.0, 0.0)
+    cos = lambda x, y: float(torch.nn.functional.cosine_similarity(x, y, dim=0))  # noqa: E731
+    rows = []
+    for a, b in transforms:
+        out = run(a, b)
+        both = base.accepted & out.accepted
+        d_eta = (base.eta[both] - out.eta[both]).abs().mean() if bool(both.any()) else torch.tensor(0.0)
+        rows.append({"a": a, "b": b, "coef_cosine": cos(base.coef, out.coef),
+                     "update_cosine": cos(feats.T @ base.coef, feats.T @ out.coef),
+                     "flip_pct": 100 * float((base.accepted != out.accepted).double().mean()),
+                     "d_eta_1e3": 1e3 * float(d_eta), "accepted": float(out.accepted.double().mean())})
+    return rows
 
 
 def main(argv=None) -> None:
