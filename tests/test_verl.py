@@ -17,36 +17,7 @@ from setpo.presets import PRESETS
 from verl.protocol import DataProto  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 
-# verl's compute_advantage lives in verl.trainer.ppo.ray_trainer, whose imports reach verl's HTTP rollout
-# router (cachetools, fastapi, uvicorn: verl's "verl-core" extra). Where those are not installed, placeholder
-# modules stand in for the import only (compute_advantage never touches them) and are removed right after.
-_ROUTER_ONLY_DEPS = ("cachetools", "fastapi", "uvicorn")
-
-
-def _placeholder(name):
-    mod = types.ModuleType(name)
-    mod.__getattr__ = lambda attr: type(attr, (), {})  # any name imported from it is a dummy class
-    return mod
-
-
-def _import_verl_compute_advantage():
-    added = []
-    try:
-        while True:
-            try:
-                from verl.trainer.ppo.ray_trainer import compute_advantage
-                return compute_advantage
-            except ModuleNotFoundError as err:  # Python drops the half-imported modules itself
-                if err.name not in _ROUTER_ONLY_DEPS or err.name in added:
-                    raise
-                sys.modules[err.name] = _placeholder(err.name)
-                added.append(err.name)
-    finally:
-        for name in added:
-            del sys.modules[name]
-
-
-verl_compute_advantage = _import_verl_compute_advantage()
+from verl.trainer.ppo.ray_trainer import compute_advantage as verl_compute_advantage  # noqa: E402
 
 
 def _ragged_batch(seed=0, sizes=(3, 5, 4, 6), length=7, dim=16):
