@@ -152,13 +152,13 @@ def _rows(x, name: str, n: int, device=None) -> torch.Tensor:
 
 
 def _features(features, n: int, device) -> torch.Tensor | None:
+    """Shape-checked features in their own float dtype; finiteness is checked on the small Gram matrix."""
     if features is None:
         return None  # identity geometry
-    f = as_tensor(features, name="features", device=device, dtype=torch.float64)
+    f = as_tensor(features, name="features", device=device)
     if f.ndim != 2 or f.shape[0] != n:
         raise ValueError(f"features must have shape ({n}, d), one gradient feature row per response; "
                          f"got {tuple(f.shape)}")
-    check_finite(f, "features")
     return f
 
 
@@ -283,14 +283,24 @@ def covers(reference, centre, sigma, q: float, index=None, *, group_size: int | 
 
 
 def gram_matrices(features, groups: Groups) -> torch.Tensor:
-    """(B, G_max, G_max) Gram K_ij = ⟨g_i, g_j⟩ per group; None features → identity (padded slots zero)."""
+    """(B, G_max, G_max) float64 Gram K_ij = ⟨g_i, g_j⟩ per group; None features → identity.
+
+    The product runs in the features' own dtype (float32 features stay float32: the (N, d) input is read
+    once, by the matmul) and only the small Gram is promoted to float64. A NaN or infinity in a row reaches
+    that row's Gram entries, so checking the Gram is enough; only then is the input scanned to name it.
+    Padded slots are zero rows and columns, so they drop out of every product.
+    """
     if features is None:
         eye = torch.eye(groups.max_size, dtype=torch.float64, device=groups.sizes.device)
         k = eye.expand(groups.num_groups, -1, -1).clone()
         valid = groups.valid()
         return k if valid is None else k * valid[:, :, None] * valid[:, None, :]
-    f = groups.pad(features, fill=0.0)  # zero rows for padded slots: they drop out of every product
-    return f @ f.transpose(-1, -2)
+    f = groups.pad(features, fill=0.0)
+    k = (f @ f.transpose(-1, -2)).to(torch.float64)
+    if not bool(torch.isfinite(k).all()):
+        check_finite(features, "features")
+        raise ValueError(f"features are too large: their inner products overflow {features.dtype}")
+    return k
 
 
 @dataclass
@@ -604,7 +614,7 @@ class SetGRPOConfig:
     recalibrate_every: K, steps between recalibrations as the policy drifts.
     estimator, eps: the per-grader group estimator (a name in setpo.ADVANTAGE_ESTIMATORS) and its ε.
     lam: SetPO diversity weight λ; 0 turns the diversity term off.
-    n_bisect: bisection steps for η* (50 halvings reach float64 resolution).
+    n_bisect: bisection steps for η* (30 halvings: η* to 1e-9).
     identity_geometry: ignore gradient features and use K = I (the paper's "identity geometry" ablation).
     """
 
@@ -621,7 +631,7 @@ class SetGRPOConfig:
     estimator: str = "grpo"
     eps: float = 1e-6
     lam: float = 0.0
-    n_bisect: int = 50
+    n_bisect: int = 30
     identity_geometry: bool = False
 
     def __post_init__(self):

@@ -319,6 +319,10 @@ def test_bad_input_says_what_is_needed():
         SetGRPO().coefficients(scores, feats, group_size=G)
     with pytest.raises(ValueError, match="features"):
         sg.coefficients(scores, feats[:-1], group_size=G)
+    bad = feats.clone()
+    bad[3, 0] = float("inf")
+    with pytest.raises(ValueError, match="features contains NaN or infinite"):
+        sg.coefficients(scores, bad, group_size=G)
     with pytest.raises(ValueError, match="tau must be"):
         safe_recovery(torch.zeros(1, 3), torch.ones(1, 3), 1.0, torch.eye(3)[None], -0.5)
     with pytest.raises(ValueError, match="descending"):
