@@ -68,6 +68,12 @@ std + ε), hence â, σ̂ (σ_min is in advantage units), C, the path, ρ and η
 Composition with SetPO: the accepted coefficients can take SetPO's diversity term, c_i + λ·s_i with s_i
 from ``setpo.diversity_marginals`` (added on accepted groups only; a rejected group contributes nothing).
 
+Language models. ``lm_head_gradient_features`` gives the per-response features from one no-grad forward
+pass (the exact output-layer gradient of the length-normalised log-probability, or its seeded Kronecker
+random projection), and ``SetGRPOTrainer`` (TRL's ``GRPOTrainer`` with two reward functions acting as the
+graders; TRL is imported only when it is first accessed) calibrates on re-graded batches and replaces TRL's
+advantages by SetGRPO coefficients.
+
 Shapes: N rows (responses) in B groups, given by a verl-style ``index`` or a contiguous ``group_size``, as
 everywhere in setpo; grader scores are (N, 2); gradient features (N, d); per-group outputs are (B,).
 """
@@ -97,6 +103,7 @@ __all__ = [
     "gram_matrices",
     "hoeffding_bentkus_p_value",
     "joint_coefficient_set",
+    "lm_head_gradient_features",
     "ltt_select_threshold",
     "min_accepted_to_certify",
     "min_calibration_size",
@@ -589,6 +596,51 @@ def ltt_select_threshold(accepted, reversed_, grid, *, beta: float = 0.08, delta
 
 
 # ----------------------------------------------------------------------------------------------------------
+# per-response gradient features of a language model
+
+
+def lm_head_gradient_features(hidden, logits, tokens, mask, *, dims: tuple[int, int] | None = (16, 16),
+                              seed: int = 0, temperature: float = 1.0) -> torch.Tensor:
+    """Gradient features of each response's length-normalised log-probability w.r.t. the output layer W.
+
+    hidden: (N, T, h) final hidden states at the positions that predict the response tokens;
+    logits: (N, T, V) the logits there (before temperature); tokens: (N, T) response token ids;
+    mask: (N, T) 1 for real response tokens. With ℓ_i = (1/T_i) Σ_t log softmax(z_t / temperature)[y_t],
+
+        ∂ℓ_i/∂W = 1/(T_i · temperature) · Σ_t (e_{y_t} − p_t) h_tᵀ           (V × h).
+
+    dims=None returns that gradient flattened (V·h columns: small models and tests only). dims=(k1, k2)
+    returns the Kronecker random projection 1/(T_i·temperature) Σ_t (R_V(e_{y_t} − p_t)) ⊗ (R_h h_t) with
+    seeded Gaussian R_V (k1 × V) and R_h (k2 × h) of variance 1/k: since E[(R_V ⊗ R_h)ᵀ(R_V ⊗ R_h)] = I,
+    inner products of these k1·k2 features are unbiased estimates of the exact ⟨∂ℓ_i/∂W, ∂ℓ_j/∂W⟩, at the
+    cost of one (N, T, V) × (V, k1) product. Returns (N, k1·k2) (or (N, V·h)) float32.
+    """
+    h, z = hidden.float(), logits.float()
+    if h.ndim != 3 or z.ndim != 3 or z.shape[:2] != h.shape[:2] or tuple(tokens.shape) != tuple(h.shape[:2]):
+        raise ValueError(f"need hidden (N, T, h), logits (N, T, V) and tokens (N, T); got {tuple(h.shape)}, "
+                         f"{tuple(z.shape)}, {tuple(tokens.shape)}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    m = as_tensor(mask, name="mask", device=h.device, dtype=torch.float32)
+    lengths = m.sum(-1, keepdim=True)
+    if bool((lengths == 0).any()):
+        raise ValueError("every response needs at least one real token (a row of mask is all zeros)")
+    p = torch.softmax(z / temperature, -1)
+    scale = (m / (lengths * temperature))[..., None]                                 # (N, T, 1)
+    vocab, width = z.shape[-1], h.shape[-1]
+    if dims is None:
+        a = torch.nn.functional.one_hot(tokens.long(), vocab).float() - p            # (N, T, V)
+        return torch.einsum("ntv,nth->nvh", a * scale, h).reshape(h.shape[0], -1)
+    k1, k2 = dims
+    gen = torch.Generator().manual_seed(seed)
+    r_v = (torch.randn(k1, vocab, generator=gen) / math.sqrt(k1)).to(h.device)
+    r_h = (torch.randn(k2, width, generator=gen) / math.sqrt(k2)).to(h.device)
+    a = r_v.T[tokens.long()] - p @ r_v.T                                             # (N, T, k1)
+    b = h @ r_h.T                                                                    # (N, T, k2)
+    return torch.einsum("nti,ntj->nij", a * scale, b).reshape(h.shape[0], k1 * k2)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # the composing estimator
 
 
@@ -810,3 +862,136 @@ class SetGRPO:
             div = diversity_marginals(emb, index, group_size=group_size).to(coef)
             coef = coef + cfg.lam * div * row_acc
         return SetGRPOOutput(coef, accepted, row_acc, rec_eta, rho, centre, sigma, per, cal.tau, cal.q)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# TRL: GRPOTrainer with two reward functions acting as graders (built on first use, so that importing this
+# module does not import TRL)
+
+
+def _build_trainer_class():
+    from trl import GRPOTrainer
+
+    class SetGRPOTrainer(GRPOTrainer):
+        """TRL's ``GRPOTrainer`` whose advantages are SetGRPO coefficients; its two reward functions are the
+        two graders (each response's two scores are ``rewards_per_func``'s two columns, before weights).
+
+        Extra keywords: ``setgrpo`` (a ``SetGRPOConfig``; ``recalibrate_every`` counts training generation
+        batches), ``calibration_groups`` (groups collected, with ``n_regrades`` re-gradings each, before a
+        (re)calibration), ``feature_dims`` and ``feature_seed`` (``lm_head_gradient_features``; None = exact,
+        tiny models only), ``embedder`` (texts -> (N, d); needed when ``setgrpo.lam`` > 0, for SetPO's term).
+
+        Per training generation batch: TRL generates and scores as usual, then this trainer
+        (1) computes the responses' gradient features with one extra no-grad forward pass of the policy
+        (the paper's "Jacobian" cost), gathered over processes like TRL's rewards;
+        (2) while a calibration is being collected, re-grades the batch ``n_regrades`` times by calling the
+        reward functions again (reference = group advantage of the mean of all gradings) and stores it;
+        once ``calibration_groups`` groups are stored and ``recalibrate_every`` batches have passed since
+        the last calibration, calibrates and empties the store;
+        (3) replaces TRL's advantages by the SetGRPO coefficients of this process's rows. Until the first
+        calibration there is nothing to gate with, and TRL's own GRPO advantages are kept (a warm-up,
+        logged as ``setgrpo/calibrated`` = 0). Calibration batches are also trained on: their groups only
+        calibrate later batches, so exchangeability with the groups they gate is kept (up to drift).
+        Eval batches keep TRL's advantages. Metrics: ``setgrpo/accepted_ratio``, ``mean_recovery_ratio``,
+        ``coef_norm``, ``tau``, ``q``, ``calibrated``.
+        """
+
+        def __init__(self, *args, setgrpo: SetGRPOConfig | None = None, calibration_groups: int = 64,
+                     n_regrades: int = 1, feature_dims: tuple[int, int] | None = (16, 16), feature_seed: int = 0,
+                     embedder=None, **kwargs):
+            super().__init__(*args, **kwargs)
+            if len(self.reward_funcs) != 2:
+                raise ValueError(f"SetGRPOTrainer needs exactly two reward functions, the two graders; got "
+                                 f"{len(self.reward_funcs)}")
+            if n_regrades < 1 or calibration_groups < 2:
+                raise ValueError("need n_regrades >= 1 and calibration_groups >= 2")
+            self.setgrpo = SetGRPO(setgrpo or SetGRPOConfig())
+            if self.setgrpo.config.lam > 0 and embedder is None:
+                raise ValueError("setgrpo.lam > 0 needs an embedder (texts -> (N, d)) for SetPO's diversity term")
+            self.calibration_groups, self.n_regrades = calibration_groups, n_regrades
+            self.feature_dims, self.feature_seed, self.embedder = feature_dims, feature_seed, embedder
+            self._store: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+            self._stash = None
+            self._train_batches = 0
+            self.last_setgrpo: SetGRPOOutput | None = None
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            if self._stash is None:  # the first call of a batch is TRL's grading; later ones are re-gradings
+                self._stash = (inputs, prompts, completions, completion_ids_list, rewards)
+            return rewards
+
+        @torch.no_grad()
+        def _gradient_features(self, output) -> torch.Tensor:
+            prompt_ids, completion_ids = output["prompt_ids"], output["completion_ids"]
+            ids = torch.cat([prompt_ids, completion_ids], 1)
+            attention = torch.cat([output["prompt_mask"], output["completion_mask"]], 1)
+            mask = output["completion_mask"]
+            start, step = prompt_ids.shape[1] - 1, self.args.per_device_train_batch_size
+            feats = []
+            for i in range(0, ids.shape[0], step):
+                out = self.model(input_ids=ids[i:i + step], attention_mask=attention[i:i + step],
+                                 output_hidden_states=True)
+                sl = slice(start, start + completion_ids.shape[1])
+                m = mask[i:i + step].clone()
+                m[m.sum(-1) == 0, 0] = 1  # an empty completion still needs a token to be defined
+                feats.append(lm_head_gradient_features(
+                    out.hidden_states[-1][:, sl], out.logits[:, sl], completion_ids[i:i + step], m,
+                    dims=self.feature_dims, seed=self.feature_seed, temperature=self.temperature))
+            return torch.cat(feats)
+
+        def _generate_and_score_completions(self, inputs):
+            self._stash = None
+            output = super()._generate_and_score_completions(inputs)
+            if not self.model.training:
+                return output
+            if self._stash is None:
+                raise RuntimeError("SetGRPOTrainer: TRL did not score completions through _calculate_rewards; "
+                                   "this TRL version is not supported")
+            batch_inputs, prompts, completions, ids_list, scores = self._stash
+            g = self.num_generations
+            device = self.accelerator.device
+            feats = self.accelerator.gather(self._gradient_features(output).to(device))     # (N_all, k)
+            sg, cfg = self.setgrpo, self.setgrpo.config
+            if sg.needs_calibration(self._train_batches) or self._store:
+                regrades = [scores] + [self._calculate_rewards(batch_inputs, prompts, completions, ids_list)
+                                       for _ in range(self.n_regrades)]
+                ref = reference_coefficients(torch.stack(regrades).double().cpu(), group_size=g)
+                self._store.append((scores.double().cpu(), ref, feats.float().cpu()))
+                if sum(s.shape[0] for s, _, _ in self._store) >= self.calibration_groups * g:
+                    cat = lambda k: torch.cat([x[k] for x in self._store])  # noqa: E731
+                    sg.calibrate(cat(0), cat(1), cat(2), group_size=g, step=self._train_batches)
+                    self._store = []
+            metrics = self._metrics["train"]
+            metrics["setgrpo/calibrated"].append(float(sg.calibration is not None))
+            self._train_batches += 1
+            if sg.calibration is None:
+                return output
+            emb = None
+            if cfg.lam > 0:
+                texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+                emb = self.embedder(texts)
+            out = sg.coefficients(scores.double().cpu(), feats.float().cpu(), group_size=g, emb=emb)
+            n_local = output["advantages"].shape[0]
+            pi = self.accelerator.process_index
+            output["advantages"] = out.coef[pi * n_local:(pi + 1) * n_local].to(output["advantages"])
+            self.last_setgrpo = out
+            for name, value in (("accepted_ratio", out.accepted_ratio), ("mean_recovery_ratio",
+                                out.mean_recovery_ratio), ("coef_norm", out.coef_norm), ("tau", out.tau),
+                                ("q", out.q)):
+                metrics[f"setgrpo/{name}"].append(float(value))
+            return output
+
+    return SetGRPOTrainer
+
+
+_TRAINER = None
+
+
+def __getattr__(name):  # PEP 562: SetGRPOTrainer is built (and TRL imported) on first access
+    global _TRAINER
+    if name == "SetGRPOTrainer":
+        if _TRAINER is None:
+            _TRAINER = _build_trainer_class()
+        return _TRAINER
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,6 +32,15 @@ from setpo.setgrpo import (
 G = 8
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These are many small tensor ops: one thread is faster than two fighting over shared CI cores."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def draw(task, policy, n_groups, gen, regrades=2):
     """Graded groups from the toy: scores (N, 2), reference a* (N,), exact gradient features (N, d)."""
     p, r = _draw_groups(task, policy, n_groups, G, gen)
@@ -131,7 +140,7 @@ def test_conditional_reversal_risk_is_controlled_on_fresh_groups():
     task = RubricTask(NOISY, seed=3)
     policy = partly_trained(task)
     gen = torch.Generator().manual_seed(4)
-    reps, n_cal, n_fresh = 30, 512, 1500
+    reps, n_cal, n_fresh = 40, 512, 1500
     fresh_scores, fresh_ref, fresh_feat = draw(task, policy, n_fresh, gen)
     groups = Groups.build(n_fresh * G, None, G)
     gram = gram_matrices(fresh_feat, groups)
@@ -370,3 +379,80 @@ def test_toy_setgrpo_ends_above_grpo():
         gains.append(sg["final_true_quality"] - grpo["final_true_quality"])
         assert 0 < sum(sg["accepted_ratio"]) / len(sg["accepted_ratio"]) < 1
     assert sum(gains) / len(gains) > 0.01 and sum(g > 0 for g in gains) >= 2
+
+
+# ------------------------------------------------------------------------------------------ LM features, TRL
+
+
+def test_lm_head_gradient_features_exact_and_projected():
+    gen = torch.Generator().manual_seed(0)
+    n, t, h, v, temp = 5, 7, 6, 11, 0.7
+    hidden = torch.randn(n, t, h, generator=gen)
+    weight = torch.randn(v, h, generator=gen, requires_grad=True)
+    tokens = torch.randint(v, (n, t), generator=gen)
+    mask = (torch.rand(n, t, generator=gen) > 0.3).float()
+    mask[:, 0] = 1
+    logits = hidden @ weight.T
+    exact = setpo.setgrpo.lm_head_gradient_features(hidden, logits.detach(), tokens, mask, dims=None,
+                                                    temperature=temp)
+    for i in range(n):  # autograd of the length-normalised log-probability w.r.t. the output layer
+        weight.grad = None
+        logp = torch.log_softmax(logits[i] / temp, -1).gather(1, tokens[i][:, None])[:, 0]
+        ((logp * mask[i]).sum() / mask[i].sum()).backward(retain_graph=True)
+        torch.testing.assert_close(exact[i], weight.grad.reshape(-1), atol=1e-5, rtol=1e-4)
+    gram = exact @ exact.T
+    est = torch.stack([f @ f.T for f in (
+        setpo.setgrpo.lm_head_gradient_features(hidden, logits.detach(), tokens, mask, dims=(8, 8), seed=s,
+                                                temperature=temp) for s in range(300))]).mean(0)
+    assert float((est - gram).abs().max()) < 0.15 * float(gram.abs().max())  # unbiased: the mean converges
+    with pytest.raises(ValueError, match="at least one real token"):
+        setpo.setgrpo.lm_head_gradient_features(hidden, logits, tokens, torch.zeros(n, t))
+
+
+def test_trl_trainer_two_reward_functions_as_graders(tmp_path):
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from setpo.countdown_lm import ModelSize, build_model, build_tokenizer
+    from setpo.setgrpo import SetGRPOTrainer
+
+    tok = build_tokenizer()
+    model = build_model(tok, ModelSize(32, 1, 2, 1, 64, 48), seed=0)
+    prompts = ["3 7 = 10\n", "2 5 9 = 19\n", "4 4 1 = 17\n"]
+    g = 4
+
+    def grader_a(completions, **_):
+        return [float(len(c) % 5) for c in completions]
+
+    def grader_b(completions, **_):
+        return [float(len(c) % 5) + 0.5 * (c.count("1") % 2) for c in completions]
+
+    args = GRPOConfig(output_dir=str(tmp_path), num_generations=g, per_device_train_batch_size=len(prompts) * g,
+                      max_completion_length=8, report_to=[], bf16=False, use_cpu=True, save_strategy="no",
+                      temperature=1.0, beta=0.0, seed=0, disable_tqdm=True)
+    # a loose risk target, so that the few calibration groups of a unit test can certify a threshold
+    cfg = SetGRPOConfig(alpha=0.2, beta=0.5, delta=0.5, risk_fraction=0.5, recalibrate_every=100)
+    trainer = SetGRPOTrainer(model=model, reward_funcs=[grader_a, grader_b], args=args, processing_class=tok,
+                             train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
+                             setgrpo=cfg, calibration_groups=8, n_regrades=1, feature_dims=(4, 4))
+    trainer.model.train()
+    batch = [{"prompt": p} for p in prompts for _ in range(g)]
+    outs = []
+    for seed in range(4):
+        torch.manual_seed(seed)
+        outs.append(trainer._generate_and_score_completions(batch))
+    calibrated = trainer._metrics["train"]["setgrpo/calibrated"]
+    assert calibrated == [0.0, 0.0, 1.0, 1.0]  # 3 groups per batch: the third batch completes 8 groups
+    assert trainer.setgrpo.calibration is not None and trainer._store == []
+    last = trainer.last_setgrpo
+    torch.testing.assert_close(outs[-1]["advantages"], last.coef.to(outs[-1]["advantages"]))
+    # the policy's own output layer: Qwen2's last hidden state times lm_head gives its logits, so the
+    # features are the gradients of its log-probabilities
+    ids = torch.cat([outs[-1]["prompt_ids"], outs[-1]["completion_ids"]], 1)
+    with torch.no_grad():
+        out = trainer.model(input_ids=ids, output_hidden_states=True)
+    torch.testing.assert_close(out.hidden_states[-1] @ trainer.model.lm_head.weight.T, out.logits,
+                               atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="exactly two reward functions"):
+        SetGRPOTrainer(model=model, reward_funcs=[grader_a], args=args, processing_class=tok,
+                       train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]))
