@@ -201,6 +201,25 @@ display(Markdown("\n".join(lines)))
 (out / "05_setgrpo_invariance.md").write_text("\n".join(lines) + "\n")
 
 # %% [markdown]
+# ## On a language model
+# The same estimator runs inside TRL: `setpo.setgrpo.SetGRPOTrainer` is TRL's `GRPOTrainer` with two reward
+# functions acting as the graders. Each generation batch costs one extra no-grad forward pass for the
+# per-response gradient features (`lm_head_gradient_features`: the output layer's gradient of the
+# length-normalised log-probability, randomly projected), and calibration batches are re-graded by calling the
+# reward functions again. Until the first calibration completes it keeps TRL's own advantages.
+#
+# ```python
+# from trl import GRPOConfig
+# from setpo.setgrpo import SetGRPOConfig, SetGRPOTrainer
+#
+# trainer = SetGRPOTrainer(model=model, reward_funcs=[judge_a, judge_b], args=GRPOConfig(...),
+#                          train_dataset=dataset, processing_class=tokenizer,
+#                          setgrpo=SetGRPOConfig(recalibrate_every=50), calibration_groups=512,
+#                          n_regrades=1, feature_dims=(16, 16))
+# trainer.train()
+# ```
+
+# %% [markdown]
 # ## What this toy does and does not show
 # * The gain comes from grader *disagreement*: SetGRPO's box is wide where the graders' tastes differ, and
 #   the risk gate turns that into fewer updates from those groups. With taste switched off

@@ -691,6 +691,8 @@ class SetGRPOConfig:
             _check_level(getattr(self, name), name)
         if not self.sigma_min > 0:
             raise ValueError(f"sigma_min must be positive, got {self.sigma_min}")
+        if self.scale not in SCALES:
+            raise ValueError(f"scale must be one of {SCALES}, got {self.scale!r}")
         if not self.tau_grid or any(not 0 <= t < math.inf for t in self.tau_grid):
             raise ValueError(f"tau_grid must be a non-empty sequence of finite values >= 0, got {self.tau_grid}")
         if any(b > a for a, b in zip(self.tau_grid, self.tau_grid[1:])):
