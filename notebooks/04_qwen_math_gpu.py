@@ -62,6 +62,7 @@ import torch
 from IPython.display import Markdown, display
 
 from setpo import math_data as md
+from setpo import math_lm as ml
 from setpo.countdown_lm import quiet_libraries
 from setpo.embed import load_embedder
 from setpo.figures import save_figure
@@ -72,13 +73,13 @@ if not CUDA:
     torch.set_num_threads(2)
 if SMOKE:
     # a fresh run folder every time, so the smoke run really trains instead of resuming a finished one
-    cfg = md.MathRunConfig.cpu_demo(smoke=True, algo=ALGO, lam=SETPO_LAMBDA, run_dir=tempfile.mkdtemp())
+    cfg = ml.MathRunConfig.cpu_demo(smoke=True, algo=ALGO, lam=SETPO_LAMBDA, run_dir=tempfile.mkdtemp())
     PROJECTION = "pca"
 elif MODEL_PATH is None:
-    cfg = md.MathRunConfig.cpu_demo(algo=ALGO, lam=SETPO_LAMBDA, embedder=EMBEDDING_MODEL_PATH,
+    cfg = ml.MathRunConfig.cpu_demo(algo=ALGO, lam=SETPO_LAMBDA, embedder=EMBEDDING_MODEL_PATH,
                                     train_file=TRAIN_FILE, val_file=VAL_FILE, run_dir=RUN_DIR)
 else:
-    cfg = md.MathRunConfig(model_path=MODEL_PATH, embedder=EMBEDDING_MODEL_PATH, train_file=TRAIN_FILE,
+    cfg = ml.MathRunConfig(model_path=MODEL_PATH, embedder=EMBEDDING_MODEL_PATH, train_file=TRAIN_FILE,
                            val_file=VAL_FILE, algo=ALGO, lam=SETPO_LAMBDA, max_steps=MAX_STEPS, eval_k=EVAL_K,
                            eval_limit=EVAL_LIMIT, run_dir=RUN_DIR)
 TINY = cfg.model_path is None
@@ -99,12 +100,12 @@ cfg
 # LaTeX, never executed).
 
 # %%
-train, val = md.load_study_problems(cfg)
+train, val = ml.load_study_problems(cfg)
 probes = val[:cfg.n_probe]
-model_path = md.resolve_model_path(cfg)
-tokenizer = md.load_tokenizer(model_path)
+model_path = ml.resolve_model_path(cfg)
+tokenizer = ml.load_tokenizer(model_path)
 print(f"{len(train)} training and {len(val)} validation problems; model: {model_path}")
-print(md.chat_prompts(tokenizer, [train[0].question])[0] + "…", "\nreference answer:", train[0].answer)
+print(ml.chat_prompts(tokenizer, [train[0].question])[0] + "…", "\nreference answer:", train[0].answer)
 
 # %% [markdown]
 # ## Train the baseline and SetPO
@@ -118,7 +119,7 @@ print(md.chat_prompts(tokenizer, [train[0].question])[0] + "…", "\nreference a
 
 # %%
 embedder = load_embedder(cfg.embedder, device="cuda" if CUDA else "cpu")
-finals = md.train_runs(cfg, train, probes, embedder=embedder)
+finals = ml.train_runs(cfg, train, probes, embedder=embedder)
 run_dirs = {label: Path(cfg.run_dir) / label.replace("+", "_") for label in finals}
 
 # %% [markdown]
@@ -157,7 +158,7 @@ display(fig_curves)
 # paper's avg@64). With several validation sources (e.g. GSM8K and MATH500) the table splits by source.
 
 # %%
-results = {label: md.evaluate_avg_at_k(cfg, final, val, cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
+results = {label: ml.evaluate_avg_at_k(cfg, final, val, cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
            for label, final in finals.items()}
 sources = sorted({s for r in results.values() for s in r["per_source"]})
 rows = ["| run | " + " | ".join(sources) + f" | all (avg@{cfg.eval_k}) |", "|---" * (len(sources) + 2) + "|"]
@@ -180,7 +181,7 @@ display(Markdown(table + note))
 # responses to a prompt shrink to one spot; SetPO's should stay spread over several.
 
 # %%
-traj, traj_data = md.trajectory_figure({label: md.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()},
+traj, traj_data = ml.trajectory_figure({label: ml.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()},
                                        embedder, method=PROJECTION, seed=cfg.seed)
 if TINY:
     traj.update_layout(title=traj.layout.title.text + " · tiny random model: means nothing")

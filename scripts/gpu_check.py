@@ -106,48 +106,48 @@ def check_embedders(device: str) -> dict:
 
 
 def check_training(device: str, run_root: Path) -> dict:
-    from setpo import math_data as md
+    from setpo import math_lm as ml
     from setpo.countdown_lm import quiet_libraries
     from setpo.embed import load_embedder
 
     quiet_libraries()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    cfg = md.MathRunConfig.cpu_demo(run_dir=str(run_root / "generate"), use_vllm=False, max_steps=3, save_steps=2,
+    cfg = ml.MathRunConfig.cpu_demo(run_dir=str(run_root / "generate"), use_vllm=False, max_steps=3, save_steps=2,
                                     probe_every=2, max_completion_length=48, eval_k=4, eval_limit=8)
-    train, val = md.load_study_problems(cfg)
+    train, val = ml.load_study_problems(cfg)
     embedder = load_embedder(cfg.embedder, device=device)
     t0 = time.time()
-    finals = md.train_runs(cfg, train, val[:cfg.n_probe], embedder=embedder)
+    finals = ml.train_runs(cfg, train, val[:cfg.n_probe], embedder=embedder)
     out: dict = {"generate": {"train_s": time.time() - t0}}
     for label, final in finals.items():
         done = json.loads((final / "done.json").read_text())
         assert done["steps"] == 3, f"{label} ran {done['steps']} steps"
         history = json.loads((final.parent / "log_history.json").read_text())
         assert any("setpo/s_mean" in h for h in history), f"{label}: no SetPO metrics logged"
-        res = md.evaluate_avg_at_k(cfg, final, val)
+        res = ml.evaluate_avg_at_k(cfg, final, val)
         out["generate"][label] = {"steps": done["steps"], "avg_at_k": res["avg_at_k"], "eval_s": res["seconds"]}
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()
         assert peak > 0, "nothing was allocated on the GPU: training did not run there"
         out["generate"]["peak_gpu_mib"] = peak / 2**20
-    probes = {label: md.read_probes(f.parent / "probes.jsonl") for label, f in finals.items()}
-    fig, data = md.trajectory_figure(probes, embedder, method="pca")
+    probes = {label: ml.read_probes(f.parent / "probes.jsonl") for label, f in finals.items()}
+    fig, data = ml.trajectory_figure(probes, embedder, method="pca")
     assert data["steps"] == [0, 2, 3], data["steps"]
     out["generate"]["trajectory_points"] = sum(len(v["xy"]) for v in data["points"].values())
 
-    if device != "cuda" or not md._vllm_available():
+    if device != "cuda" or not ml._vllm_available():
         out["vllm"] = "skipped: " + ("no CUDA" if device != "cuda" else "vllm is not installed")
     elif elapsed() > BUDGET_S - 240:
         out["vllm"] = f"skipped: {elapsed():.0f} s used, not enough time left for vLLM start-up"
     else:
-        vcfg = md.MathRunConfig.cpu_demo(run_dir=str(run_root / "vllm"), use_vllm=True, max_steps=2, save_steps=2,
+        vcfg = ml.MathRunConfig.cpu_demo(run_dir=str(run_root / "vllm"), use_vllm=True, max_steps=2, save_steps=2,
                                          probe_every=2, max_completion_length=48, eval_k=4, eval_limit=8,
                                          vllm_gpu_memory_utilization=0.2)
         t0 = time.time()
-        final = md.in_fresh_process(md.train_run, vcfg, "SetPO+GRPO", vcfg.lam_value, list(train), list(val[:2]))
+        final = ml.in_fresh_process(ml.train_run, vcfg, "SetPO+GRPO", vcfg.lam_value, list(train), list(val[:2]))
         train_s = time.time() - t0
-        res = md.evaluate_avg_at_k(vcfg, final, val)
+        res = ml.evaluate_avg_at_k(vcfg, final, val)
         steps = json.loads((final / "done.json").read_text())["steps"]
         assert steps == 2, f"vLLM run ran {steps} steps"
         out["vllm"] = {"train_s": train_s, "steps": steps, "avg_at_k": res["avg_at_k"], "eval_s": res["seconds"],

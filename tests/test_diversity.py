@@ -23,7 +23,7 @@ def test_closed_form_matches_definition(g_size):
 
 
 def test_contiguous_groups_match_definition_per_group():
-    sizes, rows = [5] * 6, []
+    sizes = [5] * 6
     e = torch.cat([random_set(n, seed=i) for i, n in enumerate(sizes)])
     s = setpo.diversity_marginals(e, group_size=5)
     for b in range(6):

@@ -9,6 +9,8 @@ import pytest
 
 from setpo import math_data as md
 
+from setpo import math_lm as ml
+
 
 def _write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -182,7 +184,7 @@ def test_cli_prepare_and_smoke(tmp_path, capsys):
 
 
 def test_chat_tokenizer_round_trips_and_renders_the_template():
-    tok = md.build_chat_tokenizer()
+    tok = ml.build_chat_tokenizer()
     text = md.qwen_math_prompt("What is 2+3? Answer in \\boxed{}.")
     assert tok.decode(tok(text)["input_ids"]) == text
     rendered = tok.apply_chat_template(md.qwen_math_messages("What is 2+3?"), tokenize=False,
@@ -209,59 +211,59 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
         def on_save(self, args, state, control, **kw):
             raise _Crash(state.global_step)
 
-    cfg = md.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path / "run"))
-    train, val = md.load_study_problems(cfg)
+    cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path / "run"))
+    train, val = ml.load_study_problems(cfg)
     probes = val[:cfg.n_probe]
     emb = HashedNgramEmbedder()
     with pytest.raises(_Crash):
-        md.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, callbacks=[CrashAfterFirstSave()])
+        ml.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, callbacks=[CrashAfterFirstSave()])
     run_dir = tmp_path / "run" / "SetPO_GRPO"
     assert (run_dir / "checkpoint-1").is_dir() and not (run_dir / "final").exists()
     logs = []
-    final = md.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, log=logs.append)
+    final = ml.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, log=logs.append)
     assert "resuming from checkpoint-1" in logs[0]
     assert json.loads((final / "done.json").read_text())["steps"] == 2
     assert json.loads((run_dir / "run_config.json").read_text())["lambda"] == 0.05
     history = json.loads((run_dir / "log_history.json").read_text())
     assert [h["step"] for h in history if "loss" in h] == [1, 2]  # step 1's log came back with the checkpoint
     assert any("setpo/s_mean" in h for h in history)
-    records = md.read_probes(run_dir / "probes.jsonl")
+    records = ml.read_probes(run_dir / "probes.jsonl")
     assert sorted({r["step"] for r in records}) == [0, 1, 2]  # the resumed run did not sample step 0 or 1 again
     assert len(records) == 3 * cfg.n_probe * cfg.probe_samples
-    assert md.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, log=logs.append) == final and len(logs) == 1
+    assert ml.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, log=logs.append) == final and len(logs) == 1
 
-    result = md.evaluate_avg_at_k(cfg, final, val, cache=tmp_path / "eval.json")
+    result = ml.evaluate_avg_at_k(cfg, final, val, cache=tmp_path / "eval.json")
     assert result["k"] == cfg.eval_k and result["n_problems"] == cfg.eval_limit
     assert 0.0 <= result["avg_at_k"] <= 1.0 and len(result["pass_at_k"]) == cfg.eval_k
-    assert md.evaluate_avg_at_k(cfg, "/nonexistent", val, cache=tmp_path / "eval.json") == result  # cached
+    assert ml.evaluate_avg_at_k(cfg, "/nonexistent", val, cache=tmp_path / "eval.json") == result  # cached
 
-    fig, data = md.trajectory_figure({"SetPO+GRPO": records}, emb, method="pca")
+    fig, data = ml.trajectory_figure({"SetPO+GRPO": records}, emb, method="pca")
     hover = [cd[2] for trace in fig.data for cd in trace.customdata]
     assert len(hover) == len(records) and data["steps"] == [0, 1, 2]
-    assert md._hover_text(records[0]["text"]) in hover
+    assert ml._hover_text(records[0]["text"]) in hover
 
 
 def test_run_config_checks_and_presets():
-    cfg = md.MathRunConfig(algo="dapo")
+    cfg = ml.MathRunConfig(algo="dapo")
     assert cfg.runs() == {"DAPO": 0.0, "SetPO+DAPO": 0.2}
-    args = md.trl_args(md.MathRunConfig(algo="gspo", use_vllm=False), 0.1, "/tmp/x")
+    args = ml.trl_args(ml.MathRunConfig(algo="gspo", use_vllm=False), 0.1, "/tmp/x")
     assert args.importance_sampling_level == "sequence" and args.setpo_lambda == 0.1
     assert (args.num_generations, args.temperature, args.max_completion_length, args.beta) == (6, 0.9, 756, 1e-4)
     # one generation batch of 64 prompts x 6 completions = one optimizer step
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 64 * 6
     assert args.lr_scheduler_type == "constant"
     with pytest.raises(ValueError, match="num_generations >= 3"):
-        md.MathRunConfig(num_generations=2)
+        ml.MathRunConfig(num_generations=2)
     with pytest.raises(ValueError, match="multiple of micro_batch"):
-        md.MathRunConfig(prompts_per_step=3, micro_batch=4)
+        ml.MathRunConfig(prompts_per_step=3, micro_batch=4)
     with pytest.raises(FileNotFoundError, match="MODEL_PATH"):
-        md.resolve_model_path(md.MathRunConfig(model_path="/no/such/model"))
+        ml.resolve_model_path(ml.MathRunConfig(model_path="/no/such/model"))
 
 
 def test_vllm_work_goes_to_fresh_processes(monkeypatch):
-    assert md.in_fresh_process(md.math_reward, "so \\boxed{3}", "3") == 1.0  # a real spawned process
+    assert ml.in_fresh_process(md.math_reward, "so \\boxed{3}", "3") == 1.0  # a real spawned process
     calls = []
-    monkeypatch.setattr(md, "in_fresh_process", lambda fn, *args, **kw: calls.append((fn.__name__, args[1])) or args[1])
-    cfg = md.MathRunConfig(use_vllm=True, algo="gspo")
-    assert md.train_runs(cfg, [], [], log=lambda *_: None) == {"GSPO": "GSPO", "SetPO+GSPO": "SetPO+GSPO"}
+    monkeypatch.setattr(ml, "in_fresh_process", lambda fn, *args, **kw: calls.append((fn.__name__, args[1])) or args[1])
+    cfg = ml.MathRunConfig(use_vllm=True, algo="gspo")
+    assert ml.train_runs(cfg, [], [], log=lambda *_: None) == {"GSPO": "GSPO", "SetPO+GSPO": "SetPO+GSPO"}
     assert calls == [("train_run", "GSPO"), ("train_run", "SetPO+GSPO")]

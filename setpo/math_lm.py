@@ -1,0 +1,524 @@
+"""Training and evaluation on math word problems with TRL: the driver behind notebook 04.
+
+GRPO vs SetPO+GRPO (GSPO / DAPO one switch away, ``setpo.presets``) on one machine with TRL's
+``GRPOTrainer`` (``setpo.trl.SetPOTrainer``), vLLM for generation when there is a GPU, and a tiny randomly
+initialised Qwen2 model with a character-level ChatML tokenizer on a CPU, where the numbers mean nothing
+but every code path runs. Data, template and reward come from ``setpo.math_data``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from setpo.math_data import (MathProblem, load_math_problems, math_reward, math_reward_func, qwen_math_messages,
+                              smoke_problems, to_trl_records)
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
+    " + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+_CHAT_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>")
+
+
+def build_chat_tokenizer():
+    """Character-level tokenizer with Qwen's ChatML special tokens and chat template, for the tiny model.
+
+    Every printable ASCII character, newline and tab is one token; ``<|im_start|>``, ``<|im_end|>`` (end of
+    a turn, the EOS) and ``<|endoftext|>`` (padding) are one token each; anything else is ``<unk>``. Decoding
+    concatenates pieces, so ASCII text round-trips exactly. **Design choice**: a random model has nothing to
+    gain from a real vocabulary, and a 100-token one keeps the tiny model tiny.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pieces = list(_CHAT_SPECIALS) + ["\n", "\t"] + [chr(c) for c in range(32, 127)]
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(pieces)}, unk_token="<unk>"))
+    specials = "|".join(re.escape(t) for t in _CHAT_SPECIALS)
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(rf"{specials}|[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+                                  unk_token="<unk>", additional_special_tokens=["<|im_start|>"])
+    out.chat_template = CHATML_TEMPLATE
+    out.padding_side = "left"
+    return out
+
+
+@dataclass(frozen=True)
+class TinyQwen2:
+    """Shape of the randomly initialised Qwen2ForCausalLM used without MODEL_PATH (about 0.4M parameters).
+
+    head_dim = hidden_size / num_attention_heads = 64, a size every attention kernel (and vLLM) supports.
+    """
+
+    hidden_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    intermediate_size: int = 256
+    max_position_embeddings: int = 1024
+
+
+def make_tiny_model(path: str | Path, size: TinyQwen2 = TinyQwen2(), seed: int = 0) -> Path:
+    """Write a tiny random Qwen2 model and its chat tokenizer to ``path`` (reused if already there).
+
+    Everything downstream loads models by path (TRL builds its KL reference model from it), exactly as with
+    a real MODEL_PATH.
+    """
+    from setpo.countdown_lm import ModelSize, build_model
+
+    p = Path(path)
+    if (p / "config.json").is_file() and (p / "tokenizer.json").is_file():
+        return p
+    tokenizer = build_chat_tokenizer()
+    model = build_model(tokenizer, ModelSize(**{f: getattr(size, f) for f in size.__dataclass_fields__}), seed=seed)
+    p.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(p))
+    tokenizer.save_pretrained(str(p))
+    return p
+
+
+def load_tokenizer(model_path: str | Path):
+    """The model's tokenizer, left-padded for generation; it must have a chat template."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_path))
+    if tok.chat_template is None:
+        raise ValueError(f"the tokenizer at {model_path} has no chat template; the Qwen-Math prompt needs one")
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def chat_prompts(tokenizer, questions: Sequence[str]) -> list[str]:
+    """Questions rendered with the Qwen-Math template by the tokenizer's chat template, ready to generate."""
+    return [tokenizer.apply_chat_template(qwen_math_messages(q), tokenize=False, add_generation_prompt=True)
+            for q in questions]
+
+
+@dataclass
+class MathRunConfig:
+    """One notebook-04 study: every knob, with the paper's math settings as defaults (PAPERS.md).
+
+    model_path: MODEL_PATH, a local base model (Qwen2.5-Math-1.5B/7B); None builds a tiny random Qwen2 in
+        ``run_dir/tiny_model`` (CPU runs: the numbers then mean nothing).
+    embedder: EMBEDDING_MODEL_PATH (paper: Qwen3-Embedding-0.6B), or "default" / "hash" (``setpo.embed``).
+    train_file, val_file: TRAIN_FILE, VAL_FILE; None generates ``smoke_problems`` (train_limit / val_limit
+        or 256 / 64 of them).
+    algo: "grpo", "gspo" or "dapo" (``setpo.presets``; clip, ratio level, loss aggregation, lr, λ).
+    lam: λ of the SetPO run (None: the preset's). The baseline run is the same with λ = 0.
+    num_generations (G), temperature, max_completion_length, beta (KL), prompts_per_step (global batch, in
+        prompts), num_train_epochs: the paper's 6, 0.9, 756, 1e-4, 64, 2. lr: the preset's unless set.
+    micro_batch: completions per forward/backward pass; gradient accumulation fills the step, so each
+        generation batch is exactly one optimizer step (on-policy).
+    max_steps: > 0 stops early (smoke runs). save_steps: checkpoint interval; a rerun resumes from the last.
+    use_vllm: TRL's vLLM generation (colocated); None = when CUDA and vllm are both available.
+    eval_k, eval_temperature, eval_top_p: Pass@1 as avg@k (paper: k = 64, T = 0.5, top-p 0.9).
+    eval_limit: evaluate the first N validation problems only (None: all).
+    n_probe, probe_samples, probe_every: responses to the first n_probe validation questions sampled every
+        probe_every steps at the rollout temperature, for the embedding-trajectory figure.
+    run_dir: where models, checkpoints, logs and evaluations go.
+    """
+
+    model_path: str | None = None
+    embedder: str = "default"
+    train_file: str | None = None
+    val_file: str | None = None
+    algo: str = "grpo"
+    lam: float | None = None
+    num_generations: int = 6
+    temperature: float = 0.9
+    max_completion_length: int = 756
+    beta: float = 1e-4
+    prompts_per_step: int = 64
+    micro_batch: int = 8
+    num_train_epochs: float = 2.0
+    max_steps: int = -1
+    lr: float | None = None
+    save_steps: int = 50
+    use_vllm: bool | None = None
+    vllm_gpu_memory_utilization: float = 0.3
+    eval_k: int = 64
+    eval_temperature: float = 0.5
+    eval_top_p: float = 0.9
+    eval_limit: int | None = None
+    train_limit: int | None = None
+    val_limit: int | None = None
+    n_probe: int = 4
+    probe_samples: int = 8
+    probe_every: int = 20
+    seed: int = 0
+    run_dir: str = "runs/qwen_math"
+
+    def __post_init__(self):
+        from setpo.presets import get_preset
+
+        get_preset(self.algo)
+        if self.num_generations < 3:
+            raise ValueError(f"SetPO needs num_generations >= 3, got {self.num_generations}")
+        if (self.prompts_per_step * self.num_generations) % self.micro_batch:
+            raise ValueError(f"prompts_per_step * num_generations ({self.prompts_per_step * self.num_generations}) "
+                             f"must be a multiple of micro_batch ({self.micro_batch})")
+        for name in ("eval_k", "probe_samples", "probe_every", "save_steps", "prompts_per_step", "n_probe"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @classmethod
+    def cpu_demo(cls, smoke: bool = False, **overrides) -> "MathRunConfig":
+        """The CPU setting: tiny random model, generated problems, short completions, a few steps."""
+        base = dict(model_path=None, train_file=None, val_file=None, embedder="hash" if smoke else "default",
+                    max_completion_length=16 if smoke else 48, prompts_per_step=2 if smoke else 4,
+                    micro_batch=6, max_steps=2 if smoke else 30, save_steps=1 if smoke else 10,
+                    eval_k=2 if smoke else 8, eval_limit=4 if smoke else 32, train_limit=32 if smoke else 256,
+                    val_limit=8 if smoke else 64, n_probe=2 if smoke else 4, probe_samples=3 if smoke else 8,
+                    probe_every=1 if smoke else 10)
+        return cls(**{**base, **overrides})
+
+    @property
+    def lam_value(self) -> float:
+        from setpo.presets import get_preset
+
+        return get_preset(self.algo).lam if self.lam is None else float(self.lam)
+
+    def runs(self) -> dict[str, float]:
+        """Run label -> λ: the plain baseline and SetPO, with identical everything else."""
+        name = self.algo.upper()
+        return {name: 0.0, f"SetPO+{name}": self.lam_value}
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def uses_vllm(cfg: MathRunConfig) -> bool:
+    """Whether generation goes through vLLM: ``cfg.use_vllm``, or (None) when CUDA and vllm are available."""
+    return (_cuda() and _vllm_available()) if cfg.use_vllm is None else bool(cfg.use_vllm)
+
+
+def in_fresh_process(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` in a newly spawned Python process and return its result.
+
+    Used for everything that starts a vLLM engine: an engine keeps its GPU memory and distributed state until
+    its process exits, so each training run and each evaluation gets its own process and the next one
+    starts clean.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args, **kwargs).result()
+
+
+def resolve_model_path(cfg: MathRunConfig) -> Path:
+    """MODEL_PATH if given (it must exist), else the tiny model under ``run_dir``."""
+    if cfg.model_path:
+        p = Path(cfg.model_path).expanduser()
+        if not p.is_dir():
+            raise FileNotFoundError(f"no model directory at {str(p)!r}; set MODEL_PATH to a local copy, e.g. "
+                                    "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`, or leave "
+                                    "it None for the tiny random model")
+        return p
+    return make_tiny_model(Path(cfg.run_dir) / "tiny_model", seed=cfg.seed)
+
+
+def load_study_problems(cfg: MathRunConfig) -> tuple[list[MathProblem], list[MathProblem]]:
+    """(train, validation) problems from TRAIN_FILE / VAL_FILE, or generated ones."""
+    train = (load_math_problems(cfg.train_file, limit=cfg.train_limit) if cfg.train_file
+             else smoke_problems(cfg.train_limit or 256, seed=cfg.seed))
+    val = (load_math_problems(cfg.val_file, limit=cfg.val_limit) if cfg.val_file
+           else smoke_problems(cfg.val_limit or 64, seed=cfg.seed + 1))
+    return train, val
+
+
+def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path):
+    """The ``setpo.trl`` config of one run: the preset's loss settings, the paper's sampling, our batch shape."""
+    from setpo.trl import config_for
+
+    cuda = _cuda()
+    use_vllm = uses_vllm(cfg)
+    completions = cfg.prompts_per_step * cfg.num_generations
+    extra = {} if cfg.lr is None else {"learning_rate": cfg.lr}
+    if use_vllm:
+        extra.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+    return config_for(
+        cfg.algo, output_dir=str(output_dir), setpo_lambda=lam, embedder=cfg.embedder,
+        num_generations=cfg.num_generations,
+        temperature=cfg.temperature, top_p=1.0, max_completion_length=cfg.max_completion_length, beta=cfg.beta,
+        per_device_train_batch_size=cfg.micro_batch, gradient_accumulation_steps=completions // cfg.micro_batch,
+        num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps, lr_scheduler_type="constant",
+        warmup_steps=0, save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1, logging_steps=1,
+        report_to=[], use_cpu=not cuda, bf16=cuda, gradient_checkpointing=cuda and cfg.model_path is not None,
+        seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0, **extra)
+
+
+def sample_responses(model, tokenizer, questions: Sequence[str], n: int, temperature: float, top_p: float,
+                     max_new_tokens: int, seed: int = 0, batch_sequences: int = 64) -> list[list[str]]:
+    """n responses per question with ``generate`` on the model's device (special tokens dropped), in order.
+
+    Questions go in batches of about ``batch_sequences`` sequences, each seeded from ``seed`` and its position,
+    so the samples do not depend on what ran before. The model's train/eval mode is restored afterwards.
+    """
+    import torch
+
+    if n < 1 or temperature <= 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need n >= 1, temperature > 0 and 0 < top_p <= 1, got {n}, {temperature}, {top_p}")
+    prompts = chat_prompts(tokenizer, questions)
+    was_training = model.training
+    model.eval()
+    per_batch = max(1, batch_sequences // n)
+    out: list[list[str]] = []
+    try:
+        with torch.inference_mode():
+            for b in range(0, len(prompts), per_batch):
+                chunk = prompts[b:b + per_batch]
+                # the template already holds every special token: add none (Qwen has no BOS; others might)
+                enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
+                                add_special_tokens=False).to(model.device)
+                torch.manual_seed(seed * 1_000_003 + b)
+                gen = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                                     max_new_tokens=max_new_tokens, num_return_sequences=n,
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+                texts = tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                out.extend(texts[i * n:(i + 1) * n] for i in range(len(chunk)))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)  # atomic: an interrupted run never leaves half a file
+
+
+def probe_callback(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer, path: Path):
+    """A TrainerCallback that samples responses to fixed probe questions at step 0 and every probe_every steps.
+
+    Appends {"step", "probe", "question", "answer", "text", "reward"} lines to ``path`` (JSONL); a step already
+    there is not sampled again, so a resumed run continues the file.
+    """
+    from transformers import TrainerCallback
+
+    class ProbeCallback(TrainerCallback):
+        def _record(self, model, step: int) -> None:
+            if path.exists():
+                with path.open() as f:
+                    if step in {json.loads(line)["step"] for line in f if line.strip()}:
+                        return
+            texts = sample_responses(model, tokenizer, [p.question for p in probes], cfg.probe_samples,
+                                     cfg.temperature, 1.0, cfg.max_completion_length, seed=cfg.seed + step)
+            with path.open("a") as f:
+                for j, (prob, samples) in enumerate(zip(probes, texts)):
+                    for t in samples:
+                        f.write(json.dumps({"step": step, "probe": j, "question": prob.question,
+                                            "answer": prob.answer, "text": t,
+                                            "reward": math_reward(t, prob.answer)}) + "\n")
+
+        def on_train_begin(self, args, state, control, model=None, **kw):
+            if state.global_step == 0:
+                self._record(model, 0)
+
+        def on_step_end(self, args, state, control, model=None, **kw):
+            if state.global_step % cfg.probe_every == 0 or state.global_step == state.max_steps:
+                self._record(model, state.global_step)
+
+    return ProbeCallback()
+
+
+def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathProblem],
+              probes: Sequence[MathProblem], embedder=None, callbacks: Sequence = (), log=print) -> Path:
+    """Train one run (λ = 0: the baseline) from the base model; resumes from its last checkpoint.
+
+    Writes under ``run_dir/<label>/``: checkpoints, ``final/`` (model + tokenizer + done.json),
+    ``log_history.json`` and ``probes.jsonl``. A finished run is not retrained. Returns ``final/``.
+    """
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from transformers.trainer_callback import PrinterCallback
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from setpo.trl import SetPOTrainer
+
+    out = Path(cfg.run_dir) / label.replace("+", "_")
+    final = out / "final"
+    if (final / "done.json").is_file():
+        return final
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(out / "run_config.json", {"label": label, "lambda": lam, "config": vars(cfg)})  # the record
+    model_path = resolve_model_path(cfg)
+    tokenizer = load_tokenizer(model_path)
+    # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+    args = trl_args(cfg, lam, out)
+    trainer = SetPOTrainer(model=model, reward_funcs=math_reward_func, args=args,
+                           train_dataset=Dataset.from_list(to_trl_records(train)), processing_class=tokenizer,
+                           embedder=embedder,
+                           callbacks=[probe_callback(cfg, probes, tokenizer, out / "probes.jsonl"), *callbacks])
+    trainer.remove_callback(PrinterCallback)  # per-step dicts go to log_history.json, not the notebook
+    resume = get_last_checkpoint(str(out)) if any(out.glob("checkpoint-*")) else None
+    log(f"[{label}] λ={lam}, G={cfg.num_generations}, {cfg.prompts_per_step} prompts/step, "
+        f"vLLM={args.use_vllm}" + (f", resuming from {Path(resume).name}" if resume else ""))
+    t0 = time.time()
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    _write_json(out / "log_history.json", trainer.state.log_history)
+    _write_json(final / "done.json", {"seconds": time.time() - t0, "label": label, "lam": lam,
+                                      "steps": trainer.state.global_step})
+    del trainer, model
+    if _cuda():
+        torch.cuda.empty_cache()  # the next run in this process starts with the memory free
+    return final
+
+
+def _generate_vllm(model_dir: str, prompts: list[str], k: int, temperature: float, top_p: float,
+                   max_new_tokens: int, seed: int, gpu_memory_utilization: float) -> list[list[str]]:
+    """k samples per (already templated) prompt with vLLM; run it through ``in_fresh_process``."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_dir, seed=seed, gpu_memory_utilization=gpu_memory_utilization)
+    params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed,
+                            skip_special_tokens=True)
+    return [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
+
+
+def train_runs(cfg: MathRunConfig, train: Sequence[MathProblem], probes: Sequence[MathProblem], embedder=None,
+               log=print) -> dict[str, Path]:
+    """Every run of ``cfg.runs()`` (baseline, then SetPO), each with ``train_run``; label -> final model dir.
+
+    With vLLM each run trains in its own spawned process (``in_fresh_process``; the embedder is then loaded
+    there from ``cfg.embedder``), otherwise in this one with the given embedder.
+    """
+    finals = {}
+    for label, lam in cfg.runs().items():
+        if uses_vllm(cfg):
+            log(f"[{label}] training in a fresh process (vLLM)")
+            finals[label] = in_fresh_process(train_run, cfg, label, lam, list(train), list(probes))
+        else:
+            finals[label] = train_run(cfg, label, lam, train, probes, embedder=embedder, log=log)
+    return finals
+
+
+def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
+                      cache: str | Path | None = None) -> dict:
+    """Pass@1 as avg@k: k samples per problem at T = eval_temperature, top-p eval_top_p, mean fraction correct.
+
+    Also the unbiased pass@j curve for j = 1..k (``setpo.pass_at_k``) and avg@k per data source. Generation
+    by vLLM when ``use_vllm`` resolves true, else ``generate``. Cached as JSON in ``cache`` when given.
+    Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds"}.
+    """
+    from setpo.metrics import pass_at_k
+
+    if cache is not None and Path(cache).is_file():
+        return json.loads(Path(cache).read_text())
+    problems = list(problems[:cfg.eval_limit] if cfg.eval_limit else problems)
+    tokenizer = load_tokenizer(model_dir)
+    t0 = time.time()
+    if uses_vllm(cfg):
+        prompts = chat_prompts(tokenizer, [p.question for p in problems])
+        texts = in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length,
+                                 cfg.seed + 1, 0.85)
+    else:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        cuda = _cuda()
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16 if cuda else torch.float32)
+        model.to("cuda" if cuda else "cpu")
+        texts = sample_responses(model, tokenizer, [p.question for p in problems], cfg.eval_k,
+                                 cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length, seed=cfg.seed + 1)
+    correct = [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)]
+    k = cfg.eval_k
+    per_source: dict[str, list[float]] = {}
+    for p, c in zip(problems, correct):
+        per_source.setdefault(p.source, []).append(c / k)
+    result = {
+        "avg_at_k": sum(c / k for c in correct) / len(correct), "k": k,
+        "per_source": {s: sum(v) / len(v) for s, v in per_source.items()},
+        "pass_at_k": [sum(pass_at_k(k, int(c), j) for c in correct) / len(correct) for j in range(1, k + 1)],
+        "correct": correct, "n_problems": len(problems), "temperature": cfg.eval_temperature,
+        "top_p": cfg.eval_top_p, "examples": [ts[:2] for ts in texts[:3]], "seconds": time.time() - t0,
+    }
+    if cache is not None:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        _write_json(Path(cache), result)
+    return result
+
+
+def read_probes(path: str | Path) -> list[dict]:
+    """The records a run's probe callback wrote (``probes.jsonl``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no probe file at {p}; train the run first")
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def trajectory_figure(probes_by_run: Mapping[str, Sequence[dict]], embedder, method: str = "umap", seed: int = 0):
+    """Embedding trajectories of the responses to fixed prompts over training, one panel per run.
+
+    probes_by_run: run label -> probe records (``read_probes``). All responses of all runs are embedded with
+    ``embedder`` and projected together (``setpo.figures.project_2d``), so panels share one map. Colour is
+    the training step, marker the probe question (circle filled = correct); hovering shows the response.
+    Returns (plotly Figure, data dict with the 2-D points, for a static twin).
+    """
+    import numpy as np
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from setpo.figures import STAGE_COLOURS, project_2d
+
+    labels = list(probes_by_run)
+    records = [(label, r) for label in labels for r in probes_by_run[label]]
+    if not records:
+        raise ValueError("no probe records to plot")
+    emb = embedder([r["text"] for _, r in records])
+    xy = project_2d(np.asarray(emb, dtype=np.float64), method=method, seed=seed)
+    steps = sorted({r["step"] for _, r in records})
+    colour = {s: STAGE_COLOURS[min(i * (len(STAGE_COLOURS) - 1) // max(len(steps) - 1, 1), len(STAGE_COLOURS) - 1)]
+              for i, s in enumerate(steps)}
+    symbols = ["circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon"]
+    fig = make_subplots(rows=1, cols=len(labels), subplot_titles=labels, shared_xaxes=True, shared_yaxes=True)
+    points = {}
+    for col, label in enumerate(labels, 1):
+        idx = [i for i, (lab, _) in enumerate(records) if lab == label]
+        points[label] = {"xy": xy[idx].tolist(), "step": [records[i][1]["step"] for i in idx]}
+        for step in steps:
+            rows = [i for i in idx if records[i][1]["step"] == step]
+            if not rows:
+                continue
+            recs = [records[i][1] for i in rows]
+            fig.add_trace(go.Scatter(
+                x=xy[rows, 0], y=xy[rows, 1], mode="markers", name=f"step {step}", legendgroup=str(step),
+                showlegend=col == 1,
+                marker=dict(color=colour[step], size=8, line=dict(width=1, color="black"),
+                            symbol=[symbols[r["probe"] % len(symbols)] + ("" if r["reward"] else "-open")
+                                    for r in recs]),
+                customdata=[[r["probe"], r["reward"], _hover_text(r["text"])] for r in recs],
+                hovertemplate="step " + str(step) + " · prompt %{customdata[0]} · reward %{customdata[1]}"
+                              "<br>%{customdata[2]}<extra></extra>"), row=1, col=col)
+    fig.update_layout(width=520 * len(labels), height=520, title="Responses to fixed prompts over training "
+                      f"({method.upper()} of their embeddings; filled = correct)")
+    return fig, {"points": points, "steps": steps, "method": method}
+
+
+def _hover_text(text: str, width: int = 80, max_lines: int = 12) -> str:
+    import html
+    import textwrap
+
+    lines = textwrap.wrap(text.replace("\n", " ⏎ "), width) or ["(empty)"]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines] + ["…"]
+    return "<br>".join(html.escape(line) for line in lines)
