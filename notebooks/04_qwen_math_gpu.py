@@ -128,9 +128,6 @@ run_dirs = {label: Path(cfg.run_dir) / label.replace("+", "_") for label in fina
 # distinct correct responses per group, as logged by `SetPOTrainer` for both runs.
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 keys = [("reward", "mean reward"), ("setpo/pairwise_similarity", "within-group similarity"),

@@ -55,12 +55,8 @@ STEPS = 200
 
 # %%
 import math
-from dataclasses import replace
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display

@@ -10,6 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+def static_figure(**kwargs):
+    """A matplotlib Figure drawn without pyplot, so saving PNGs never switches a notebook's backend."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
+
+
 STAGE_COLOURS = ["#440154", "#3b528b", "#21918c", "#5ec962", "#fde725", "#f89540", "#cc4778"]
 
 
@@ -43,14 +50,9 @@ def plotly_to_png(fig, path: Path, dpi: int = 110) -> Path:
     Each subplot's axes are placed from the layout's axis domains, so subplot grids keep their shape. Meant
     for this package's own figures (scatter, lines, markers with text); not a general plotly renderer.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     layout = fig.layout
     width, height = (layout.width or 700) / 100, (layout.height or 450) / 100
-    out = plt.figure(figsize=(width, height))
+    out = static_figure(figsize=(width, height))
     axes = {}
 
     def axis_for(xref: str, yref: str):
@@ -98,7 +100,6 @@ def plotly_to_png(fig, path: Path, dpi: int = 110) -> Path:
     path = Path(path).with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     out.savefig(path, dpi=dpi)
-    plt.close(out)
     return path
 
 
@@ -169,13 +170,9 @@ def toy_trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, promp
 
 def toy_trajectory_png(data: dict, mode_curves: dict, path: Path) -> Path:
     """Static twin of Figure 1 (matplotlib): the projection panels, then mode mass over training per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = data["labels"]
-    fig, axes = plt.subplots(2, len(labels), figsize=(5.2 * len(labels), 9), squeeze=False)
+    fig = static_figure(figsize=(5.2 * len(labels), 9))
+    axes = fig.subplots(2, len(labels), squeeze=False)
     for col, label in enumerate(labels):
         ax = axes[0, col]
         ax.scatter(data["background"][:, 0], data["background"][:, 1], s=5, color="lightgrey")
@@ -210,5 +207,4 @@ def toy_trajectory_png(data: dict, mode_curves: dict, path: Path) -> Path:
     path = Path(path).with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
