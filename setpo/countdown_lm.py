@@ -830,15 +830,12 @@ def pass_at_k_panels(cfg: CountdownLMConfig, summary: dict) -> list[dict]:
 
 def pass_at_k_png(panels: list[dict], path: str | Path, title: str = "") -> Path:
     """Static pass@k figure (matplotlib): a grid of panels (rows: temperature), log-scale k."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's inline backend alone
 
     temps = sorted({p["T"] for p in panels})
     settings = list(dict.fromkeys(p["setting"] for p in panels))
-    fig, axes = plt.subplots(len(temps), len(settings), figsize=(3.3 * len(settings), 3.0 * len(temps) + 0.6),
-                             sharex=True, sharey="row", squeeze=False)
+    fig = Figure(figsize=(3.3 * len(settings), 3.0 * len(temps) + 0.6))
+    axes = fig.subplots(len(temps), len(settings), sharex=True, sharey="row", squeeze=False)
     reds = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b"]
     for p in panels:
         ax = axes[temps.index(p["T"])][settings.index(p["setting"])]
@@ -866,7 +863,6 @@ def pass_at_k_png(panels: list[dict], path: str | Path, title: str = "") -> Path
     path = Path(path).with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -874,16 +870,13 @@ def training_png(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str
                  title: str = "", window: int = 5) -> Path:
     """Static training-curve figure (matplotlib): rows = group sizes, columns = metrics, one line per run
     (colour by lambda), ``window``-step rolling means. ``curves`` from ``training_curves``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's inline backend alone
 
     gs = sorted({r.group_size for r in runs})
     lams = sorted({r.lam for r in runs})
     colours = dict(zip(lams, ["#1f77b4", "#d62728", "#ff7f0e", "#9467bd", "#8c564b"]))
-    fig, axes = plt.subplots(len(gs), len(metrics), figsize=(4.2 * len(metrics), 3.0 * len(gs) + 0.6),
-                             sharex=True, squeeze=False)
+    fig = Figure(figsize=(4.2 * len(metrics), 3.0 * len(gs) + 0.6))
+    axes = fig.subplots(len(gs), len(metrics), sharex=True, squeeze=False)
     for run in runs:
         d = curves[curves.run == run.name]
         if d.empty:
@@ -903,20 +896,16 @@ def training_png(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str
     path = Path(path).with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def probe_png(df, runs: Sequence[RLRun], path: str | Path, title: str = "") -> Path:
     """Static twin of the embedding-trajectory figure (matplotlib): one panel per run, colour = step,
     size = number of identical samples, o correct, x wrong. ``df`` from ``probe_frame``."""
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's inline backend alone
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 4.8), sharex=True, sharey=True,
-                             squeeze=False)
+    fig = Figure(figsize=(5.5 * len(runs), 4.8))
+    axes = fig.subplots(1, len(runs), sharex=True, sharey=True, squeeze=False)
     lo, hi = df.step.min(), df.step.max()
     for ax, run in zip(axes[0], runs):
         for ok, marker in ((True, "o"), (False, "x")):
@@ -933,7 +922,6 @@ def probe_png(df, runs: Sequence[RLRun], path: str | Path, title: str = "") -> P
     path = Path(path).with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
