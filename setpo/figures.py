@@ -62,6 +62,7 @@ def plotly_to_png(fig, path: Path, dpi: int = 110) -> Path:
             ya = layout[f"yaxis{yref[1:]}"] if yref != "y" else layout.yaxis
             (x0, x1), (y0, y1) = xa.domain or (0, 1), ya.domain or (0, 1)
             ax = out.add_axes([0.08 + 0.84 * x0, 0.1 + 0.78 * y0, 0.84 * (x1 - x0), 0.78 * (y1 - y0)])
+            ax.plotly_title_anchor = ((x0 + x1) / 2, y1)  # where make_subplots puts this panel's title
             ax.set_xlabel(xa.title.text or "")
             ax.set_ylabel(ya.title.text or "")
             if xa.range:
@@ -83,7 +84,8 @@ def plotly_to_png(fig, path: Path, dpi: int = 110) -> Path:
         if "markers" in mode:
             colour = trace.marker.color
             numeric = colour is not None and not isinstance(colour, str) and np.issubdtype(np.asarray(colour).dtype, np.number)
-            ax.scatter(x, y, s=(trace.marker.size or 6) ** 2 / 2, c=colour if colour is not None else None,
+            size = np.asarray(trace.marker.size if trace.marker.size is not None else 6, dtype=float)
+            ax.scatter(x, y, s=size ** 2 / 2, c=colour if colour is not None else None,
                        cmap="RdBu" if numeric else None, alpha=trace.marker.opacity or 1.0, label=label,
                        edgecolors="none")
         if "text" in mode and trace.text is not None:
@@ -92,9 +94,10 @@ def plotly_to_png(fig, path: Path, dpi: int = 110) -> Path:
     for ax in axes.values():
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    titles = [a.text for a in (layout.annotations or []) if a.text]
-    for ax, title in zip(sorted(axes.values(), key=lambda a: a.get_position().x0), titles):
-        ax.set_title(title, fontsize=9)
+    for note in layout.annotations or []:  # subplot titles: give each to the panel it sits above
+        if note.text and axes:
+            ax = min(axes.values(), key=lambda a: abs(a.plotly_title_anchor[0] - note.x) + abs(a.plotly_title_anchor[1] - note.y))
+            ax.set_title(note.text, fontsize=9)
     if layout.title and layout.title.text:
         out.suptitle(layout.title.text, fontsize=10)
     path = Path(path).with_suffix(".png")
