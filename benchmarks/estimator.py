@@ -15,20 +15,18 @@ Run: `make bench` (all benchmarks) or `python benchmarks/estimator.py`.
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 import setpo
 from setpo.diversity import marginals_by_definition
+from setpo.report import markdown_table, time_side_by_side, write_bench_report
 
 SHAPES = [(64, 8, 384), (512, 16, 1024), (1024, 64, 1024)]
-OUT = Path(__file__).resolve().parent.parent / "runs" / "bench" / "estimator.md"
 
 
 def make_inputs(b, g, d, seed=0):
@@ -40,16 +38,6 @@ def make_inputs(b, g, d, seed=0):
 
 def definition_all_groups(emb, g):
     return torch.cat([marginals_by_definition(chunk) for chunk in emb.split(g)])
-
-
-def time_side_by_side(fns: dict, repeats: int) -> dict:
-    samples = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def peak_extra_bytes(b, g, d) -> int:
@@ -101,17 +89,12 @@ def main() -> None:
             "peak extra / (B·G²·4 B)": round(extra / unit, 1),
             "B·G²·d·4 B would be (MiB)": round(b * g * g * d * 4 / 2**20),
         })
-    header = list(rows[0])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(r[h]) for h in header) + " |" for r in rows]
-    table = "\n".join(lines)
+    table = markdown_table(rows)
     note = (f"\nCPU float32, torch {torch.__version__}, {torch.get_num_threads()} threads; medians of interleaved "
             "repeats. Targets: setpo/floor <= 2 at (512, 16, 1024); definition/setpo >= 50 at G = 16; "
             "peak extra memory O(B·G²).\n")
-    print(table + note)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(table + "\n" + note)
-    OUT.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    out = write_bench_report("estimator", table + "\n" + note)
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -14,28 +14,15 @@ Run: ``make bench`` (all benchmarks) or ``python benchmarks/setgrpo.py``.
 
 from __future__ import annotations
 
-import statistics
-import time
-from pathlib import Path
 
 import torch
 
 import setpo
 from envs.rubric import LinearSoftmaxPolicy, RubricTask, TrainConfig, _draw_groups
+from setpo.report import markdown_table, time_side_by_side, write_bench_report
 from setpo.setgrpo import SetGRPO, reference_coefficients
 
-OUT = Path(__file__).resolve().parent.parent / "runs" / "bench" / "setgrpo.md"
 LM_SHAPES = [(64, 8, 1024), (64, 8, 8192), (256, 16, 4096)]
-
-
-def time_side_by_side(fns: dict, repeats: int) -> dict:
-    samples = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def toy_rows(repeats: int = 60) -> list[dict]:
@@ -136,19 +123,13 @@ def main() -> None:
         rows = toy_rows() + lm_rows()
     finally:
         torch.set_num_threads(threads)  # `setpo bench` runs every benchmark in this process
-    header = list(rows[0])
     fmt = lambda v: v if isinstance(v, str) else ("–" if v != v else f"{v:.3g}")  # noqa: E731
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(r[h]) for h in header) + " |" for r in rows]
     note = (f"\nCPU, torch {torch.__version__}, 1 thread; medians of interleaved repeats. The toy's step is tiny "
             "(a linear policy), so the ratio there is an upper bound on SetGRPO's relative cost; with a language "
             "model the step is dominated by generation and backward, and SetGRPO adds the gradient features (a "
             "model pass per response, not timed here), the coefficient rows above, and grading the calibration "
             "groups. The paper reports 103 s vs 82 s per step (Table 6).\n")
-    table = "\n".join(lines)
-    print(table + note)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(table + "\n" + note)
+    write_bench_report("setgrpo", markdown_table(rows, fmt) + "\n" + note)
 
 
 if __name__ == "__main__":

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import copy
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from setpo.report import write_bench_report
+
 
 STEPS, WARMUP, ROUNDS = 8, 2, 2
 PROMPTS_PER_STEP, G, THREADS = 16, 7, 1
@@ -109,11 +108,8 @@ def main() -> str:
             label = "GRPO (TRL GRPOTrainer)" if k == "grpo" else k
             lines.append(f"| {name} | {label} | {med[k]:.3f} | {med[k] / med['grpo']:.3f} | "
                          f"{'-' if k == 'grpo' else '<= 1.05'} |")
-    table = "\n".join(lines) + "\n"
-    out = ROOT / "runs" / "bench" / "trl_step.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(table)
-    print(table)
+    table = "\n".join(lines)
+    write_bench_report("trl_step", table)
     return table
 
 

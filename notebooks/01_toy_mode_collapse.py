@@ -44,8 +44,8 @@ import torch
 from IPython.display import Markdown, display
 
 from setpo.figures import save_plotly, toy_trajectory_figure, toy_trajectory_png
-from setpo.toy import (DEMO_VARIANTS, ToyConfig, compare, coverage_rows, lambda_sweep, markdown_table,
-                       summary_rows)
+from setpo.report import markdown_table
+from setpo.toy import DEMO_VARIANTS, ToyConfig, compare, coverage_rows, lambda_sweep, summary_rows
 
 torch.set_num_threads(1)
 if SMOKE:

@@ -61,7 +61,6 @@ from pathlib import Path
 import torch
 from IPython.display import Markdown, display
 
-from setpo import math_data as md
 from setpo import math_lm as ml
 from setpo.countdown_lm import quiet_libraries
 from setpo.embed import load_embedder

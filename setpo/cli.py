@@ -43,7 +43,8 @@ def cmd_demo(args) -> None:
 def cmd_sweep(args) -> None:
     import torch
 
-    from setpo.toy import ToyConfig, lambda_sweep, markdown_table
+    from setpo.report import markdown_table
+    from setpo.toy import ToyConfig, lambda_sweep
 
     torch.set_num_threads(1)
     rows = lambda_sweep(ToyConfig(algo=args.algo), args.lams, range(args.seeds))

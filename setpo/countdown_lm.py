@@ -62,9 +62,9 @@ import random
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 

@@ -25,6 +25,7 @@ from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity, mode_coverage
 from setpo.presets import get_preset
+from setpo.report import markdown_table
 
 
 @dataclass
@@ -251,12 +252,6 @@ def coverage_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> 
                          "correct_mass": round(last["correct_mass"], 3),
                          "correct_mode_masses": [round(m, 2) for m in last["mode_mass"][: run.config.bandit.num_correct]]})
     return rows
-
-
-def markdown_table(rows: list[dict]) -> str:
-    header = list(rows[0])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(r[h]) for h in header) + " |" for r in rows])
 
 
 def summary_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> list[dict]:
