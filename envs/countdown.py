@@ -49,6 +49,8 @@ from typing import Iterable, Sequence
 import gymnasium as gym
 import numpy as np
 
+from setpo.completions import completion_text
+
 __all__ = [
     "CORRECT_REWARD",
     "FORMAT_REWARD",
@@ -398,8 +400,8 @@ def correct_canonical_form(text: str, numbers: Sequence[int], target, extract: b
 def trl_reward(completions, numbers, target, **kwargs) -> list[float]:
     """``score_answer`` as a TRL ``GRPOTrainer`` reward function, over a batch.
 
-    completions: texts, or conversational completions (lists of messages; the last message's
-    ``content`` is scored). numbers, target: the dataset columns ``export_parquet(style="trl")`` writes,
+    completions: texts, or conversational completions (lists of messages, their text joined by
+    ``setpo.completions.completion_text``). numbers, target: the dataset columns ``export_parquet(style="trl")`` writes,
     which TRL passes per completion. Other keyword arguments (prompts, trainer_state, ...) are ignored.
     """
     if not (len(completions) == len(numbers) == len(target)):
@@ -409,11 +411,7 @@ def trl_reward(completions, numbers, target, **kwargs) -> list[float]:
         )
     out = []
     for completion, nums, t in zip(completions, numbers, target):
-        if not isinstance(completion, str):
-            if not completion or not isinstance(completion[-1], dict) or "content" not in completion[-1]:
-                raise ValueError(f"a completion must be a str or a list of messages, got {completion!r:.80}")
-            completion = completion[-1]["content"]
-        out.append(score_answer(completion, list(nums), t))
+        out.append(score_answer(completion_text(completion), list(nums), t))
     return out
 
 

@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import shutil
 import sys
@@ -78,6 +77,7 @@ from envs.countdown import (
 )
 from setpo.metrics import distinct_correct_solutions, diversity_width_and_average_modes, pass_at_k
 from setpo.presets import PRESETS
+from setpo.report import write_json
 
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
@@ -413,13 +413,6 @@ def _common_args(cfg: CountdownLMConfig) -> dict:
                 logging_steps=1, dataloader_num_workers=0)
 
 
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)  # atomic: an interrupted run never leaves half a file
-
-
 def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log) -> Path:
     """Warm start by supervised fine-tuning on solver solutions; returns the final model directory."""
     from datasets import Dataset
@@ -447,8 +440,8 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log
     trainer.train(resume_from_checkpoint=_last_checkpoint(out_dir))
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
-    _write_json(out_dir / "log_history.json", trainer.state.log_history)
-    _write_json(final / "done.json", {"seconds": time.time() - t0, "examples": len(examples)})
+    write_json(out_dir / "log_history.json", trainer.state.log_history)
+    write_json(final / "done.json", {"seconds": time.time() - t0, "examples": len(examples)})
     _clean_checkpoints(out_dir)
     return final
 
@@ -552,8 +545,8 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
-    _write_json(out_dir / "log_history.json", trainer.state.log_history)
-    _write_json(final / "done.json", {"seconds": time.time() - t0, "run": asdict(run)})
+    write_json(out_dir / "log_history.json", trainer.state.log_history)
+    write_json(final / "done.json", {"seconds": time.time() - t0, "run": asdict(run)})
     _clean_checkpoints(out_dir)
     return final
 
@@ -575,7 +568,7 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
     result = evaluate_samples(instances, samples)
     result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
                   examples=[s[:4] for s in samples[:5]])
-    _write_json(path, result)
+    write_json(path, result)
     return result
 
 
@@ -611,10 +604,10 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = ("sft", 
             raise ValueError(f"{cfg_path} holds a different config (fields {differ}); use another --out or "
                              "delete that folder")
     else:
-        _write_json(cfg_path, _config_to_json(cfg))
+        write_json(cfg_path, _config_to_json(cfg))
     t0 = time.time()
     data = make_data(cfg)
-    _write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
+    write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
                                     for k in ("train", "val", "test")})
     timings = {}
     sft_dir = out / "sft"
@@ -648,7 +641,7 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = ("sft", 
                 log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
                     f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
         summary = summarize(cfg, results)
-        _write_json(out / "results.json", summary)
+        write_json(out / "results.json", summary)
         (out / "results.md").write_text(results_markdown(cfg, summary))
         log(results_markdown(cfg, summary))
     log(f"[study] finished in {time.time() - t0:.0f}s")

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from setpo.completions import completion_text
+
 QWEN_MATH_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 
 #: verl's ``ability`` column and the default ``data_source`` of generated problems.
@@ -264,15 +266,6 @@ def math_reward(completion: str, answer: str, *, timeout: int = 5) -> float:
         return 1.0 if pred and verify(gold, pred, timeout_seconds=t) else 0.0
     except Exception:  # noqa: BLE001 - a timeout or a parser failure on model text is a wrong answer
         return 0.0
-
-
-def completion_text(completion: Any) -> str:
-    """TRL completions are strings, or for chat prompts a list of messages; return the assistant text."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and all(isinstance(m, Mapping) for m in completion):
-        return "".join(str(m.get("content", "")) for m in completion if m.get("role", "assistant") == "assistant")
-    raise ValueError(f"cannot read a completion of type {type(completion).__name__}")
 
 
 def math_reward_func(completions: Sequence[Any], answer: Sequence[str], **_: Any) -> list[float]:

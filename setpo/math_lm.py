@@ -17,6 +17,7 @@ from pathlib import Path
 
 from setpo.math_data import (MathProblem, load_math_problems, math_reward, math_reward_func, qwen_math_messages,
                               smoke_problems, to_trl_records)
+from setpo.report import write_json
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
@@ -297,12 +298,6 @@ def sample_responses(model, tokenizer, questions: Sequence[str], n: int, tempera
     return out
 
 
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    tmp.replace(path)  # atomic: an interrupted run never leaves half a file
-
-
 def probe_callback(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer, path: Path):
     """A TrainerCallback that samples responses to fixed probe questions at step 0 and every probe_every steps.
 
@@ -357,7 +352,7 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     if (final / "done.json").is_file():
         return final
     out.mkdir(parents=True, exist_ok=True)
-    _write_json(out / "run_config.json", {"label": label, "lambda": lam, "config": vars(cfg)})  # the record
+    write_json(out / "run_config.json", {"label": label, "lambda": lam, "config": vars(cfg)})  # the record
     model_path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(model_path)
     # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
@@ -375,8 +370,8 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
-    _write_json(out / "log_history.json", trainer.state.log_history)
-    _write_json(final / "done.json", {"seconds": time.time() - t0, "label": label, "lam": lam,
+    write_json(out / "log_history.json", trainer.state.log_history)
+    write_json(final / "done.json", {"seconds": time.time() - t0, "label": label, "lam": lam,
                                       "steps": trainer.state.global_step})
     del trainer, model
     if _cuda():
@@ -454,7 +449,7 @@ def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     }
     if cache is not None:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
-        _write_json(Path(cache), result)
+        write_json(Path(cache), result)
     return result
 
 

@@ -1,7 +1,8 @@
-"""Small shared helpers for what the package prints: markdown tables and side-by-side timings."""
+"""Small shared helpers for what runs print and write: markdown tables, side-by-side timings, result files."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -38,3 +39,11 @@ def write_bench_report(name: str, text: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
     return out
+
+
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as JSON atomically (a temp file, then rename): an interrupted run never leaves half a file."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)

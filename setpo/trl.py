@@ -47,6 +47,7 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
 
+from setpo.completions import completion_text
 from setpo.diversity import diversity_marginals
 from setpo.embed import Embedder, load_embedder
 from setpo.metrics import mean_pairwise_similarity
@@ -154,22 +155,6 @@ def config_for(preset: str, **overrides) -> SetPOConfig:
         raise ValueError(f"unknown preset {preset!r}; known: {sorted(PRESETS)}")
     cls = {"gspo": SetPOGSPOConfig, "dapo": SetPODAPOConfig}.get(preset, SetPOConfig)
     return cls(**{**_trl_settings(PRESETS[preset]), **overrides})
-
-
-def completion_text(completion) -> str:
-    """The response text of one TRL completion: a str, or a list of chat messages (their text joined)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list):
-        parts = []
-        for msg in completion:
-            content = msg.get("content") if isinstance(msg, dict) else msg
-            if isinstance(content, str):
-                parts.append(content)
-            elif isinstance(content, list):  # content blocks
-                parts.extend(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-        return "\n".join(parts)
-    raise ValueError(f"cannot read the text of a completion of type {type(completion).__name__}")
 
 
 def _default_solution_key(text: str) -> Hashable:
