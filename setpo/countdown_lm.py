@@ -823,11 +823,11 @@ def pass_at_k_panels(cfg: CountdownLMConfig, summary: dict) -> list[dict]:
 
 def pass_at_k_png(panels: list[dict], path: str | Path, title: str = "") -> Path:
     """Static pass@k figure (matplotlib): a grid of panels (rows: temperature), log-scale k."""
-    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's inline backend alone
+    from setpo.figures import save_static, static_figure
 
     temps = sorted({p["T"] for p in panels})
     settings = list(dict.fromkeys(p["setting"] for p in panels))
-    fig = Figure(figsize=(3.3 * len(settings), 3.0 * len(temps) + 0.6))
+    fig = static_figure(figsize=(3.3 * len(settings), 3.0 * len(temps) + 0.6))
     axes = fig.subplots(len(temps), len(settings), sharex=True, sharey="row", squeeze=False)
     reds = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b"]
     for p in panels:
@@ -850,25 +850,19 @@ def pass_at_k_png(panels: list[dict], path: str | Path, title: str = "") -> Path
     for row in axes:
         row[0].set_ylabel("pass@k (%)")
     axes[0][0].legend(fontsize=6)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path).with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return save_static(fig, path, title)
 
 
 def training_png(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str]], path: str | Path,
                  title: str = "", window: int = 5) -> Path:
     """Static training-curve figure (matplotlib): rows = group sizes, columns = metrics, one line per run
     (colour by lambda), ``window``-step rolling means. ``curves`` from ``training_curves``."""
-    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's inline backend alone
+    from setpo.figures import save_static, static_figure
 
     gs = sorted({r.group_size for r in runs})
     lams = sorted({r.lam for r in runs})
     colours = dict(zip(lams, ["#1f77b4", "#d62728", "#ff7f0e", "#9467bd", "#8c564b"]))
-    fig = Figure(figsize=(4.2 * len(metrics), 3.0 * len(gs) + 0.6))
+    fig = static_figure(figsize=(4.2 * len(metrics), 3.0 * len(gs) + 0.6))
     axes = fig.subplots(len(gs), len(metrics), sharex=True, squeeze=False)
     for run in runs:
         d = curves[curves.run == run.name]
@@ -883,21 +877,15 @@ def training_png(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str
     for ax in axes[-1]:
         ax.set_xlabel("step")
     axes[0][0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path).with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return save_static(fig, path, title)
 
 
 def probe_png(df, runs: Sequence[RLRun], path: str | Path, title: str = "") -> Path:
     """Static twin of the embedding-trajectory figure (matplotlib): one panel per run, colour = step,
     size = number of identical samples, o correct, x wrong. ``df`` from ``probe_frame``."""
-    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's inline backend alone
+    from setpo.figures import save_static, static_figure
 
-    fig = Figure(figsize=(5.5 * len(runs), 4.8))
+    fig = static_figure(figsize=(5.5 * len(runs), 4.8))
     axes = fig.subplots(1, len(runs), sharex=True, sharey=True, squeeze=False)
     lo, hi = df.step.min(), df.step.max()
     for ax, run in zip(axes[0], runs):
@@ -910,12 +898,7 @@ def probe_png(df, runs: Sequence[RLRun], path: str | Path, title: str = "") -> P
         ax.set_yticks([])
     axes[0][0].legend(fontsize=8)
     fig.colorbar(sc, ax=axes[0].tolist(), label="step")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    path = Path(path).with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return save_static(fig, path, title, tight=False)  # the shared colour bar does not fit tight_layout
 
 
 def main(argv=None) -> None:

@@ -17,6 +17,18 @@ def static_figure(**kwargs):
     return Figure(**kwargs)
 
 
+def save_static(fig, path: Path, title: str = "", dpi: int = 110, tight: bool = True) -> Path:
+    """Give a static figure its title, lay it out and write it as ``path`` (.png); returns the path."""
+    if title:
+        fig.suptitle(title, fontsize=10)
+    if tight:
+        fig.tight_layout()
+    path = Path(path).with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
 STAGE_COLOURS = ["#440154", "#3b528b", "#21918c", "#5ec962", "#fde725", "#f89540", "#cc4778"]
 
 
@@ -98,12 +110,8 @@ def plotly_to_png(fig, path: Path, dpi: int = 110) -> Path:
         if note.text and axes:
             ax = min(axes.values(), key=lambda a: abs(a.plotly_title_anchor[0] - note.x) + abs(a.plotly_title_anchor[1] - note.y))
             ax.set_title(note.text, fontsize=9)
-    if layout.title and layout.title.text:
-        out.suptitle(layout.title.text, fontsize=10)
-    path = Path(path).with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    out.savefig(path, dpi=dpi)
-    return path
+    title = layout.title.text if layout.title and layout.title.text else ""
+    return save_static(out, path, title, dpi=dpi, tight=False)  # axes were placed by hand from the domains
 
 
 def save_figure(fig, path: Path) -> tuple[Path, Path]:
@@ -206,8 +214,4 @@ def toy_trajectory_png(data: dict, mode_curves: dict, path: Path) -> Path:
         ax.set_ylabel("policy mass")
         if col == 0:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path).with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return save_static(fig, path)
