@@ -15,6 +15,7 @@ Run: `make bench` (all benchmarks) or `python benchmarks/estimator.py`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -41,17 +42,27 @@ def definition_all_groups(emb, g):
 
 
 def peak_extra_bytes(b, g, d) -> int:
-    """Run setpo_advantages in a fresh process; return its peak RSS growth beyond the inputs."""
+    """Peak resident memory that one setpo_advantages call adds beyond its inputs, in a fresh process.
+
+    The child resets the kernel's peak-RSS mark (/proc/self/clear_refs) just before the call and reads it
+    (VmHWM) after, so earlier peaks (imports, making the inputs) cannot hide the call's own. glibc's mmap
+    threshold is pinned so that every large buffer is a fresh mapping, returned to the system when freed:
+    the peak then counts what the call holds at once, not what the allocator happened to keep from before.
+    """
     code = f"""
-import resource, torch, setpo
+import torch, setpo
+def status(key):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
 torch.set_num_threads({torch.get_num_threads()})
 emb, rewards = torch.randn({b * g}, {d}), torch.randint(0, 2, ({b * g},)).float()
 setpo.setpo_advantages(rewards[:{3 * g}], emb[:{3 * g}], group_size={g})  # warm up kernels and allocator
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+open("/proc/self/clear_refs", "w").write("5")
+before = status("VmRSS")
 setpo.setpo_advantages(rewards, emb, group_size={g})
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+print(status("VmHWM") - before)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return int(out.stdout.strip().splitlines()[-1])
 
 
