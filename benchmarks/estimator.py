@@ -3,7 +3,8 @@
 For (B groups, G, d) on the CPU in float32, timed side by side in one run (medians over interleaved
 repeats, so machine noise hits every candidate alike):
   setpo_advantages     the closed form, contiguous groups (group_size)
-  ragged index         the same through a shuffled verl-style index
+  uid blocks           the same through a verl-style index whose groups sit side by side
+  shuffled uids        the same through a shuffled index (groups are padded, a copy of the input)
   matmul floor         the one batched matmul that forms the Gram matrix, which any exact method needs
   definition           recompute D on every reduced set (O(G³) per group, a Python loop)
 and the peak extra memory of setpo_advantages (peak RSS of a fresh process above what holds the inputs),
@@ -73,11 +74,13 @@ def main() -> None:
         rewards, emb = make_inputs(b, g, d)
         grouped = emb.reshape(b, g, d)
         perm = torch.randperm(b * g)
-        index = np.repeat(np.arange(b), g)[perm.numpy()]
+        blocks = np.repeat(np.arange(b), g)  # verl's usual layout: each uid's rollouts side by side
+        index = blocks[perm.numpy()]
         r_perm, e_perm = rewards[perm], emb[perm]
         fns = {
             "setpo_advantages": lambda: setpo.setpo_advantages(rewards, emb, group_size=g),
-            "ragged index": lambda: setpo.setpo_advantages(r_perm, e_perm, index),
+            "uid blocks": lambda: setpo.setpo_advantages(rewards, emb, blocks),
+            "shuffled uids": lambda: setpo.setpo_advantages(r_perm, e_perm, index),
             "matmul floor": lambda: torch.bmm(grouped, grouped.transpose(1, 2)),
         }
         for fn in fns.values():

@@ -97,11 +97,16 @@ class Groups:
             raise ValueError(f"index has length {len(index)} but there are {n_rows} rows")
         gid = torch.as_tensor(_factorize(index), dtype=torch.long, device=device)
         sizes = torch.bincount(gid)
+        rows = torch.arange(n_rows, device=device)
+        g = int(sizes[0])
+        if bool((sizes == g).all()) and torch.equal(gid, rows // g):
+            # verl's usual layout (each uid's rollouts side by side, equal counts): padding is a free reshape.
+            return cls(gid, rows % g, sizes, True)
         # Position of each row inside its group: rank among rows of the same group, by row order.
         order = torch.sort(gid, stable=True).indices
         starts = torch.cumsum(sizes, 0) - sizes
         position = torch.empty_like(gid)
-        position[order] = torch.arange(n_rows, device=device) - starts[gid[order]]
+        position[order] = rows - starts[gid[order]]
         return cls(gid, position, sizes, False)
 
     def require_min_size(self, minimum: int, what: str) -> None:

@@ -44,6 +44,16 @@ def test_ragged_shuffled_groups_match_definition(seed):
         torch.testing.assert_close(s[rows], marginals_by_definition(e[rows]), atol=1e-9, rtol=0)
 
 
+def test_contiguous_uid_blocks_take_the_reshape_path():
+    from setpo.groups import Groups
+
+    ids = np.repeat(np.array(["b", "a", "c"], dtype=object), 4)  # verl layout: blocks of equal size
+    assert Groups.build(12, ids).contiguous
+    assert not Groups.build(12, ids[::-1].copy()[[0, 4, 1, 5, 2, 6, 3, 7, 8, 9, 10, 11]]).contiguous
+    e = random_set(12, seed=9)
+    torch.testing.assert_close(setpo.diversity_marginals(e, ids), setpo.diversity_marginals(e, group_size=4))
+
+
 def test_index_kinds_agree():
     e = random_set(12, seed=3)
     ints = np.array([2, 0, 2, 1, 0, 2, 1, 0, 1, 1, 2, 0])
