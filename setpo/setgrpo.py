@@ -874,6 +874,8 @@ class SetGRPO:
 def _build_trainer_class():
     from trl import GRPOTrainer
 
+    from setpo.trl import gather_embeddings
+
     class SetGRPOTrainer(GRPOTrainer):
         """TRL's ``GRPOTrainer`` whose advantages are SetGRPO coefficients; its two reward functions are the
         two graders (each response's two scores are ``rewards_per_func``'s two columns, before weights).
@@ -970,9 +972,8 @@ def _build_trainer_class():
             if sg.calibration is None:
                 return output
             emb = None
-            if cfg.lam > 0:
-                texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-                emb = self.embedder(texts)
+            if cfg.lam > 0:  # every process's rows, like scores and feats: groups may span processes
+                emb = gather_embeddings(self.accelerator, self.embedder, completions)[0].float().cpu()
             out = sg.coefficients(scores.double().cpu(), feats.float().cpu(), group_size=g, emb=emb)
             n_local = output["advantages"].shape[0]
             pi = self.accelerator.process_index

@@ -157,6 +157,16 @@ def config_for(preset: str, **overrides) -> SetPOConfig:
     return cls(**{**_trl_settings(PRESETS[preset]), **overrides})
 
 
+def gather_embeddings(accelerator, embedder: Embedder, completions) -> tuple[torch.Tensor, list[str]]:
+    """Embed this process's completions and gather the rows of every process, in process order.
+
+    Embedding locally and gathering vectors (rather than gathering texts and embedding everything everywhere)
+    spreads the embedding work over the processes. Returns ((N_all, d) on the accelerator's device, local texts).
+    """
+    texts = [completion_text(c) for c in completions]
+    return accelerator.gather(embedder(texts).to(accelerator.device)), texts
+
+
 def _default_solution_key(text: str) -> Hashable:
     return text.strip()
 
@@ -233,9 +243,7 @@ class SetPOTrainer(GRPOTrainer):
         if group_size < 3:
             return output  # only possible in eval with num_generations_eval < 3; s is undefined there
 
-        device = self.accelerator.device
-        texts = [completion_text(c) for c in completions]
-        emb = self.accelerator.gather(self.embedder(texts).to(device))         # (N_all, d), process order
+        emb, texts = gather_embeddings(self.accelerator, self.embedder, completions)  # (N_all, d)
         s = diversity_marginals(emb, group_size=group_size)                    # (N_all,)
         # Rows no reward function could score get no advantage from TRL; keep them that way.
         unscorable = torch.isnan(rewards_per_func).all(dim=1).to(s.device)
