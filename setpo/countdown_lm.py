@@ -77,6 +77,7 @@ from envs.countdown import (
 )
 from setpo.metrics import distinct_correct_solutions, diversity_width_and_average_modes, pass_at_k
 from setpo.presets import PRESETS
+from setpo.generation import sample_completions
 from setpo.report import write_json
 
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
@@ -348,33 +349,6 @@ def rl_rows(instances: Sequence[CountdownInstance]) -> list[dict]:
 # --------------------------------------------------------------------------------------------------
 
 
-@torch.inference_mode()
-def sample_completions(model, tokenizer, prompts: Sequence[str], n: int, temperature: float, top_p: float = 1.0,
-                       max_new_tokens: int = 24, batch_sequences: int = 1024, seed: int = 0) -> list[list[str]]:
-    """n sampled completions (text after the prompt, special tokens removed) for each prompt.
-
-    Prompts are processed in batches of about ``batch_sequences`` sequences; each batch is seeded from
-    ``seed`` and its position, so results do not depend on what ran before.
-    """
-    if n < 1 or temperature <= 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need n >= 1, temperature > 0 and 0 < top_p <= 1, got {n}, {temperature}, {top_p}")
-    was_training = model.training
-    model.eval()
-    per_batch = max(1, batch_sequences // n)
-    out: list[list[str]] = []
-    for b in range(0, len(prompts), per_batch):
-        chunk = list(prompts[b:b + per_batch])
-        enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left")
-        torch.manual_seed(seed * 1_000_003 + b)
-        gen = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                             max_new_tokens=max_new_tokens, num_return_sequences=n,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        texts = tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        out.extend(texts[i * n:(i + 1) * n] for i in range(len(chunk)))
-    model.train(was_training)
-    return out
-
-
 def evaluate_samples(instances: Sequence[CountdownInstance], samples: Sequence[Sequence[str]]) -> dict:
     """pass@k (k = 1..n), accuracy and the diversity numbers from n samples per problem.
 
@@ -564,7 +538,7 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
     t0 = time.time()
     samples = sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
                                  temperature, cfg.eval_top_p, cfg.rl_max_completion_length,
-                                 cfg.eval_batch_sequences, seed=cfg.seed + 1)
+                                 batch_sequences=cfg.eval_batch_sequences, seed=cfg.seed + 1)
     result = evaluate_samples(instances, samples)
     result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
                   examples=[s[:4] for s in samples[:5]])

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from setpo.math_data import (MathProblem, load_math_problems, math_reward, math_reward_func, qwen_math_messages,
                               smoke_problems, to_trl_records)
+from setpo.generation import sample_completions
 from setpo.report import write_json
 
 CHATML_TEMPLATE = (
@@ -266,36 +267,9 @@ def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path):
 
 def sample_responses(model, tokenizer, questions: Sequence[str], n: int, temperature: float, top_p: float,
                      max_new_tokens: int, seed: int = 0, batch_sequences: int = 64) -> list[list[str]]:
-    """n responses per question with ``generate`` on the model's device (special tokens dropped), in order.
-
-    Questions go in batches of about ``batch_sequences`` sequences, each seeded from ``seed`` and its position,
-    so the samples do not depend on what ran before. The model's train/eval mode is restored afterwards.
-    """
-    import torch
-
-    if n < 1 or temperature <= 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need n >= 1, temperature > 0 and 0 < top_p <= 1, got {n}, {temperature}, {top_p}")
-    prompts = chat_prompts(tokenizer, questions)
-    was_training = model.training
-    model.eval()
-    per_batch = max(1, batch_sequences // n)
-    out: list[list[str]] = []
-    try:
-        with torch.inference_mode():
-            for b in range(0, len(prompts), per_batch):
-                chunk = prompts[b:b + per_batch]
-                # the template already holds every special token: add none (Qwen has no BOS; others might)
-                enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
-                                add_special_tokens=False).to(model.device)
-                torch.manual_seed(seed * 1_000_003 + b)
-                gen = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                                     max_new_tokens=max_new_tokens, num_return_sequences=n,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-                texts = tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-                out.extend(texts[i * n:(i + 1) * n] for i in range(len(chunk)))
-    finally:
-        model.train(was_training)
-    return out
+    """n responses per question, prompted with the Qwen-Math template (``setpo.generation.sample_completions``)."""
+    return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions), n, temperature, top_p,
+                              max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False)
 
 
 def probe_callback(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer, path: Path):
