@@ -61,7 +61,7 @@ def _time(policy_dir: str, tok, data, embedders: dict, tmp: str) -> dict[str, li
     from transformers.trainer_callback import PrinterCallback
 
     # TRL builds the KL reference model from the policy's name_or_path, so the policy comes from a folder
-    base = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(policy_dir, local_files_only=True, dtype=torch.float32)
     kinds = ["grpo", *embedders]
     times: dict[str, list[float]] = {k: [] for k in kinds}
     for r in range(ROUNDS):

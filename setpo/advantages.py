@@ -96,19 +96,19 @@ def group_advantages(rewards, index=None, *, group_size: int | None = None, esti
 
 
 def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None, lam: float = 0.05,
-                     estimator: str = "grpo", eps: float = 1e-6) -> torch.Tensor:
+                     estimator: str = "grpo", eps: float = 1e-6, return_marginals: bool = False):
     """SetPO advantages Â_i = Ā_i + λ · s_i.
 
     rewards: (N,), emb: (N, d) embeddings of the complete responses (rows aligned with rewards).
     lam: the marginal weight λ (the paper's value for each algorithm is in ``setpo.presets.PRESETS``).
-    Returns (N,) on emb's device, in emb's dtype.
+    Returns (N,) on emb's device, in emb's dtype; with ``return_marginals``, the pair (Â, s) for logging.
     """
     s = diversity_marginals(emb, index, group_size=group_size)
-    if len(rewards) != s.shape[0]:
-        raise ValueError(f"rewards has {len(rewards)} rows but emb has {s.shape[0]}")
-    base = group_advantages(as_tensor(rewards, name="rewards", device=s.device, dtype=s.dtype), index,
-                            group_size=group_size, estimator=estimator, eps=eps)
-    return base + lam * s
+    r = as_tensor(rewards, name="rewards", device=s.device, dtype=s.dtype)
+    if r.ndim != 1 or r.shape[0] != s.shape[0]:
+        raise ValueError(f"rewards has shape {tuple(r.shape)} but emb has {s.shape[0]} rows; expected ({s.shape[0]},)")
+    adv = group_advantages(r, index, group_size=group_size, estimator=estimator, eps=eps) + lam * s
+    return (adv, s) if return_marginals else adv
 
 
 def groups_with_signal(rewards, index=None, *, group_size: int | None = None) -> torch.Tensor:

@@ -492,9 +492,9 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     if (final / "done.json").exists():
         return final
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(init_dir))
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(init_dir), local_files_only=True)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(str(init_dir), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(init_dir), local_files_only=True, dtype=torch.float32)
     g = run.group_size
     per_step = cfg.rl_prompts_per_step * g
     if per_step % 2:
@@ -533,8 +533,8 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
     if path.exists():
         with open(path) as f:
             return json.load(f)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
     t0 = time.time()
     samples = sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
                                  temperature, cfg.eval_top_p, cfg.rl_max_completion_length,

@@ -242,13 +242,22 @@ class CenteredEmbedder(DedupEmbedder):
         return self.base(texts) - self.mean
 
 
+DEFAULT_NAMES = ("default", "minilm", "all-MiniLM-L6-v2")
+
+
+def is_named_embedder(spec: str) -> bool:
+    """True for the specs ``load_embedder`` resolves by name (no local path needed): the default model, hash."""
+    return spec in DEFAULT_NAMES or spec == "hash" or spec.startswith("hash:")
+
+
 def load_embedder(spec: str | Embedder | None = "default", device: str | None = "cpu",
-                  batch_size: int = 64) -> Embedder:
+                  batch_size: int = 64, max_seq_length: int | None = None) -> Embedder:
     """An embedder from a config value.
 
     spec: an embedder object (returned as is); "default" or "minilm" (all-MiniLM-L6-v2 from the installed
         package); "hash" or "hash:<dim>" (``HashedNgramEmbedder``); anything else is a local path to a
         sentence-transformers model (e.g. a Qwen3-Embedding-0.6B download).
+    max_seq_length: truncate inputs of a sentence-transformers model to this many tokens (None: its own limit).
     """
     if spec is None:
         raise ValueError("no embedder given: pass 'default', 'hash', 'hash:<dim>' or a local model path")
@@ -256,11 +265,12 @@ def load_embedder(spec: str | Embedder | None = "default", device: str | None = 
         if not callable(spec):
             raise ValueError(f"embedder must be a string or a callable texts -> (N, d) tensor, got {type(spec)}")
         return spec
-    if spec in ("default", "minilm", "all-MiniLM-L6-v2"):
-        return default_embedder(device=device, batch_size=batch_size)
     if spec == "hash" or spec.startswith("hash:"):
         dim = spec.partition(":")[2]
         if dim and not dim.isdigit():
             raise ValueError(f"embedder spec {spec!r}: the size after 'hash:' must be an integer")
         return HashedNgramEmbedder(dim=int(dim) if dim else 256)
-    return SentenceTransformerEmbedder(spec, device=device, batch_size=batch_size)
+    if spec in DEFAULT_NAMES and max_seq_length is None:
+        return default_embedder(device=device, batch_size=batch_size)
+    path = default_model_path() if spec in DEFAULT_NAMES else spec
+    return SentenceTransformerEmbedder(path, device=device, batch_size=batch_size, max_seq_length=max_seq_length)

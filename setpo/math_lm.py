@@ -87,7 +87,7 @@ def load_tokenizer(model_path: str | Path):
     """The model's tokenizer, left-padded for generation; it must have a chat template."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model_path))
+    tok = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
     if tok.chat_template is None:
         raise ValueError(f"the tokenizer at {model_path} has no chat template; the Qwen-Math prompt needs one")
     tok.padding_side = "left"
@@ -330,7 +330,7 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     model_path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(model_path)
     # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=True, dtype=torch.float32)
     args = trl_args(cfg, lam, out)
     trainer = SetPOTrainer(model=model, reward_funcs=math_reward_func, args=args,
                            train_dataset=Dataset.from_list(to_trl_records(train)), processing_class=tokenizer,
@@ -398,14 +398,16 @@ def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     t0 = time.time()
     if uses_vllm(cfg):
         prompts = chat_prompts(tokenizer, [p.question for p in problems])
-        texts = in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length,
-                                 cfg.seed + 1, 0.85)
+        # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
+        texts = in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
+                                 cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
     else:
         import torch
         from transformers import AutoModelForCausalLM
 
         cuda = _cuda()
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16 if cuda else torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True,
+                                                     dtype=torch.bfloat16 if cuda else torch.float32)
         model.to("cuda" if cuda else "cpu")
         texts = sample_responses(model, tokenizer, [p.question for p in problems], cfg.eval_k,
                                  cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length, seed=cfg.seed + 1)

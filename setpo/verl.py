@@ -91,7 +91,6 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from setpo.advantages import ADVANTAGE_ESTIMATORS, setpo_advantages
-from setpo.diversity import diversity_marginals
 from setpo.groups import as_tensor
 from setpo.presets import PRESETS, AlgorithmPreset, get_preset
 
@@ -218,8 +217,8 @@ def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_
     rewards = token_level_rewards.sum(dim=-1)
     emb = record.emb.to(token_level_rewards.device)
     with torch.no_grad():
-        adv = setpo_advantages(rewards, emb, index, lam=settings.lam, estimator=settings.estimator)
-        s = diversity_marginals(emb, index)  # for the logged statistics only
+        adv, s = setpo_advantages(rewards, emb, index, lam=settings.lam, estimator=settings.estimator,
+                                  return_marginals=True)
         lam_s = settings.lam * s
         base_size = (adv - lam_s).abs().mean().clamp_min(1e-12)  # mean |Ā|
     record.stats.update({
@@ -261,19 +260,14 @@ def resolve_device(device: str) -> str:
 
 def embedder_from_settings(settings: SetPOVerlSettings) -> Callable[[Sequence[str]], torch.Tensor]:
     """The embedder ``settings`` names, loaded once per process (see ``setpo.embed.load_embedder``)."""
-    from setpo.embed import SentenceTransformerEmbedder, load_embedder
+    from setpo.embed import load_embedder
 
     device = resolve_device(settings.embedding_device)
     key = (settings.embedding_model, device, settings.embedding_batch_size, settings.embedding_max_length)
     if key not in _EMBEDDER_CACHE:
-        if settings.embedding_max_length is not None and settings.embedding_model not in ("default", "hash") \
-                and not settings.embedding_model.startswith("hash:"):
-            emb = SentenceTransformerEmbedder(settings.embedding_model, device=device,
-                                              batch_size=settings.embedding_batch_size,
-                                              max_seq_length=settings.embedding_max_length)
-        else:
-            emb = load_embedder(settings.embedding_model, device=device, batch_size=settings.embedding_batch_size)
-        _EMBEDDER_CACHE[key] = emb
+        _EMBEDDER_CACHE[key] = load_embedder(settings.embedding_model, device=device,
+                                             batch_size=settings.embedding_batch_size,
+                                             max_seq_length=settings.embedding_max_length)
     return _EMBEDDER_CACHE[key]
 
 
@@ -710,9 +704,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not Path(args.model_path).expanduser().is_dir():
         raise FileNotFoundError(f"no model directory at {args.model_path!r}; set MODEL_PATH to a local copy, e.g. "
                                 "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`")
+    from setpo.embed import is_named_embedder
+
     emb = args.embedding_model
-    if not args.no_setpo and emb not in ("default", "hash") and not emb.startswith("hash:") \
-            and not Path(emb).expanduser().is_dir():
+    if not args.no_setpo and not is_named_embedder(emb) and not Path(emb).expanduser().is_dir():
         raise FileNotFoundError(f"no embedding model directory at {emb!r}; set EMBEDDING_MODEL_PATH to a local "
                                 "copy (`huggingface-cli download Qwen/Qwen3-Embedding-0.6B --local-dir <dir>`) or "
                                 "to 'default' for the packaged all-MiniLM-L6-v2")

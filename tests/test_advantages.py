@@ -61,6 +61,9 @@ def test_setpo_is_base_plus_lambda_marginal():
         want = setpo.group_advantages(r, idx, estimator=est) + 0.3 * setpo.diversity_marginals(e, idx)
         torch.testing.assert_close(got, want)
     torch.testing.assert_close(setpo.setpo_advantages(r, e, idx, lam=0.0), setpo.group_advantages(r, idx))
+    adv, s = setpo.setpo_advantages(r, e, idx, lam=0.3, return_marginals=True)
+    torch.testing.assert_close(s, setpo.diversity_marginals(e, idx))
+    torch.testing.assert_close(adv, setpo.setpo_advantages(r, e, idx, lam=0.3))
 
 
 def test_registry_rejects_unknown_and_duplicate_names():

@@ -205,7 +205,9 @@ def test_bad_input_raises(emb, kwargs, match):
 
 
 def test_bad_input_to_setpo_advantages():
-    with pytest.raises(ValueError, match="rewards has 5 rows but emb has 6"):
+    with pytest.raises(ValueError, match=r"rewards has shape \(5,\) but emb has 6 rows"):
         setpo.setpo_advantages(torch.ones(5), torch.randn(6, 3), group_size=3)
+    with pytest.raises(ValueError, match=r"rewards has shape \(\) but emb has 3 rows"):
+        setpo.setpo_advantages(torch.tensor(1.0), torch.randn(3, 3))
     with pytest.raises(ValueError, match="rewards contains NaN"):
         setpo.setpo_advantages(torch.tensor([1.0, float("nan"), 0.0]), torch.randn(3, 3))

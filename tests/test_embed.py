@@ -110,3 +110,13 @@ def test_centered_embedder_removes_the_common_direction():
     assert float(out[0] @ out[1]) < 0  # now clearly apart: the kernel clamps this pair to 0
     with pytest.raises(ValueError, match="empty"):
         CenteredEmbedder(base, [])
+
+
+def test_named_specs_resolve_without_a_path():
+    from setpo.embed import SentenceTransformerEmbedder, is_named_embedder, load_embedder
+
+    assert all(is_named_embedder(s) for s in ("default", "minilm", "all-MiniLM-L6-v2", "hash", "hash:64"))
+    assert not is_named_embedder("/models/Qwen3-Embedding-0.6B")
+    short = load_embedder("minilm", max_seq_length=16)
+    assert isinstance(short, SentenceTransformerEmbedder) and short.model.max_seq_length == 16
+    assert short(["a b c"]).shape == (1, 384)
