@@ -74,6 +74,7 @@ from envs.countdown import (
     make_splits,
     score_answer,
     solve,
+    trl_reward,
 )
 from setpo.metrics import distinct_correct_solutions, diversity_width_and_average_modes, pass_at_k
 from setpo.presets import PRESETS
@@ -159,8 +160,8 @@ def answer_text(expression: str) -> str:
 
 
 def countdown_reward(completions, numbers, target, **_) -> list[float]:
-    """TRL reward function: ``score_answer`` of each completion (columns ``numbers`` and ``target``)."""
-    return [score_answer(c, n, t) for c, n, t in zip(completions, numbers, target, strict=True)]
+    """TRL reward function (``envs.countdown.trl_reward``), under the name TRL logs it by in this study."""
+    return trl_reward(completions, numbers, target)
 
 
 def solution_key(text: str) -> str | None:

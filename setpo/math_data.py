@@ -52,6 +52,9 @@ from typing import Any
 
 from setpo.completions import completion_text
 
+#: Characters at the end of an unboxed completion that the answer parser sees.
+UNBOXED_TAIL_CHARS = 2000
+
 QWEN_MATH_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 
 #: verl's ``ability`` column and the default ``data_source`` of generated problems.
@@ -260,7 +263,9 @@ def math_reward(completion: str, answer: str, *, timeout: int = 5) -> float:
     # The last \\boxed{} is the answer (Qwen-Math's convention; math-verify alone would take the first one).
     # Parsing only that span also keeps long reasoning text away from the parser.
     boxed = extract_boxed(completion)
-    target = completion if boxed is None else "\\boxed{" + boxed + "}"
+    # Without a box, only the tail is parsed: the answer sits at the end, and in a worker thread (verl's
+    # reward pool) there is no timeout to stop the parser on a long pathological text.
+    target = completion[-UNBOXED_TAIL_CHARS:] if boxed is None else "\\boxed{" + boxed + "}"
     try:
         pred = _parse_latex(target, t)
         return 1.0 if pred and verify(gold, pred, timeout_seconds=t) else 0.0
