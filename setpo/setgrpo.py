@@ -582,14 +582,13 @@ def ltt_select_threshold(accepted, reversed_, grid, *, beta: float = 0.08, delta
     n_rev = (rev & acc).sum(0).tolist()
     pfun = P_VALUES[p_value]
     p_values = [math.nan] * len(grid)
-    tested: list[int] = []
-    selected = None
+    # p-values are cheap: compute them all from `start`, then let the fixed sequence say how far it got.
     for k in range(start, len(grid)):
         p_values[k] = pfun(n_rev[k], n_acc[k], beta)
-        tested.append(k)
-        if not p_values[k] <= delta:
-            break
-        selected = k
+    passed = fixed_sequence_test(p_values[start:], delta)
+    tested = list(range(start, min(start + passed + 1, len(grid))))  # the passes and the first failure
+    p_values = [p if k in tested else math.nan for k, p in enumerate(p_values)]
+    selected = start + passed - 1 if passed > 0 else None
     tau = grid[selected] if selected is not None else math.inf
     risk = n_rev[selected] / n_acc[selected] if selected is not None else math.nan
     return ThresholdSelection(tau, selected, grid, p_values, n_acc, n_rev, tested, risk)
@@ -799,10 +798,7 @@ class SetGRPO:
                                                  scale=cfg.scale, estimator=cfg.estimator, eps=cfg.eps)
         valid = groups.valid()
         cen_p, ref_p = groups.pad(centre), groups.pad(ref)
-        ratio = (ref_p - cen_p).abs() / groups.pad(sigma, fill=1.0)
-        if valid is not None:
-            ratio = ratio * valid
-        cov_scores = ratio.amax(-1)[:n_cov]
+        cov_scores = conformal_scores(ref, centre, sigma, index, group_size=group_size)[:n_cov]
         q = conformal_quantile(cov_scores, cfg.alpha)
         gram = gram_matrices(feats, groups)
         sig_p = groups.pad(sigma, fill=1.0)
