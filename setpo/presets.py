@@ -7,7 +7,7 @@ aggregation) and SetPO's marginal weight λ as reported in arXiv 2602.01062 (Qwe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -21,9 +21,6 @@ class AlgorithmPreset:
     lam: float = 0.05              # SetPO marginal weight λ
     lr: float = 3e-6
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal
-
-    def with_(self, **changes) -> "AlgorithmPreset":
-        return replace(self, **changes)
 
 
 PRESETS: dict[str, AlgorithmPreset] = {

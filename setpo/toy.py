@@ -230,15 +230,11 @@ def covered_modes(run: ToyRun, threshold: float = 0.05) -> list[int]:
     return list(cov.covered)
 
 
-def with_(cfg: ToyConfig, **changes) -> ToyConfig:
-    return dataclasses.replace(cfg, **changes)
-
-
 # ---- comparisons, tables and the demo -----------------------------------------------------------------
 
 def compare(base: ToyConfig, variants: dict[str, dict], seeds, progress: bool = False) -> dict[str, list[ToyRun]]:
     """Train every variant (label -> config changes) from the same seeds and world."""
-    return {label: [train(with_(base, seed=s, **changes), progress=progress) for s in seeds]
+    return {label: [train(dataclasses.replace(base, seed=s, **changes), progress=progress) for s in seeds]
             for label, changes in variants.items()}
 
 
@@ -258,8 +254,9 @@ def summary_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> l
     out = []
     for label, runs in results.items():
         cov = [len(covered_modes(r, threshold)) for r in runs]
-        out.append({"method": label, "seeds": len(runs), "modes covered per seed": cov,
-                    "min modes": min(cov), "mean final reward": round(sum(r.history[-1]["correct_mass"] for r in runs) / len(runs), 3)})
+        reward = sum(r.history[-1]["correct_mass"] for r in runs) / len(runs)
+        out.append({"method": label, "seeds": len(runs), "modes covered per seed": cov, "min modes": min(cov),
+                    "mean final reward": round(reward, 3)})
     return out
 
 
@@ -294,10 +291,6 @@ def run_demo(out_dir: Path, seeds: int = 5, smoke: bool = False, projection: str
 
 def lambda_sweep(base: ToyConfig, lams, seeds, threshold: float = 0.05) -> list[dict]:
     """Correct modes covered by SetPO+<algo> for each λ (λ = 0 is the base algorithm), over the same seeds."""
-    rows = []
-    for lam in lams:
-        runs = [train(with_(base, setpo=lam > 0, lam=lam, seed=s), progress=False) for s in seeds]
-        cov = [len(covered_modes(r, threshold)) for r in runs]
-        rows.append({"lambda": lam, "modes covered per seed": cov, "min modes": min(cov),
-                     "mean final reward": round(sum(r.history[-1]["correct_mass"] for r in runs) / len(runs), 3)})
-    return rows
+    results = compare(base, {lam: {"setpo": lam > 0, "lam": lam} for lam in lams}, seeds)
+    return [{"lambda": row.pop("method"), **{k: v for k, v in row.items() if k != "seeds"}}
+            for row in summary_rows(results, threshold)]
