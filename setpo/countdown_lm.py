@@ -376,12 +376,6 @@ def evaluate_samples(instances: Sequence[CountdownInstance], samples: Sequence[S
 # --------------------------------------------------------------------------------------------------
 
 
-def _last_checkpoint(folder: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
-
-
 def _common_args(cfg: CountdownLMConfig) -> dict:
     return dict(report_to=[], use_cpu=not torch.cuda.is_available(), bf16=False, seed=cfg.seed,
                 data_seed=cfg.seed, save_total_limit=1, save_only_model=False, disable_tqdm=True,
@@ -392,6 +386,8 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log
     """Warm start by supervised fine-tuning on solver solutions; returns the final model directory."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
+
+    from setpo.trl import train_resumable
 
     final = out_dir / "final"
     if (final / "done.json").exists():
@@ -410,22 +406,9 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log
         **_common_args(cfg))
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer)
-    _drop_printer(trainer)
-    t0 = time.time()
-    trainer.train(resume_from_checkpoint=_last_checkpoint(out_dir))
-    trainer.save_model(str(final))
-    tokenizer.save_pretrained(str(final))
-    write_json(out_dir / "log_history.json", trainer.state.log_history)
-    write_json(final / "done.json", {"seconds": time.time() - t0, "examples": len(examples)})
+    train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(examples)})
     _clean_checkpoints(out_dir)
     return final
-
-
-def _drop_printer(trainer) -> None:
-    """Per-step metric dicts go to log_history.json, not the console (the study logs one line per stage)."""
-    from transformers.trainer_callback import PrinterCallback
-
-    trainer.remove_callback(PrinterCallback)
 
 
 def _clean_checkpoints(folder: Path) -> None:
@@ -487,7 +470,7 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from setpo.trl import SetPOTrainer, config_for
+    from setpo.trl import SetPOTrainer, config_for, train_resumable
 
     final = out_dir / "final"
     if (final / "done.json").exists():
@@ -512,16 +495,8 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
                            train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
                            embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
-    _drop_printer(trainer)
-    t0 = time.time()
-    resume = _last_checkpoint(out_dir)
-    log(f"[rl] {run.name}: {run.method}, G={g}, beta={run.beta}, lambda={run.lam}"
-        + (f", resuming from {Path(resume).name}" if resume else ""))
-    trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(str(final))
-    tokenizer.save_pretrained(str(final))
-    write_json(out_dir / "log_history.json", trainer.state.log_history)
-    write_json(final / "done.json", {"seconds": time.time() - t0, "run": asdict(run)})
+    train_resumable(trainer, tokenizer, out_dir, final, {"run": asdict(run)}, log,
+                    f"[rl] {run.name}: {run.method}, G={g}, beta={run.beta}, lambda={run.lam}")
     _clean_checkpoints(out_dir)
     return final
 

@@ -316,10 +316,8 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
-    from transformers.trainer_callback import PrinterCallback
-    from transformers.trainer_utils import get_last_checkpoint
 
-    from setpo.trl import SetPOTrainer
+    from setpo.trl import SetPOTrainer, train_resumable
 
     out = Path(cfg.run_dir) / label.replace("+", "_")
     final = out / "final"
@@ -336,17 +334,9 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
                            train_dataset=Dataset.from_list(to_trl_records(train)), processing_class=tokenizer,
                            embedder=embedder,
                            callbacks=[probe_callback(cfg, probes, tokenizer, out / "probes.jsonl"), *callbacks])
-    trainer.remove_callback(PrinterCallback)  # per-step dicts go to log_history.json, not the notebook
-    resume = get_last_checkpoint(str(out)) if any(out.glob("checkpoint-*")) else None
-    log(f"[{label}] λ={lam}, G={cfg.num_generations}, {cfg.prompts_per_step} prompts/step, "
-        f"vLLM={args.use_vllm}" + (f", resuming from {Path(resume).name}" if resume else ""))
-    t0 = time.time()
-    trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(str(final))
-    tokenizer.save_pretrained(str(final))
-    write_json(out / "log_history.json", trainer.state.log_history)
-    write_json(final / "done.json", {"seconds": time.time() - t0, "label": label, "lam": lam,
-                                      "steps": trainer.state.global_step})
+    train_resumable(trainer, tokenizer, out, final, {"label": label, "lam": lam}, log,
+                    f"[{label}] λ={lam}, G={cfg.num_generations}, {cfg.prompts_per_step} prompts/step, "
+                    f"vLLM={args.use_vllm}")
     del trainer, model
     if _cuda():
         torch.cuda.empty_cache()  # the next run in this process starts with the memory free

@@ -39,8 +39,10 @@ and "distinct" is by the trainer's ``solution_key``, the stripped text by defaul
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -52,6 +54,7 @@ from setpo.diversity import diversity_marginals
 from setpo.embed import Embedder, load_embedder
 from setpo.metrics import mean_pairwise_similarity
 from setpo.presets import PRESETS, AlgorithmPreset
+from setpo.report import write_json
 
 # The presets' loss aggregation -> TRL's loss_type of the same aggregation.
 TRL_LOSS_TYPE = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
@@ -186,6 +189,35 @@ def group_diversity_stats(emb: torch.Tensor, correct: Sequence[bool], keys: Sequ
     distinct = [len({keys[i] for i in range(b, b + group_size) if correct[i] and keys[i] is not None})
                 for b in range(0, n, group_size)]
     return {"pairwise_similarity": sim, "distinct_correct": sum(distinct) / len(distinct)}
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    """The newest ``checkpoint-*`` under ``folder`` (the Trainer's own layout), or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(folder)) if Path(folder).is_dir() else None
+
+
+def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict, log=None, describe: str = "") -> Path:
+    """Train to the end, resuming from the newest checkpoint in ``out_dir``; save model and tokenizer to
+    ``final`` with ``done.json`` ({"seconds", "steps", **record}) and the run's ``log_history.json``.
+
+    Any TRL/transformers trainer whose ``output_dir`` is ``out_dir``. Per-step metric dicts go to
+    log_history.json rather than the console; ``log(describe + ...)`` reports a resume.
+    """
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    resume = last_checkpoint(out_dir)
+    if log is not None:
+        log(describe + (f", resuming from {Path(resume).name}" if resume else ""))
+    t0 = time.time()
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    write_json(Path(out_dir) / "log_history.json", trainer.state.log_history)
+    write_json(Path(final) / "done.json", {"seconds": time.time() - t0, "steps": trainer.state.global_step, **record})
+    return Path(final)
 
 
 class SetPOTrainer(GRPOTrainer):
