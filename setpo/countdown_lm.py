@@ -416,48 +416,20 @@ def _clean_checkpoints(folder: Path) -> None:
         shutil.rmtree(ckpt, ignore_errors=True)
 
 
-class ProbeCallback:
-    """Every ``every`` steps, sample ``n`` completions on fixed probe problems and append them to a JSONL.
+def probe_sampler(probes: Sequence[CountdownInstance], tokenizer, n: int, seed: int):
+    """``sample(model, step)`` for ``setpo.trl.probe_callback``: n completions per fixed probe problem, as
+    {"problem", "numbers", "target", "text", "expression", "reward", "canonical"} records."""
+    probes = list(probes)
 
-    Records {"step", "problem", "text", "expression", "reward", "canonical"}; the notebook embeds them and
-    draws where the policy's samples move over training. Built lazily as a TrainerCallback subclass.
-    """
+    def sample(model, step: int) -> list[dict]:
+        samples = sample_completions(model, tokenizer, [prompt_text(p) for p in probes], n, temperature=1.0,
+                                     seed=seed + step)
+        return [{"problem": j, "numbers": list(inst.numbers), "target": inst.target, "text": t,
+                 "expression": extract_answer(t), "reward": score_answer(t, inst.numbers, inst.target),
+                 "canonical": solution_key(t)}
+                for j, (inst, texts) in enumerate(zip(probes, samples)) for t in texts]
 
-    def __new__(cls, *args, **kwargs):
-        from transformers import TrainerCallback
-
-        class _Probe(TrainerCallback):
-            def __init__(self, probes, tokenizer, path: Path, every: int, n: int, seed: int):
-                self.probes, self.tokenizer, self.path = list(probes), tokenizer, Path(path)
-                self.every, self.n, self.seed = every, n, seed
-
-            def _record(self, model, step: int) -> None:
-                done = set()
-                if self.path.exists():
-                    with open(self.path) as f:
-                        done = {json.loads(line)["step"] for line in f if line.strip()}
-                if step in done:
-                    return
-                samples = sample_completions(model, self.tokenizer, [prompt_text(p) for p in self.probes],
-                                             self.n, temperature=1.0, seed=self.seed + step)
-                with open(self.path, "a") as f:
-                    for j, (inst, texts) in enumerate(zip(self.probes, samples)):
-                        for t in texts:
-                            f.write(json.dumps({
-                                "step": step, "problem": j, "numbers": list(inst.numbers), "target": inst.target,
-                                "text": t, "expression": extract_answer(t),
-                                "reward": score_answer(t, inst.numbers, inst.target),
-                                "canonical": solution_key(t)}) + "\n")
-
-            def on_train_begin(self, args, state, control, model=None, **kw):
-                if state.global_step == 0:
-                    self._record(model, 0)
-
-            def on_step_end(self, args, state, control, model=None, **kw):
-                if state.global_step % self.every == 0:
-                    self._record(model, state.global_step)
-
-        return _Probe(*args, **kwargs)
+    return sample
 
 
 def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
@@ -470,7 +442,7 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from setpo.trl import SetPOTrainer, config_for, train_resumable
+    from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
 
     final = out_dir / "final"
     if (final / "done.json").exists():
@@ -490,8 +462,8 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
         temperature=cfg.rl_temperature, top_p=1.0, embedder=cfg.embedder, lr_scheduler_type="constant",
         warmup_steps=0, save_strategy="steps", save_steps=cfg.rl_save_steps, gradient_checkpointing=False,
         **_common_args(cfg))
-    probes = ProbeCallback(data.val[:cfg.n_probe], tokenizer, out_dir / "probes.jsonl", cfg.probe_every,
-                           cfg.probe_samples, cfg.seed)
+    probes = probe_callback(probe_sampler(data.val[:cfg.n_probe], tokenizer, cfg.probe_samples, cfg.seed),
+                            out_dir / "probes.jsonl", cfg.probe_every)
     trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
                            train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
                            embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])

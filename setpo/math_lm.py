@@ -272,38 +272,18 @@ def sample_responses(model, tokenizer, questions: Sequence[str], n: int, tempera
                               max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False)
 
 
-def probe_callback(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer, path: Path):
-    """A TrainerCallback that samples responses to fixed probe questions at step 0 and every probe_every steps.
+def probe_sampler(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
+    """``sample(model, step)`` for ``setpo.trl.probe_callback``: responses to fixed probe questions, as
+    {"probe", "question", "answer", "text", "reward"} records."""
 
-    Appends {"step", "probe", "question", "answer", "text", "reward"} lines to ``path`` (JSONL); a step already
-    there is not sampled again, so a resumed run continues the file.
-    """
-    from transformers import TrainerCallback
+    def sample(model, step: int) -> list[dict]:
+        texts = sample_responses(model, tokenizer, [p.question for p in probes], cfg.probe_samples,
+                                 cfg.temperature, 1.0, cfg.max_completion_length, seed=cfg.seed + step)
+        return [{"probe": j, "question": prob.question, "answer": prob.answer, "text": t,
+                 "reward": math_reward(t, prob.answer)}
+                for j, (prob, samples) in enumerate(zip(probes, texts)) for t in samples]
 
-    class ProbeCallback(TrainerCallback):
-        def _record(self, model, step: int) -> None:
-            if path.exists():
-                with path.open() as f:
-                    if step in {json.loads(line)["step"] for line in f if line.strip()}:
-                        return
-            texts = sample_responses(model, tokenizer, [p.question for p in probes], cfg.probe_samples,
-                                     cfg.temperature, 1.0, cfg.max_completion_length, seed=cfg.seed + step)
-            with path.open("a") as f:
-                for j, (prob, samples) in enumerate(zip(probes, texts)):
-                    for t in samples:
-                        f.write(json.dumps({"step": step, "probe": j, "question": prob.question,
-                                            "answer": prob.answer, "text": t,
-                                            "reward": math_reward(t, prob.answer)}) + "\n")
-
-        def on_train_begin(self, args, state, control, model=None, **kw):
-            if state.global_step == 0:
-                self._record(model, 0)
-
-        def on_step_end(self, args, state, control, model=None, **kw):
-            if state.global_step % cfg.probe_every == 0 or state.global_step == state.max_steps:
-                self._record(model, state.global_step)
-
-    return ProbeCallback()
+    return sample
 
 
 def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathProblem],
@@ -317,7 +297,7 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from setpo.trl import SetPOTrainer, train_resumable
+    from setpo.trl import SetPOTrainer, probe_callback, train_resumable
 
     out = Path(cfg.run_dir) / label.replace("+", "_")
     final = out / "final"
@@ -333,7 +313,8 @@ def train_run(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     trainer = SetPOTrainer(model=model, reward_funcs=math_reward_func, args=args,
                            train_dataset=Dataset.from_list(to_trl_records(train)), processing_class=tokenizer,
                            embedder=embedder,
-                           callbacks=[probe_callback(cfg, probes, tokenizer, out / "probes.jsonl"), *callbacks])
+                           callbacks=[probe_callback(probe_sampler(cfg, probes, tokenizer), out / "probes.jsonl",
+                                                     cfg.probe_every, at_end=True), *callbacks])
     train_resumable(trainer, tokenizer, out, final, {"label": label, "lam": lam}, log,
                     f"[{label}] λ={lam}, G={cfg.num_generations}, {cfg.prompts_per_step} prompts/step, "
                     f"vLLM={args.use_vllm}")

@@ -38,6 +38,7 @@ and "distinct" is by the trainer's ``solution_key``, the stripped text by defaul
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -218,6 +219,38 @@ def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict
     write_json(Path(out_dir) / "log_history.json", trainer.state.log_history)
     write_json(Path(final) / "done.json", {"seconds": time.time() - t0, "steps": trainer.state.global_step, **record})
     return Path(final)
+
+
+def probe_callback(sample: Callable[[Any, int], list[dict]], path: Path, every: int, at_end: bool = False):
+    """A TrainerCallback recording what the policy samples on fixed probes, for trajectory plots.
+
+    At step 0, every ``every`` steps (and at the last step when ``at_end``) it calls ``sample(model, step)``
+    and appends the returned JSON-able records, each with its "step", to ``path`` (JSONL). A step already in
+    the file is not sampled again, so a resumed run continues the file.
+    """
+    from transformers import TrainerCallback
+
+    path = Path(path)
+
+    class ProbeCallback(TrainerCallback):
+        def _record(self, model, step: int) -> None:
+            if path.exists():
+                with path.open() as f:
+                    if step in {json.loads(line)["step"] for line in f if line.strip()}:
+                        return
+            records = sample(model, step)
+            with path.open("a") as f:
+                f.writelines(json.dumps({"step": step, **r}) + "\n" for r in records)
+
+        def on_train_begin(self, args, state, control, model=None, **kw):
+            if state.global_step == 0:
+                self._record(model, 0)
+
+        def on_step_end(self, args, state, control, model=None, **kw):
+            if state.global_step % every == 0 or (at_end and state.global_step == state.max_steps):
+                self._record(model, state.global_step)
+
+    return ProbeCallback()
 
 
 class SetPOTrainer(GRPOTrainer):
