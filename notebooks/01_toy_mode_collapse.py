@@ -43,9 +43,9 @@ SEEDS = 5
 import torch
 from IPython.display import Markdown, display
 
-from setpo.figures import save_plotly, toy_trajectory_figure, toy_trajectory_png
 from setpo.report import markdown_table
-from setpo.toy import DEMO_VARIANTS, ToyConfig, compare, coverage_rows, lambda_sweep, summary_rows
+from setpo.toy import (DEMO_VARIANTS, ToyConfig, compare, coverage_rows, lambda_sweep, mode_mass_curves,
+                       summary_rows, write_figure1)
 
 torch.set_num_threads(1)
 if SMOKE:
@@ -60,8 +60,7 @@ base
 
 # %%
 results = compare(base, DEMO_VARIANTS, range(SEEDS), progress=not SMOKE)
-first = {label: runs[0] for label, runs in results.items()}
-fig, data = toy_trajectory_figure(first, method=PROJECTION)
+fig, html, png = write_figure1(results, OUT_DIR, PROJECTION, "notebooks/01_toy_mode_collapse")
 fig.show()
 
 # %% [markdown]
@@ -71,16 +70,14 @@ fig.show()
 # (computed exactly over all 216 trajectories) during training.
 
 # %%
-curves = {label: ([h["step"] for h in r.history], [h["mode_mass"] for h in r.history]) for label, r in first.items()}
-png = toy_trajectory_png(data, curves, f"{OUT_DIR}/fig1_toy_mode_collapse")
-html = save_plotly(fig, f"{OUT_DIR}/fig1_toy_mode_collapse")
-display(Markdown(f"Written: `{png}` and `{html}`"))
+curves = mode_mass_curves({label: runs[0] for label, runs in results.items()})
+display(Markdown(f"Written: `{png}`, `{html}` and the run record beside them"))
 
 # %%
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-mass_fig = make_subplots(rows=1, cols=len(first), subplot_titles=list(first), shared_yaxes=True)
+mass_fig = make_subplots(rows=1, cols=len(curves), subplot_titles=list(curves), shared_yaxes=True)
 for col, (label, (steps, masses)) in enumerate(curves.items(), start=1):
     for m in range(base.bandit.num_correct):
         mass_fig.add_trace(go.Scatter(x=steps, y=[row[m] for row in masses], name=f"correct mode {m}",

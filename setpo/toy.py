@@ -25,7 +25,7 @@ from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity, mode_coverage
 from setpo.presets import get_preset
-from setpo.report import markdown_table
+from setpo.report import markdown_table, write_json
 
 
 @dataclass
@@ -142,7 +142,7 @@ def _save(path: Path, step, policy, ref, opt, gen, history, snapshots, cfg):
                 "gen": gen.get_state(), "history": history, "snapshots": snapshots,
                 "config": json.loads(json.dumps(asdict(cfg), default=str))}, tmp)
     tmp.replace(path)  # atomic: an interrupted save never leaves a half-written checkpoint
-    (path.parent / "config.json").write_text(json.dumps(asdict(cfg), indent=1, default=str))
+    write_json(path.parent / "config.json", asdict(cfg))
 
 
 def _snapshot(step, policy, world, cfg, gen) -> dict:
@@ -263,30 +263,41 @@ def summary_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> l
 DEMO_VARIANTS = {"GRPO": {"setpo": False}, "SetPO+GRPO": {"setpo": True}}
 
 
-def run_demo(out_dir: Path, seeds: int = 5, smoke: bool = False, projection: str | None = None) -> dict:
-    """`make demo`: GRPO vs SetPO+GRPO over ``seeds`` seeds; Figure 1 (seed 0) and the coverage table."""
+def mode_mass_curves(runs: dict[str, ToyRun]) -> dict[str, tuple[list[int], list[list[float]]]]:
+    """label -> (steps, per-step mode masses) of each run, for the mode-mass-over-training plots."""
+    return {label: ([h["step"] for h in r.history], [h["mode_mass"] for h in r.history]) for label, r in runs.items()}
+
+
+def write_figure1(results: dict[str, list[ToyRun]], out_dir: Path, projection: str, command: str):
+    """Figure 1 from each variant's first seed: .html, .png and a .json record of config, seeds and table.
+
+    Returns (plotly figure, html path, png path). Used by `make demo` and notebook 01 alike.
+    """
     from setpo.figures import save_plotly, toy_trajectory_figure, toy_trajectory_png
 
-    torch.set_num_threads(1)  # the toy is tiny; threads only add overhead
-    base = ToyConfig(steps=12, snapshot_every=4) if smoke else ToyConfig()
-    projection = projection or ("pca" if smoke else "umap")
-    results = compare(base, DEMO_VARIANTS, range(seeds))
-    rows = coverage_rows(results)
-    print(markdown_table(rows))
-    print()
-    print(markdown_table(summary_rows(results)))
-
-    out_dir = Path(out_dir)
     first = {label: runs[0] for label, runs in results.items()}
     fig, data = toy_trajectory_figure(first, method=projection)
-    curves = {label: ([h["step"] for h in r.history], [h["mode_mass"] for h in r.history]) for label, r in first.items()}
-    stem = out_dir / "fig1_toy_mode_collapse"
-    html, png = save_plotly(fig, stem), toy_trajectory_png(data, curves, stem)
-    record = {"command": "make demo" + (" (smoke)" if smoke else ""), "config": asdict(base), "seeds": list(range(seeds)),
-              "variants": DEMO_VARIANTS, "projection": projection, "rows": rows}
-    stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
+    stem = Path(out_dir) / "fig1_toy_mode_collapse"
+    html, png = save_plotly(fig, stem), toy_trajectory_png(data, mode_mass_curves(first), stem)
+    runs = next(iter(results.values()))
+    write_json(stem.with_suffix(".json"), {
+        "command": command, "config": asdict(runs[0].config), "seeds": [r.config.seed for r in runs],
+        "variants": {label: runs_[0].config.name for label, runs_ in results.items()}, "projection": projection,
+        "rows": coverage_rows(results)})
+    return fig, html, png
+
+
+def run_demo(out_dir: Path, seeds: int = 5, smoke: bool = False, projection: str | None = None) -> None:
+    """`make demo`: GRPO vs SetPO+GRPO over ``seeds`` seeds; Figure 1 (seed 0) and the coverage table."""
+    torch.set_num_threads(1)  # the toy is tiny; threads only add overhead
+    base = ToyConfig(steps=12, snapshot_every=4) if smoke else ToyConfig()
+    results = compare(base, DEMO_VARIANTS, range(seeds))
+    print(markdown_table(coverage_rows(results)))
+    print()
+    print(markdown_table(summary_rows(results)))
+    _, html, png = write_figure1(results, out_dir, projection or ("pca" if smoke else "umap"),
+                                 "make demo" + (" (smoke)" if smoke else ""))
     print(f"\nwrote {png} and {html}")
-    return record
 
 
 def lambda_sweep(base: ToyConfig, lams, seeds, threshold: float = 0.05) -> list[dict]:
