@@ -282,7 +282,9 @@ def write_figure1(results: dict[str, list[ToyRun]], out_dir: Path, projection: s
     runs = next(iter(results.values()))
     write_json(stem.with_suffix(".json"), {
         "command": command, "config": asdict(runs[0].config), "seeds": [r.config.seed for r in runs],
-        "variants": {label: runs_[0].config.name for label, runs_ in results.items()}, "projection": projection,
+        "variants": {label: {k: getattr(rs[0].config, k) for k in ("algo", "setpo", "lam")}
+                     for label, rs in results.items()},
+        "projection": projection,
         "rows": coverage_rows(results)})
     return fig, html, png
 
