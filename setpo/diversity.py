@@ -60,6 +60,13 @@ def cosine_kernel(emb) -> torch.Tensor:
     return _cosine_kernel(_as_embeddings(emb, (2, 3)))
 
 
+def pair_mask(valid: torch.Tensor | None, gmax: int, device=None) -> torch.Tensor:
+    """Which (y, z) slots are two different real rollouts: (G, G) when every group is full (valid None),
+    else (B, G, G) from the (B, G) validity mask of padded ragged groups."""
+    off_diagonal = ~torch.eye(gmax, dtype=torch.bool, device=device)
+    return off_diagonal if valid is None else valid[:, :, None] & valid[:, None, :] & off_diagonal
+
+
 def kernel_marginals(k: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Leave-one-out marginals s_i = D(Ω) - D(Ω∖{o_i}) from a kernel matrix, in closed form.
 
@@ -73,8 +80,7 @@ def kernel_marginals(k: torch.Tensor, valid: torch.Tensor | None = None) -> torc
         D(Ω∖{o_i}) = 1/(n-1) · Σ_{j≠i} g((R_j - k_ji) / (n-2)).
     """
     b, gmax, _ = k.shape
-    eye = torch.eye(gmax, dtype=torch.bool, device=k.device)
-    keep = ~eye if valid is None else (valid[:, :, None] & valid[:, None, :] & ~eye)  # (B, G, G) or (G, G)
+    keep = pair_mask(valid, gmax, k.device)
     n = k.new_full((b, 1), gmax) if valid is None else valid.sum(-1, keepdim=True).to(k.dtype)
 
     k_off = k * keep                                             # k_jz for z ≠ j, zero elsewhere

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from setpo.diversity import cosine_kernel
+from setpo.diversity import cosine_kernel, pair_mask
 from setpo.groups import Groups, as_tensor
 
 
@@ -188,10 +188,7 @@ def mean_pairwise_similarity(emb, index=None, *, group_size: int | None = None, 
     groups = Groups.build(e.shape[0], index, group_size, device=e.device)
     groups.require_min_size(2, "mean pairwise similarity")
     k = cosine_kernel(groups.pad(e, fill=1.0))  # (B, G, G); padded rows get norm > 0, masked below
-    valid = groups.valid()
-    gmax = k.shape[-1]
-    off = ~torch.eye(gmax, dtype=torch.bool, device=k.device)
-    keep = off if valid is None else (valid[:, :, None] & valid[:, None, :] & off)
+    keep = pair_mask(groups.valid(), k.shape[-1], k.device)
     n = groups.sizes.to(k.dtype)
     per_group = (k * keep).sum((-1, -2)) / (n * (n - 1))
     return float(per_group.mean()) if reduce else per_group
