@@ -460,23 +460,26 @@ def solve(numbers: Sequence[int], target, limit: int | None = None) -> list[str]
         if key in seen:
             return
         seen.add(key)
-        n = len(pool)
-        for i in range(n):
-            for j in range(i + 1, n):
-                (a, x), (b, y) = pool[i], pool[j]
-                rest = pool[:i] + pool[i + 1 : j] + pool[j + 1 :]
-                combos = [(a + b, _add(x, y)), (a - b, _sub(x, y)), (b - a, _sub(y, x)), (a * b, _mul(x, y))]
-                if b != 0:
-                    combos.append((a / b, _div(x, y)))
-                if a != 0:
-                    combos.append((b / a, _div(y, x)))
-                for item in combos:
-                    search(tuple(sorted(rest + (item,), key=lambda p: p[1].text)))
-                    if full():
-                        return
+        for (a, x), (b, y), rest in _pick_two(pool):
+            combos = [(a + b, _add(x, y)), (a - b, _sub(x, y)), (b - a, _sub(y, x)), (a * b, _mul(x, y))]
+            if b != 0:
+                combos.append((a / b, _div(x, y)))
+            if a != 0:
+                combos.append((b / a, _div(y, x)))
+            for item in combos:
+                search(tuple(sorted(rest + (item,), key=lambda p: p[1].text)))
+                if full():
+                    return
 
     search(pool)
     return list(found) if limit is not None else sorted(found)
+
+
+def _pick_two(pool: tuple):
+    """Every unordered pair of a pool's items, with the rest of the pool: the step of both searches."""
+    for i in range(len(pool)):
+        for j in range(i + 1, len(pool)):
+            yield pool[i], pool[j], pool[:i] + pool[i + 1 : j] + pool[j + 1 :]
 
 
 def _reachable_integers(numbers: Sequence[int], lo: int, hi: int) -> set[int]:
@@ -493,18 +496,14 @@ def _reachable_integers(numbers: Sequence[int], lo: int, hi: int) -> set[int]:
         if pool in seen:
             return
         seen.add(pool)
-        n = len(pool)
-        for i in range(n):
-            for j in range(i + 1, n):
-                a, b = pool[i], pool[j]
-                rest = pool[:i] + pool[i + 1 : j] + pool[j + 1 :]
-                vals = {a + b, a - b, b - a, a * b}
-                if b != 0:
-                    vals.add(a / b)
-                if a != 0:
-                    vals.add(b / a)
-                for v in vals:
-                    search(tuple(sorted(rest + (v,))))
+        for a, b, rest in _pick_two(pool):
+            vals = {a + b, a - b, b - a, a * b}
+            if b != 0:
+                vals.add(a / b)
+            if a != 0:
+                vals.add(b / a)
+            for v in vals:
+                search(tuple(sorted(rest + (v,))))
 
     search(tuple(sorted(Fraction(v) for v in numbers)))
     return out
