@@ -41,6 +41,7 @@ from IPython.display import Markdown, display
 import setpo
 from setpo.diversity import marginals_by_definition
 from setpo.figures import save_figure
+from setpo.report import markdown_table
 
 
 def on_circle(degrees):
@@ -106,8 +107,9 @@ gen = torch.Generator().manual_seed(0)
 rows = []
 for G in (3, 8, 16) if SMOKE else (3, 8, 16, 64):
     e = torch.randn(G, 32, generator=gen, dtype=torch.float64) + 0.5
-    rows.append(f"| {G} | {float((setpo.diversity_marginals(e) - marginals_by_definition(e)).abs().max()):.1e} |")
-display(Markdown("| G | max abs difference |\n|---|---|\n" + "\n".join(rows)))
+    gap = float((setpo.diversity_marginals(e) - marginals_by_definition(e)).abs().max())
+    rows.append({"G": G, "max abs difference": f"{gap:.1e}"})
+display(Markdown(markdown_table(rows)))
 
 # %% [markdown]
 # ## A duplicated rollout
@@ -117,8 +119,8 @@ display(Markdown("| G | max abs difference |\n|---|---|\n" + "\n".join(rows)))
 # %%
 dup = [0, 0, 45, 90, 135]
 s = setpo.diversity_marginals(on_circle(dup))
-display(Markdown("| rollout | angle | s_i |\n|---|---|---|\n" +
-                 "\n".join(f"| o_{i} | {a}° | {v:+.4f} |" for i, (a, v) in enumerate(zip(dup, s.tolist())))))
+display(Markdown(markdown_table([{"rollout": f"o_{i}", "angle": f"{a}°", "s_i": f"{v:+.4f}"}
+                                 for i, (a, v) in enumerate(zip(dup, s.tolist()))])))
 
 # %% [markdown]
 # ## The effect of λ

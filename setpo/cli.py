@@ -7,7 +7,7 @@ import runpy
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from setpo.report import ROOT
 
 # Notebooks whose full run regenerates committed figures (04 needs a GPU and is run by hand).
 FIGURE_NOTEBOOKS = [
