@@ -293,10 +293,6 @@ class RLRun:
         return f"{f'setpo{self.lam:g}_' if self.lam else ''}{self.preset}_G{self.group_size}_b{self.beta:g}"
 
 
-def _config_to_json(cfg: CountdownLMConfig) -> dict:
-    return asdict(cfg)
-
-
 def load_config(out: str | Path) -> CountdownLMConfig:
     """The config a study was run with (``<out>/config.json``)."""
     with open(Path(out) / "config.json") as f:
@@ -519,14 +515,14 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = ("sft", 
     if cfg_path.exists():
         with open(cfg_path) as f:
             old = json.load(f)
-        new = json.loads(json.dumps(_config_to_json(cfg)))
+        new = json.loads(json.dumps(asdict(cfg)))
         # where the folder is seen from and how many threads run do not change results
         differ = sorted(k for k in set(old) | set(new) if k not in ("out", "threads") and old.get(k) != new.get(k))
         if differ:
             raise ValueError(f"{cfg_path} holds a different config (fields {differ}); use another --out or "
                              "delete that folder")
     else:
-        write_json(cfg_path, _config_to_json(cfg))
+        write_json(cfg_path, asdict(cfg))
     t0 = time.time()
     data = make_data(cfg)
     write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
