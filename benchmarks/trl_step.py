@@ -28,8 +28,7 @@ from pathlib import Path
 
 import torch
 
-from setpo.report import write_bench_report
-
+from setpo.records import write_bench_report
 
 STEPS, WARMUP, ROUNDS = 8, 2, 2
 PROMPTS_PER_STEP, G, THREADS = 16, 7, 1
@@ -38,8 +37,8 @@ PROMPTS_PER_STEP, G, THREADS = 16, 7, 1
 def _trainer(kind: str, model, tok, dataset, out: str, embedder):
     from trl import GRPOConfig, GRPOTrainer
 
-    from setpo.countdown_lm import countdown_reward
     from setpo.presets import PRESETS
+    from setpo.studies.countdown import countdown_reward
     from setpo.trl import TRL_LOSS_TYPE, SetPOTrainer, config_for
 
     common = dict(output_dir=out, num_generations=G, per_device_train_batch_size=PROMPTS_PER_STEP * G,
@@ -78,9 +77,10 @@ def main() -> str:
     from datasets import Dataset
 
     from envs.countdown import generate_instances
-    from setpo.countdown_lm import (CountdownLMConfig, ModelSize, build_model, build_tokenizer, make_data,
-                                    quiet_libraries, rl_rows, run_sft)
     from setpo.embed import HashedNgramEmbedder, default_embedder
+    from setpo.studies.countdown import CountdownLMConfig, make_data, rl_rows, run_sft
+    from setpo.studies.tiny_models import ModelSize, build_model, build_tokenizer
+    from setpo.trl import quiet_libraries
 
     torch.set_num_threads(THREADS)
     quiet_libraries()

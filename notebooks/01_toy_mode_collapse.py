@@ -24,7 +24,7 @@
 # mode has 18 surface forms. A trajectory's embedding is its mode's 50-d centre plus a fixed offset, so
 # samples scatter around their mode like the points around the stars of the paper's Figure 1.
 #
-# **The update** (`setpo.toy.train`): sample G = 8 trajectories per prompt, compute advantages, take clipped
+# **The update** (`setpo.studies.toy.train`): sample G = 8 trajectories per prompt, compute advantages, take clipped
 # policy-gradient steps. SetPO changes one line, the advantage:
 #
 # $$\hat A_i = \bar A_i + \lambda\, s_i,\qquad s_i = D(\Omega) - D(\Omega\setminus\{o_i\}),\qquad
@@ -43,8 +43,8 @@ SEEDS = 5
 import torch
 from IPython.display import Markdown, display
 
-from setpo.report import markdown_table
-from setpo.toy import (DEMO_VARIANTS, ToyConfig, compare, coverage_rows, lambda_sweep, mode_mass_curves,
+from setpo.records import markdown_table
+from setpo.studies.toy import (DEMO_VARIANTS, ToyConfig, compare, coverage_rows, lambda_sweep, mode_mass_curves,
                        summary_rows, write_figure1)
 
 torch.set_num_threads(1)

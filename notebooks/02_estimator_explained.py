@@ -40,8 +40,8 @@ from IPython.display import Markdown, display
 
 import setpo
 from setpo.diversity import marginals_by_definition
-from setpo.figures import save_figure
-from setpo.report import markdown_table
+from setpo.studies.figures import save_figure
+from setpo.records import markdown_table
 
 
 def on_circle(degrees):

@@ -29,8 +29,8 @@
 # - then GRPO and SetPO+GRPO from that same warm start, for every (G, β), and the GSPO and DAPO presets;
 # - evaluation on held-out test problems exactly as in the paper.
 #
-# All of it is `setpo.countdown_lm`; the study is one command,
-# `.venv/bin/python -m setpo.countdown_lm --full --out runs/countdown` (resumable). This notebook runs it (or
+# All of it is `setpo.studies.countdown`; the study is one command,
+# `.venv/bin/python -m setpo.studies.countdown --full --out runs/countdown` (resumable). This notebook runs it (or
 # finds it already done) and draws the figures.
 
 # %% tags=["parameters"]
@@ -48,10 +48,11 @@ import torch
 from IPython.display import Markdown, display
 from plotly.subplots import make_subplots
 
-from setpo.countdown_lm import (CountdownLMConfig, load_summary, pass_at_k_panels, pass_at_k_png, probe_frame,
-                                probe_png, results_markdown, run_study, training_curves, training_png)
+from setpo.studies.countdown import CountdownLMConfig, results_markdown, run_study
+from setpo.studies.countdown_results import (load_summary, pass_at_k_panels, pass_at_k_png, probe_frame, probe_png,
+                                             training_curves, training_png)
 from setpo.embed import load_embedder
-from setpo.figures import save_plotly
+from setpo.studies.figures import save_plotly
 
 torch.set_num_threads(1)
 if SMOKE:
@@ -71,8 +72,8 @@ cfg
 # %%
 table = results_markdown(cfg, summary)
 display(Markdown(table))
-command = ("python -m setpo.countdown_lm --smoke" if SMOKE else
-           f"python -m setpo.countdown_lm --full --out {RUN_DIR.removeprefix('../')}")
+command = ("python -m setpo.studies.countdown --smoke" if SMOKE else
+           f"python -m setpo.studies.countdown --full --out {RUN_DIR.removeprefix('../')}")
 Path(OUT_DIR).mkdir(parents=True, exist_ok=True)
 (Path(OUT_DIR) / "fig3_countdown_results.md").write_text(
     f"Made by `{command}` (then notebooks/03_countdown_pass_at_k); config: {out / 'config.json'}\n\n{table}")

@@ -61,10 +61,10 @@ from pathlib import Path
 import torch
 from IPython.display import Markdown, display
 
-from setpo import math_lm as ml
-from setpo.countdown_lm import quiet_libraries
+from setpo.studies import math as ml
+from setpo.trl import quiet_libraries
 from setpo.embed import load_embedder
-from setpo.figures import save_figure
+from setpo.studies.figures import save_figure
 
 quiet_libraries()
 CUDA = torch.cuda.is_available()
@@ -95,7 +95,7 @@ cfg
 # ## Data and prompt
 # Each question becomes a Qwen2.5-Math chain-of-thought prompt (system: *Please reason step by step, and
 # put your final answer within \boxed{}.*). The reward is 1 when the last `\boxed{}` of the response equals
-# the reference answer by `math-verify`, else 0 (`setpo.math_data.math_reward`; model text is parsed as
+# the reference answer by `math-verify`, else 0 (`envs.math.math_reward`; model text is parsed as
 # LaTeX, never executed).
 
 # %%

@@ -24,7 +24,7 @@
 # formula below is this package's design (`setpo.setgrpo`, whose docstring has the details), built on public
 # methods: split conformal prediction (Vovk et al. 2005; Lei et al. 2018) for (a), Learn-then-Test
 # (Angelopoulos et al. 2021) with fixed-sequence testing and binomial / Hoeffding–Bentkus p-values (Bates
-# et al. 2021) for (c). The toy world is ours too (`envs.rubric`).
+# et al. 2021) for (c). The toy world is ours too (`envs.rubric`, trained on by `setpo.studies.rubric`).
 #
 # **The design in four lines** (per group of G responses, two graders A and B):
 #
@@ -41,7 +41,7 @@
 #   accepted groups is $\le \beta$ with probability $\ge 1-\delta$. Rejected groups contribute nothing.
 #   Everything is recalibrated every K steps as the policy drifts.
 #
-# **The toy** (`envs.rubric`): 64 prompts × 16 candidate responses, latent quality $q$, a linear softmax
+# **The toy** (`envs.rubric`, trained on by `setpo.studies.rubric`): 64 prompts × 16 candidate responses, latent quality $q$, a linear softmax
 # policy whose per-response gradient features are exact. Graders add noise and occasional slips (fresh on
 # every call) and, on half of the prompts whose rubric is "ambiguous", their own taste (the same on every
 # call, different between the two graders). Re-grading averages noise and slips away, not taste; only the
@@ -61,8 +61,8 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-from envs.rubric import (RubricTask, RubricToyConfig, TrainConfig, compare, coverage_study, format_table,
-                         invariance_table, risk_study)
+from envs.rubric import RubricTask, RubricToyConfig
+from setpo.studies.rubric import TrainConfig, compare, coverage_study, format_table, invariance_table, risk_study
 
 torch.set_num_threads(1)
 if SMOKE:

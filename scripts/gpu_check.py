@@ -52,10 +52,11 @@ def ragged_batch(seed: int, dtype: torch.dtype, dim: int = 1024):
 
 
 def check_estimator(device: str) -> dict:
-    import setpo
-    import setpo.verl as sv
     from omegaconf import OmegaConf
     from verl.trainer.ppo import core_algos
+
+    import setpo
+    import setpo.verl as sv
 
     out = {}
     for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
@@ -106,9 +107,9 @@ def check_embedders(device: str) -> dict:
 
 
 def check_training(device: str, run_root: Path) -> dict:
-    from setpo import math_lm as ml
-    from setpo.countdown_lm import quiet_libraries
     from setpo.embed import load_embedder
+    from setpo.studies import math as ml
+    from setpo.trl import quiet_libraries
 
     quiet_libraries()
     if device == "cuda":

@@ -14,7 +14,6 @@ from setpo.advantages import (
 from setpo.diversity import cosine_kernel, diversity_marginals, kernel_marginals, set_diversity
 from setpo.metrics import (
     ModeCoverage,
-    distinct_correct_solutions,
     diversity_width_and_average_modes,
     mean_pairwise_similarity,
     mode_coverage,
@@ -29,7 +28,6 @@ __all__ = [
     "PRESETS",
     "AlgorithmPreset",
     "ModeCoverage",
-    "distinct_correct_solutions",
     "diversity_width_and_average_modes",
     "mean_pairwise_similarity",
     "mode_coverage",

@@ -7,7 +7,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from setpo.report import ROOT
+from setpo.records import ROOT
 
 # Notebooks whose full run regenerates committed figures (04 needs a GPU and is run by hand).
 FIGURE_NOTEBOOKS = [
@@ -35,7 +35,7 @@ def run_notebook(name: str, out_dir: Path, smoke: bool = False, **params) -> Pat
 
 
 def cmd_demo(args) -> None:
-    from setpo.toy import run_demo
+    from setpo.studies.toy import run_demo
 
     run_demo(out_dir=Path(args.out_dir), seeds=args.seeds, smoke=args.smoke)
 
@@ -43,8 +43,8 @@ def cmd_demo(args) -> None:
 def cmd_sweep(args) -> None:
     import torch
 
-    from setpo.report import markdown_table
-    from setpo.toy import ToyConfig, lambda_sweep
+    from setpo.records import markdown_table
+    from setpo.studies.toy import ToyConfig, lambda_sweep
 
     torch.set_num_threads(1)
     rows = lambda_sweep(ToyConfig(algo=args.algo), args.lams, range(args.seeds))

@@ -116,30 +116,6 @@ def _as_id_list(x, name: str) -> list:
         raise ValueError(f"{name} must be a sequence, got {type(x).__name__}") from None
 
 
-def distinct_correct_solutions(answers, numbers, target, *, extract: bool = True) -> dict[str, int]:
-    """The distinct correct solutions among one Countdown problem's sampled answers, with their counts.
-
-    answers: the completions sampled for the problem (extract=True: each scored like
-        ``envs.countdown.score_answer``, answer in the last ``<answer>`` tags) or bare expressions
-        (extract=False).
-    numbers, target: the problem.
-    Returns {canonical form: how many answers had it} over the answers that score 1.0, sorted by
-    canonical form; ``len()`` of it is the problem's number of distinct correct solutions ("modes").
-    Two answers are the same solution when they are equal up to commutativity and associativity (see
-    ``envs.countdown.canonical_form``).
-    """
-    from envs.countdown import correct_canonical_form
-
-    if isinstance(answers, str):
-        raise ValueError("answers must be a sequence of strings, got a single string")
-    counts: dict[str, int] = {}
-    for a in answers:
-        form = correct_canonical_form(a, numbers, target, extract=extract)
-        if form is not None:
-            counts[form] = counts.get(form, 0) + 1
-    return dict(sorted(counts.items()))
-
-
 def diversity_width_and_average_modes(
     per_problem_distinct_counts, min_distinct: int = 2, over: str = "solved"
 ) -> tuple[int, float]:

@@ -30,9 +30,9 @@ from envs.countdown import (
     make_splits,
     score_answer,
     solve,
-    trl_reward,
     verl_compute_score,
 )
+from setpo.trl.rewards import countdown_reward
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -441,11 +441,11 @@ def test_parquet_trl_round_trip(tmp_path):
 def test_trl_reward_scores_text_and_conversational_batches():
     numbers, target = [[44, 19, 35], [1, 2]], [98, 3]
     texts = ["<answer>44+19+35</answer>", "<answer>1*2</answer>"]
-    assert trl_reward(texts, numbers, target, prompts=["p", "q"]) == [1.0, 0.1]
+    assert countdown_reward(texts, numbers, target, prompts=["p", "q"]) == [1.0, 0.1]
     chats = [[{"role": "assistant", "content": t}] for t in texts]
-    assert trl_reward(completions=chats, numbers=numbers, target=target) == [1.0, 0.1]
+    assert countdown_reward(completions=chats, numbers=numbers, target=target) == [1.0, 0.1]
     with pytest.raises(ValueError, match="lengths"):
-        trl_reward(texts, numbers[:1], target)
+        countdown_reward(texts, numbers[:1], target)
 
 
 def test_parquet_trl_loads_with_datasets(tmp_path):

@@ -9,13 +9,10 @@ from transformers import TrainerCallback
 
 from envs.countdown import CountdownInstance, score_answer
 from setpo import pass_at_k
-from setpo.countdown_lm import (
+from setpo.studies.countdown import (
     CountdownLMConfig,
-    ModelSize,
     RLRun,
     answer_text,
-    build_tokenizer,
-    countdown_reward,
     evaluate_samples,
     load_config,
     make_data,
@@ -26,6 +23,8 @@ from setpo.countdown_lm import (
     sft_examples,
     solution_key,
 )
+from setpo.studies.tiny_models import ModelSize, build_tokenizer
+from setpo.trl.rewards import countdown_reward
 
 
 def test_tokenizer_round_trips_and_is_expression_level():
@@ -168,7 +167,7 @@ def test_sft_warm_start_learns_the_format(tmp_path):
     assert losses[-1] < 0.5 * losses[0]
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from setpo.countdown_lm import sample_completions
+    from setpo.studies.sampling import sample_completions
 
     tok = PreTrainedTokenizerFast.from_pretrained(str(final))
     model = AutoModelForCausalLM.from_pretrained(str(final), dtype=torch.float32)

@@ -4,7 +4,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from setpo.figures import plotly_to_png, project_2d, save_figure
+from setpo.studies.figures import plotly_to_png, project_2d, save_figure
 
 
 def test_png_twin_of_a_subplot_grid(tmp_path):

@@ -7,9 +7,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from setpo import math_data as md
-
-from setpo import math_lm as ml
+from envs import math as md
+from setpo.studies import math as ml
+from setpo.studies.tiny_models import build_chat_tokenizer
+from setpo.trl.rewards import math_reward_func
 
 
 def _write_jsonl(path, rows):
@@ -66,7 +67,7 @@ def test_verl_parquet_round_trip_keeps_question_answer_and_template(tmp_path):
 def test_missing_file_says_what_to_pass(tmp_path):
     with pytest.raises(FileNotFoundError, match="TRAIN_FILE") as err:
         md.load_math_problems(tmp_path / "nope.parquet")
-    assert "python -m setpo.math_data smoke" in str(err.value)
+    assert "python -m envs.math smoke" in str(err.value)
 
 
 @pytest.mark.parametrize("rows, match", [
@@ -138,9 +139,9 @@ def test_reward_works_off_the_main_thread_as_in_verl_reward_workers():
 
 def test_trl_reward_func_reads_chat_and_plain_completions():
     completions = ["\\boxed{5}", [{"role": "assistant", "content": "it is \\boxed{6}"}], "\\boxed{1}"]
-    assert md.math_reward_func(completions, answer=["5", "6", "2"], prompts=None) == [1.0, 1.0, 0.0]
-    with pytest.raises(ValueError, match="3 completions but 2 answers"):
-        md.math_reward_func(completions, answer=["5", "6"])
+    assert math_reward_func(completions, answer=["5", "6", "2"], prompts=None) == [1.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="one value per completion"):
+        math_reward_func(completions, answer=["5", "6"])
 
 
 def test_extract_boxed_matches_nested_braces_and_rejects_truncation():
@@ -184,7 +185,7 @@ def test_cli_prepare_and_smoke(tmp_path, capsys):
 
 
 def test_chat_tokenizer_round_trips_and_renders_the_template():
-    tok = ml.build_chat_tokenizer()
+    tok = build_chat_tokenizer()
     text = md.qwen_math_prompt("What is 2+3? Answer in \\boxed{}.")
     assert tok.decode(tok(text)["input_ids"]) == text
     rendered = tok.apply_chat_template(md.qwen_math_messages("What is 2+3?"), tokenize=False,

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from envs.countdown import distinct_correct_solutions
 from setpo.metrics import (
     ModeCoverage,
-    distinct_correct_solutions,
     diversity_width_and_average_modes,
     mean_pairwise_similarity,
     mode_coverage,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import setpo
-from envs.rubric import LinearSoftmaxPolicy, RubricTask, RubricToyConfig, _draw_groups, train
+from envs.rubric import RubricTask, RubricToyConfig
 from setpo.groups import Groups
 from setpo.setgrpo import (
     SetGRPO,
@@ -28,6 +28,7 @@ from setpo.setgrpo import (
     safe_recovery,
     worst_case_agreement,
 )
+from setpo.studies.rubric import LinearSoftmaxPolicy, _draw_groups, train
 
 G = 8
 
@@ -372,7 +373,7 @@ def test_toy_graders_and_regrading():
 
 
 def test_toy_setgrpo_ends_above_grpo():
-    """The README claim in small: three seeds of the default toy run (``envs.rubric.compare`` runs five)."""
+    """The README claim in small: three seeds of the default toy run (``setpo.studies.rubric.compare`` runs five)."""
     gains = []
     for seed in range(3):
         grpo, sg = (train(m, seed=seed) for m in ("grpo", "setgrpo"))
@@ -413,8 +414,8 @@ def test_trl_trainer_two_reward_functions_as_graders(tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from setpo.countdown_lm import ModelSize, build_model, build_tokenizer
-    from setpo.setgrpo import SetGRPOTrainer
+    from setpo.studies.tiny_models import ModelSize, build_model, build_tokenizer
+    from setpo.trl import SetGRPOTrainer
 
     tok = build_tokenizer()
     model = build_model(tok, ModelSize(32, 1, 2, 1, 64, 48), seed=0)

@@ -2,8 +2,8 @@
 
 import torch
 
-from setpo.toy import ToyConfig, TrajectoryPolicy, covered_modes, mode_mass, train
 from envs.bandit import BanditConfig, MultiModalBandit
+from setpo.studies.toy import ToyConfig, TrajectoryPolicy, covered_modes, mode_mass, train
 
 SMALL = dict(steps=12, groups_per_step=4, snapshot_every=6, snapshot_samples=16)
 

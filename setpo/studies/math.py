@@ -3,84 +3,22 @@
 GRPO vs SetPO+GRPO (GSPO / DAPO one switch away, ``setpo.presets``) on one machine with TRL's
 ``GRPOTrainer`` (``setpo.trl.SetPOTrainer``), vLLM for generation when there is a GPU, and a tiny randomly
 initialised Qwen2 model with a character-level ChatML tokenizer on a CPU, where the numbers mean nothing
-but every code path runs. Data, template and reward come from ``setpo.math_data``.
+but every code path runs. Data, template and reward come from ``envs.math``.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from setpo.math_data import (MathProblem, load_math_problems, math_reward, math_reward_func, qwen_math_messages,
-                              smoke_problems, to_trl_records)
-from setpo.generation import sample_completions
-from setpo.report import write_json
-
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
-    " + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-_CHAT_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>")
-
-
-def build_chat_tokenizer():
-    """Character-level tokenizer with Qwen's ChatML special tokens and chat template, for the tiny model.
-
-    Every printable ASCII character, newline and tab is one token; ``<|im_start|>``, ``<|im_end|>`` (end of
-    a turn, the EOS) and ``<|endoftext|>`` (padding) are one token each; anything else is ``<unk>``. Decoding
-    concatenates pieces, so ASCII text round-trips exactly. **Design choice**: a random model has nothing to
-    gain from a real vocabulary, and a 100-token one keeps the tiny model tiny.
-    """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    pieces = list(_CHAT_SPECIALS) + ["\n", "\t"] + [chr(c) for c in range(32, 127)]
-    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(pieces)}, unk_token="<unk>"))
-    specials = "|".join(re.escape(t) for t in _CHAT_SPECIALS)
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(rf"{specials}|[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-                                  unk_token="<unk>", additional_special_tokens=["<|im_start|>"])
-    out.chat_template = CHATML_TEMPLATE
-    out.padding_side = "left"
-    return out
-
-
-@dataclass(frozen=True)
-class TinyQwen2:
-    """Shape of the randomly initialised Qwen2ForCausalLM used without MODEL_PATH (about 0.4M parameters).
-
-    head_dim = hidden_size / num_attention_heads = 64, a size every attention kernel (and vLLM) supports.
-    """
-
-    hidden_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 2
-    num_key_value_heads: int = 1
-    intermediate_size: int = 256
-    max_position_embeddings: int = 1024
-
-
-def make_tiny_model(path: str | Path, size: TinyQwen2 = TinyQwen2(), seed: int = 0) -> Path:
-    """Write a tiny random Qwen2 model and its chat tokenizer to ``path`` (reused if already there).
-
-    Everything downstream loads models by path (TRL builds its KL reference model from it), exactly as with
-    a real MODEL_PATH.
-    """
-    from setpo.countdown_lm import ModelSize, build_model
-
-    p = Path(path)
-    if (p / "config.json").is_file() and (p / "tokenizer.json").is_file():
-        return p
-    tokenizer = build_chat_tokenizer()
-    model = build_model(tokenizer, ModelSize(**{f: getattr(size, f) for f in size.__dataclass_fields__}), seed=seed)
-    p.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(p))
-    tokenizer.save_pretrained(str(p))
-    return p
+from envs.math import MathProblem, load_math_problems, math_reward, qwen_math_messages, smoke_problems, to_trl_records
+from setpo.records import write_json
+from setpo.studies.sampling import sample_completions
+from setpo.studies.tiny_models import make_tiny_model
+from setpo.trl.rewards import math_reward_func
 
 
 def load_tokenizer(model_path: str | Path):
@@ -267,7 +205,7 @@ def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path):
 
 def sample_responses(model, tokenizer, questions: Sequence[str], n: int, temperature: float, top_p: float,
                      max_new_tokens: int, seed: int = 0, batch_sequences: int = 64) -> list[list[str]]:
-    """n responses per question, prompted with the Qwen-Math template (``setpo.generation.sample_completions``)."""
+    """n responses per question, prompted with the Qwen-Math template (``setpo.studies.sampling.sample_completions``)."""
     return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions), n, temperature, top_p,
                               max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False)
 
@@ -412,7 +350,7 @@ def trajectory_figure(probes_by_run: Mapping[str, Sequence[dict]], embedder, met
     """Embedding trajectories of the responses to fixed prompts over training, one panel per run.
 
     probes_by_run: run label -> probe records (``read_probes``). All responses of all runs are embedded with
-    ``embedder`` and projected together (``setpo.figures.project_2d``), so panels share one map. Colour is
+    ``embedder`` and projected together (``setpo.studies.figures.project_2d``), so panels share one map. Colour is
     the training step, marker the probe question (circle filled = correct); hovering shows the response.
     Returns (plotly Figure, data dict with the 2-D points, for a static twin).
     """
@@ -420,7 +358,7 @@ def trajectory_figure(probes_by_run: Mapping[str, Sequence[dict]], embedder, met
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from setpo.figures import STAGE_COLOURS, project_2d
+    from setpo.studies.figures import STAGE_COLOURS, project_2d
 
     labels = list(probes_by_run)
     records = [(label, r) for label in labels for r in probes_by_run[label]]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 def static_figure(**kwargs):
     """A matplotlib Figure drawn without pyplot, so saving PNGs never switches a notebook's backend."""
     from matplotlib.figure import Figure

@@ -25,7 +25,7 @@ from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity, mode_coverage
 from setpo.presets import get_preset
-from setpo.report import markdown_table, write_json
+from setpo.records import markdown_table, write_json
 
 
 @dataclass
@@ -273,7 +273,7 @@ def write_figure1(results: dict[str, list[ToyRun]], out_dir: Path, projection: s
 
     Returns (plotly figure, html path, png path). Used by `make demo` and notebook 01 alike.
     """
-    from setpo.figures import save_plotly, toy_trajectory_figure, toy_trajectory_png
+    from setpo.studies.figures import save_plotly, toy_trajectory_figure, toy_trajectory_png
 
     first = {label: runs[0] for label, runs in results.items()}
     fig, data = toy_trajectory_figure(first, method=projection)

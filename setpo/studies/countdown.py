@@ -39,12 +39,12 @@ What is ours to decide (design choices, written down here):
 - Evaluation: unbiased pass@k (``setpo.pass_at_k``) from n = 64 samples per test problem, k = 1..64, at
   T = 0.5 and 1.0 with top-p 0.9; at T = 1.0 the "diversity width" (problems with >= 2 distinct correct
   solutions) and "average modes" (mean distinct correct solutions over solved problems), with
-  ``setpo.metrics.distinct_correct_solutions`` (distinct = canonical form, ``envs.countdown``).
+  ``envs.countdown.distinct_correct_solutions`` (distinct = canonical form, ``envs.countdown``).
 
 Run everything with one command (resumable: finished stages are skipped, RL resumes from its last
 checkpoint, every evaluation is cached):
 
-    .venv/bin/python -m setpo.countdown_lm --full --out runs/countdown
+    .venv/bin/python -m setpo.studies.countdown --full --out runs/countdown
 
 ``--smoke`` runs the same pipeline at toy size in seconds (used by the tests and notebook 03).
 Outputs under ``--out``: ``config.json``, ``data.json`` (the splits), ``sft/`` and ``rl/<run>/`` (models,
@@ -70,20 +70,19 @@ import torch
 from envs.countdown import (
     CountdownInstance,
     canonical_form,
+    distinct_correct_solutions,
     extract_answer,
     make_splits,
     score_answer,
     solve,
-    trl_reward,
 )
-from setpo.metrics import distinct_correct_solutions, diversity_width_and_average_modes, pass_at_k
+from setpo.metrics import diversity_width_and_average_modes, pass_at_k
 from setpo.presets import PRESETS
-from setpo.generation import sample_completions
-from setpo.report import write_json
-
-ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
-MAX_NUMBER_TOKEN = 999
+from setpo.records import write_json
+from setpo.studies.sampling import sample_completions
+from setpo.studies.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, ModelSize, build_model, build_tokenizer
+from setpo.trl.rewards import countdown_reward
+from setpo.trl.training import quiet_libraries
 
 
 def _log(*args) -> None:
@@ -95,61 +94,6 @@ def _log(*args) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def build_tokenizer(max_number: int = MAX_NUMBER_TOKEN):
-    """Expression-level tokenizer: integers 10..max_number and every ASCII character are single tokens.
-
-    Pre-tokenisation splits text into ``<answer>``, ``</answer>``, runs of up to three digits, and single
-    characters; a WordLevel model maps each piece to its id (a number above max_number is split into
-    pieces that are, so nothing is unknown except non-ASCII characters); the Fuse decoder concatenates
-    pieces back, so decode(encode(text)) == text for ASCII text.
-    """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    if max_number < 9:
-        raise ValueError(f"max_number must be >= 9, got {max_number}")
-    chars = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
-    numbers = [str(i) for i in range(10, max_number + 1)]
-    pieces = [PAD, EOS, UNK, ANSWER_OPEN, ANSWER_CLOSE] + chars + numbers
-    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(pieces)}, unk_token=UNK))
-    digits = "{1,%d}" % len(str(max_number))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(rf"<answer>|</answer>|\d{digits}|[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK)
-    out.padding_side = "left"  # generation pads prompts on the left
-    return out
-
-
-@dataclass
-class ModelSize:
-    """Shape of the Qwen2-architecture model (transformers ``Qwen2Config`` fields)."""
-
-    hidden_size: int = 128
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    intermediate_size: int = 384
-    max_position_embeddings: int = 64
-
-
-def build_model(tokenizer, size: ModelSize = ModelSize(), seed: int = 0):
-    """A freshly initialised Qwen2ForCausalLM (float32, tied embeddings) for ``tokenizer``."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=size.hidden_size, num_hidden_layers=size.num_hidden_layers,
-        num_attention_heads=size.num_attention_heads, num_key_value_heads=size.num_key_value_heads,
-        intermediate_size=size.intermediate_size, max_position_embeddings=size.max_position_embeddings,
-        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None, use_cache=True,
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model
-
-
 def prompt_text(inst: CountdownInstance) -> str:
     """The compact prompt, e.g. ``"3 7 25 50 = 82\\n"``."""
     return " ".join(str(v) for v in inst.numbers) + f" = {inst.target}\n"
@@ -157,11 +101,6 @@ def prompt_text(inst: CountdownInstance) -> str:
 
 def answer_text(expression: str) -> str:
     return f"{ANSWER_OPEN}{expression}{ANSWER_CLOSE}"
-
-
-def countdown_reward(completions, numbers, target, **_) -> list[float]:
-    """TRL reward function (``envs.countdown.trl_reward``), under the name TRL logs it by in this study."""
-    return trl_reward(completions, numbers, target)
 
 
 def solution_key(text: str) -> str | None:
@@ -495,16 +434,6 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
 # --------------------------------------------------------------------------------------------------
 
 
-def quiet_libraries() -> None:
-    """Silence per-step progress bars and info chatter of datasets / transformers (logs stay)."""
-    import datasets
-    import transformers
-
-    datasets.disable_progress_bars()
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-
-
 def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = ("sft", "rl", "eval")) -> dict:
     """The whole study: data, warm start, every RL run, evaluation, results table. Resumable."""
     torch.set_num_threads(cfg.threads)
@@ -636,191 +565,8 @@ def results_markdown(cfg: CountdownLMConfig, summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --------------------------------------------------------------------------------------------------
-# Reading a finished study (notebook 03)
-# --------------------------------------------------------------------------------------------------
-
-
-def load_summary(out: str | Path) -> dict:
-    """``results.json`` of a finished study."""
-    path = Path(out) / "results.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run `python -m setpo.countdown_lm --full --out {out}` first")
-    with open(path) as f:
-        return json.load(f)
-
-
-def training_curves(out: str | Path, runs: Sequence[RLRun]):
-    """Per-step training metrics of the given runs as a pandas DataFrame (one row per logged step).
-
-    Columns: run, method, G, beta, step, reward, distinct_correct, pairwise_similarity, s_mean, s_std,
-    entropy, kl.
-    """
-    import pandas as pd
-
-    rows = []
-    for run in runs:
-        path = Path(out) / "rl" / run.name / "log_history.json"
-        if not path.exists():
-            continue
-        with open(path) as f:
-            hist = json.load(f)
-        for h in hist:
-            if "reward" not in h:
-                continue  # the second mini-batch of a generation batch logs no rollout metrics
-            rows.append({"run": run.name, "method": run.method, "G": run.group_size, "beta": run.beta,
-                         "step": h["step"], "reward": h["reward"],
-                         "distinct_correct": h.get("setpo/distinct_correct"),
-                         "pairwise_similarity": h.get("setpo/pairwise_similarity"),
-                         "s_mean": h.get("setpo/s_mean"), "s_std": h.get("setpo/s_std"),
-                         "entropy": h.get("entropy"), "kl": h.get("kl")})
-    return pd.DataFrame(rows)
-
-
-def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int = 0, method: str = "pca",
-                seed: int = 0):
-    """Probe samples of the given runs on one validation problem, embedded and projected to 2-D together.
-
-    embedder: texts -> (N, d) (the study's embedder, so the picture shows what SetPO's kernel sees).
-    Returns a pandas DataFrame with one row per distinct (run, step, text): run, method, step, text,
-    expression, reward, correct, canonical, count (how many of that step's samples were this text: a
-    collapsing policy shows as few points with large counts), x, y. One projection
-    (``setpo.figures.project_2d``) is fitted on all points, so panels and steps share coordinates.
-    """
-    import pandas as pd
-
-    from setpo.figures import project_2d
-
-    rows = []
-    for run in runs:
-        path = Path(out) / "rl" / run.name / "probes.jsonl"
-        if not path.exists():
-            continue
-        with open(path) as f:
-            for line in f:
-                r = json.loads(line)
-                if r["problem"] == problem:
-                    rows.append({"run": run.name, "method": run.method, **r})
-    df = pd.DataFrame(rows)
-    if df.empty:
-        raise ValueError(f"no probe samples for problem {problem} in {out} for runs {[r.name for r in runs]}")
-    counts = df.groupby(["run", "step", "text"]).size().rename("count")
-    df = df.drop_duplicates(subset=["run", "step", "text"]).join(counts, on=["run", "step", "text"])
-    df = df.reset_index(drop=True)
-    emb = embedder(df["text"].tolist()).numpy()
-    emb = emb / (((emb ** 2).sum(1, keepdims=True)) ** 0.5 + 1e-12)  # cosine geometry, as the kernel sees it
-    xy = project_2d(emb, method=method, seed=seed)
-    df["x"], df["y"] = xy[:, 0], xy[:, 1]
-    df["correct"] = df["reward"] == 1.0
-    return df
-
-
-def pass_at_k_panels(cfg: CountdownLMConfig, summary: dict) -> list[dict]:
-    """One panel per (setting, temperature): the warm start, the baseline and its SetPO runs.
-
-    Returns [{"setting", "T", "lines": [{"label", "kind" ("sft" | "baseline" | "setpo"), "lam", "k", "pass"}]}],
-    settings in study order, temperatures inner; ``pass`` is pass@k in [0, 1] for k = 1..n.
-    """
-    by = {(r["run"], r["T"]): r for r in summary["rows"]}
-    baselines = [r for r in cfg.runs() if not r.lam]
-    panels = []
-    for base in baselines:
-        for temp in cfg.eval_temperatures:
-            lines = []
-            members = [("sft", "warm start", "sft", None), (base.name, base.method, "baseline", 0.0)]
-            members += [(r.name, r.method, "setpo", r.lam) for r in cfg.runs() if r.lam and r.baseline == base]
-            for name, label, kind, lam in members:
-                row = by.get((name, temp))
-                if row is not None:
-                    curve = row["pass_curve"]
-                    lines.append({"label": label, "kind": kind, "lam": lam, "k": list(range(1, len(curve) + 1)),
-                                  "pass": curve})
-            panels.append({"setting": base.setting, "T": temp, "lines": lines})
-    return panels
-
-
-def pass_at_k_png(panels: list[dict], path: str | Path, title: str = "") -> Path:
-    """Static pass@k figure (matplotlib): a grid of panels (rows: temperature), log-scale k."""
-    from setpo.figures import save_static, static_figure
-
-    temps = sorted({p["T"] for p in panels})
-    settings = list(dict.fromkeys(p["setting"] for p in panels))
-    fig = static_figure(figsize=(3.3 * len(settings), 3.0 * len(temps) + 0.6))
-    axes = fig.subplots(len(temps), len(settings), sharex=True, sharey="row", squeeze=False)
-    reds = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b"]
-    for p in panels:
-        ax = axes[temps.index(p["T"])][settings.index(p["setting"])]
-        n_setpo = 0
-        for line in p["lines"]:
-            if line["kind"] == "sft":
-                style = dict(color="grey", linestyle=":")
-            elif line["kind"] == "baseline":
-                style = dict(color="#1f77b4", linestyle="--")
-            else:
-                style = dict(color=reds[n_setpo % len(reds)], linestyle="-")
-                n_setpo += 1
-            ax.plot(line["k"], [100 * v for v in line["pass"]], label=line["label"], **style)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"{p['setting']}, T={p['T']:g}", fontsize=8)
-        ax.grid(alpha=0.3)
-    for ax in axes[-1]:
-        ax.set_xlabel("k")
-    for row in axes:
-        row[0].set_ylabel("pass@k (%)")
-    axes[0][0].legend(fontsize=6)
-    return save_static(fig, path, title)
-
-
-def training_png(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str]], path: str | Path,
-                 title: str = "", window: int = 5) -> Path:
-    """Static training-curve figure (matplotlib): rows = group sizes, columns = metrics, one line per run
-    (colour by lambda), ``window``-step rolling means. ``curves`` from ``training_curves``."""
-    from setpo.figures import save_static, static_figure
-
-    gs = sorted({r.group_size for r in runs})
-    lams = sorted({r.lam for r in runs})
-    colours = dict(zip(lams, ["#1f77b4", "#d62728", "#ff7f0e", "#9467bd", "#8c564b"]))
-    fig = static_figure(figsize=(4.2 * len(metrics), 3.0 * len(gs) + 0.6))
-    axes = fig.subplots(len(gs), len(metrics), sharex=True, squeeze=False)
-    for run in runs:
-        d = curves[curves.run == run.name]
-        if d.empty:
-            continue
-        smooth = d.set_index("step")[[m for m, _ in metrics]].rolling(window, min_periods=1).mean()
-        for j, (m, label) in enumerate(metrics):
-            ax = axes[gs.index(run.group_size)][j]
-            ax.plot(smooth.index, smooth[m], color=colours[run.lam], label=run.method)
-            ax.set_title(f"{label}, G={run.group_size}", fontsize=9)
-            ax.grid(alpha=0.3)
-    for ax in axes[-1]:
-        ax.set_xlabel("step")
-    axes[0][0].legend(fontsize=7)
-    return save_static(fig, path, title)
-
-
-def probe_png(df, runs: Sequence[RLRun], path: str | Path, title: str = "") -> Path:
-    """Static twin of the embedding-trajectory figure (matplotlib): one panel per run, colour = step,
-    size = number of identical samples, o correct, x wrong. ``df`` from ``probe_frame``."""
-    from setpo.figures import save_static, static_figure
-
-    fig = static_figure(figsize=(5.5 * len(runs), 4.8))
-    axes = fig.subplots(1, len(runs), sharex=True, sharey=True, squeeze=False)
-    lo, hi = df.step.min(), df.step.max()
-    for ax, run in zip(axes[0], runs):
-        for ok, marker in ((True, "o"), (False, "x")):
-            d = df[(df.run == run.name) & (df.correct == ok)]
-            sc = ax.scatter(d.x, d.y, s=12 + 10 * d["count"], c=d.step, cmap="viridis", vmin=lo, vmax=hi,
-                            marker=marker, alpha=0.7, label="correct" if ok else "wrong")
-        ax.set_title(run.method)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    axes[0][0].legend(fontsize=8)
-    fig.colorbar(sc, ax=axes[0].tolist(), label="step")
-    return save_static(fig, path, title, tight=False)  # the shared colour bar does not fit tight_layout
-
-
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m setpo.countdown_lm", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m setpo.studies.countdown", description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="the study at its documented size")
     mode.add_argument("--smoke", action="store_true", help="toy size, seconds")

@@ -1,0 +1,92 @@
+"""Countdown as a one-step gymnasium text environment."""
+
+from __future__ import annotations
+
+import string
+from typing import Sequence
+
+import gymnasium as gym
+
+from envs.countdown.solver import CountdownInstance, generate_instances
+from envs.countdown.verifier import CORRECT_REWARD, _check_instance, extract_answer, make_prompt, score_answer
+
+# Prompts are ASCII; a completion may hold any character, but the declared action space (what
+# ``action_space.sample()`` draws) is printable ASCII, and ``step`` accepts any string.
+_TEXT_CHARSET = string.printable
+
+
+class CountdownEnv(gym.Env):
+    """Countdown as a one-step text environment.
+
+    Observation: the prompt text (``make_prompt(..., chat=False)``), a ``spaces.Text``.
+    Action: the completion text (any ``str``; the declared ``spaces.Text`` is printable ASCII).
+    Reward: ``score_answer(action, numbers, target)``; every episode terminates after one step.
+
+    Args:
+        instances: the problems to draw from; default ``generate_instances(n_instances, instance_seed,
+            num_numbers)``. The problem set is fixed at construction; ``reset(seed=...)`` picks which one.
+        n_instances, instance_seed, num_numbers: used only when ``instances`` is None.
+        max_prompt_chars, max_completion_chars: the spaces' ``max_length``.
+
+    ``reset(seed=None, options=None)``: draws a problem uniformly with the env's generator, or takes
+    ``options={"index": i}``. info holds ``numbers``, ``target`` and ``index``. ``step(completion)``
+    returns the prompt again as observation and info with the extracted ``answer`` (or None) and
+    ``correct``. Stepping before ``reset`` or after the episode ended raises ``gymnasium.error.ResetNeeded``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        instances: Sequence[CountdownInstance] | None = None,
+        *,
+        n_instances: int = 1000,
+        instance_seed: int = 0,
+        num_numbers: int | Sequence[int] = (3, 4),
+        max_prompt_chars: int = 4096,
+        max_completion_chars: int = 4096,
+    ):
+        if instances is None:
+            instances = generate_instances(n_instances, instance_seed, num_numbers=num_numbers)
+        self.instances = [
+            inst if isinstance(inst, CountdownInstance) else CountdownInstance(*_check_instance(*inst))
+            for inst in instances
+        ]
+        if not self.instances:
+            raise ValueError("CountdownEnv needs at least one instance")
+        self._prompts = [make_prompt(inst.numbers, inst.target) for inst in self.instances]
+        longest = max(len(p) for p in self._prompts)
+        if longest > max_prompt_chars:
+            raise ValueError(f"a prompt has {longest} characters, over max_prompt_chars={max_prompt_chars}")
+        self.observation_space = gym.spaces.Text(max_prompt_chars, min_length=1, charset=_TEXT_CHARSET)
+        self.action_space = gym.spaces.Text(max_completion_chars, min_length=0, charset=_TEXT_CHARSET)
+        self._index: int | None = None
+        self._done = True
+
+    def _info(self) -> dict:
+        inst = self.instances[self._index]
+        return {"numbers": list(inst.numbers), "target": inst.target, "index": self._index}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if options and "index" in options:
+            index = options["index"]
+            if isinstance(index, bool) or int(index) != index or not 0 <= index < len(self.instances):
+                raise ValueError(f"options['index'] must be in [0, {len(self.instances)}), got {index!r}")
+            self._index = int(index)
+        else:
+            self._index = int(self.np_random.integers(len(self.instances)))
+        self._done = False
+        return self._prompts[self._index], self._info()
+
+    def step(self, action: str):
+        if self._done:
+            raise gym.error.ResetNeeded("call reset() before step(): Countdown episodes last one step")
+        if not isinstance(action, str):
+            raise ValueError(f"the action is the completion text, a str; got {type(action).__name__}")
+        inst = self.instances[self._index]
+        reward = score_answer(action, inst.numbers, inst.target)
+        self._done = True
+        info = self._info()
+        info.update(answer=extract_answer(action), correct=reward == CORRECT_REWARD)
+        return self._prompts[self._index], float(reward), True, False, info

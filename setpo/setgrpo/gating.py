@@ -1,0 +1,139 @@
+"""SetGRPO module (c): selective risk-gated optimisation, a threshold chosen by Learn-then-Test.
+
+See ``setpo.setgrpo`` for the method and which parts are this package's design."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from setpo.setgrpo.inputs import _check_level
+
+
+def reversal_indicators(coef, reference, gram) -> torch.Tensor:
+    """(B, T) bool: applied update disagrees with the reference update, c(η*(τ))ᵀ K a* < 0.
+
+    coef: (B, T, G) applied coefficients (zero for rejected groups, which never count as reversals);
+    reference: (B, G) padded a*; gram: (B, G, G).
+    """
+    v = (gram @ reference[..., None])[..., 0]                                     # (B, G)
+    return (coef * v[:, None, :]).sum(-1) < 0
+
+
+def _log_binom_cdf(k: int, n: int, p: float) -> float:
+    """log P(Bin(n, p) ≤ k), summed in log space (n up to millions is fine; no scipy needed)."""
+    if k >= n:
+        return 0.0
+    if k < 0:
+        return -math.inf
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+             for i in range(k + 1)]
+    top = max(terms)
+    return top + math.log(sum(math.exp(x - top) for x in terms))
+
+
+def binomial_p_value(failures: int, n: int, beta: float) -> float:
+    """Exact p-value for H0: risk > β from F failures in n trials, P(Bin(n, β) ≤ F). n = 0 gives 1."""
+    _check_level(beta, "beta")
+    if n == 0:
+        return 1.0
+    return min(1.0, math.exp(_log_binom_cdf(int(failures), int(n), beta)))
+
+
+def hoeffding_bentkus_p_value(failures: int, n: int, beta: float) -> float:
+    """Hoeffding–Bentkus p-value for H0: risk > β (Bates et al. 2021): min(Hoeffding, e·binomial tail)."""
+    _check_level(beta, "beta")
+    if n == 0:
+        return 1.0
+    r = failures / n
+    a = min(r, beta)
+    h1 = (a * math.log(a / beta) if a > 0 else 0.0) + (1 - a) * math.log((1 - a) / (1 - beta))
+    hoeffding = math.exp(-n * h1)
+    bentkus = math.e * math.exp(_log_binom_cdf(math.ceil(n * r - 1e-12), n, beta))
+    return min(1.0, hoeffding, bentkus)
+
+
+P_VALUES = {"binomial": binomial_p_value, "hoeffding_bentkus": hoeffding_bentkus_p_value}
+
+
+def fixed_sequence_test(p_values, delta: float) -> int:
+    """Fixed-sequence testing: reject nulls in the given order while p ≤ δ; stop at the first p > δ.
+
+    p_values: sequence in test order (strictest threshold first). Returns how many were rejected (declared
+    safe), i.e. the index of the first failure. Controls the family-wise error rate at δ.
+    """
+    _check_level(delta, "delta")
+    for k, p in enumerate(p_values):
+        if not p <= delta:
+            return k
+    return len(p_values)
+
+
+@dataclass
+class ThresholdSelection:
+    """Outcome of the Learn-then-Test threshold choice.
+
+    tau: the selected threshold (math.inf when none passed: every group is rejected).
+    index: its position in the grid (None when none passed).
+    tested: grid positions actually tested, in order; p_values, n_accepted, n_reversed aligned with the grid
+    (p NaN where not tested); empirical_risk: reversals / accepted at τ_sel (NaN if none).
+    """
+
+    tau: float
+    index: int | None
+    grid: list[float]
+    p_values: list[float]
+    n_accepted: list[int]
+    n_reversed: list[int]
+    tested: list[int]
+    empirical_risk: float = math.nan
+
+
+def min_accepted_to_certify(beta: float, delta: float) -> int:
+    """Fewest accepted groups at which even zero reversals give a binomial p ≤ δ: ⌈log δ / log(1−β)⌉."""
+    _check_level(beta, "beta")
+    _check_level(delta, "delta")
+    return math.ceil(math.log(delta) / math.log1p(-beta) - 1e-12)
+
+
+def ltt_select_threshold(accepted, reversed_, grid, *, beta: float = 0.08, delta: float = 0.1,
+                         p_value: str = "binomial", start: int = 0) -> ThresholdSelection:
+    """Choose τ by fixed-sequence Learn-then-Test on risk-calibration groups.
+
+    accepted, reversed_: (n, T) bool, per calibration group and grid threshold (reversed counts only where
+    accepted); grid: (T,) thresholds ordered strictest first (descending). Testing begins at grid position
+    ``start`` and stops at the first p > δ; the selected τ is the last one that passed (math.inf if none).
+    ``start`` must not depend on these risk groups (``SetGRPO.calibrate`` sets it from the disjoint coverage
+    groups), so the order stays fixed in advance and fixed-sequence testing keeps its FWER ≤ δ guarantee.
+    """
+    _check_level(beta, "beta")
+    _check_level(delta, "delta")
+    if p_value not in P_VALUES:
+        raise ValueError(f"unknown p_value {p_value!r}; choose one of {sorted(P_VALUES)}")
+    grid = [float(x) for x in grid]
+    if any(b > a for a, b in zip(grid, grid[1:])):
+        raise ValueError("the threshold grid must be ordered strictest first (descending)")
+    if not 0 <= start < len(grid):
+        raise ValueError(f"start must index the grid (0..{len(grid) - 1}), got {start}")
+    acc = torch.as_tensor(accepted, dtype=torch.bool)
+    rev = torch.as_tensor(reversed_, dtype=torch.bool)
+    if acc.shape != rev.shape or acc.ndim != 2 or acc.shape[1] != len(grid):
+        raise ValueError(f"accepted and reversed_ must both be (n, {len(grid)}); got {tuple(acc.shape)} and "
+                         f"{tuple(rev.shape)}")
+    n_acc = acc.sum(0).tolist()
+    n_rev = (rev & acc).sum(0).tolist()
+    pfun = P_VALUES[p_value]
+    p_values = [math.nan] * len(grid)
+    # p-values are cheap: compute them all from `start`, then let the fixed sequence say how far it got.
+    for k in range(start, len(grid)):
+        p_values[k] = pfun(n_rev[k], n_acc[k], beta)
+    passed = fixed_sequence_test(p_values[start:], delta)
+    tested = list(range(start, min(start + passed + 1, len(grid))))  # the passes and the first failure
+    p_values = [p if k in tested else math.nan for k, p in enumerate(p_values)]
+    selected = start + passed - 1 if passed > 0 else None
+    tau = grid[selected] if selected is not None else math.inf
+    risk = n_rev[selected] / n_acc[selected] if selected is not None else math.nan
+    return ThresholdSelection(tau, selected, grid, p_values, n_acc, n_rev, tested, risk)

@@ -1,0 +1,60 @@
+"""Input checks shared by the three SetGRPO modules: groups, grader scores, per-row vectors, features."""
+
+from __future__ import annotations
+
+import torch
+
+from setpo.groups import Groups, as_tensor, check_finite
+
+
+def _groups(n_rows: int, index, group_size, device) -> Groups:
+    groups = Groups.build(n_rows, index, group_size, device=device)
+    small = groups.sizes < 2
+    if bool(small.any()):
+        g = int(small.nonzero()[0])
+        raise ValueError(
+            f"SetGRPO needs at least 2 responses per group (group-relative coefficients are undefined for "
+            f"one response); group {g} (in order of first appearance) has {int(groups.sizes[g])}"
+        )
+    return groups
+
+
+def _grader_scores(scores) -> torch.Tensor:
+    s = as_tensor(scores, name="scores")
+    if s.ndim != 2 or s.shape[1] != 2:
+        raise ValueError(
+            f"scores must hold two grader scores per response, shape (N, 2); got {tuple(s.shape)}. "
+            f"Stack the graders' scores as columns, e.g. torch.stack([score_a, score_b], dim=1)"
+        )
+    missing = torch.isnan(s)
+    if bool(missing.any()):
+        row, col = missing.nonzero()[0].tolist()
+        raise ValueError(
+            f"grader score missing (NaN) for response {row}, grader {'AB'[col]}: SetGRPO needs both graders' "
+            f"scores for every response (re-grade it, or drop its whole group)"
+        )
+    check_finite(s, "scores")
+    return s.to(torch.float64) if s.dtype != torch.float64 else s
+
+
+def _rows(x, name: str, n: int, device=None) -> torch.Tensor:
+    t = as_tensor(x, name=name, device=device, dtype=torch.float64)
+    if t.ndim != 1 or t.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},), got {tuple(t.shape)}")
+    check_finite(t, name)
+    return t
+
+
+def _features(features, n: int, device) -> torch.Tensor | None:
+    """Shape-checked features in their own float dtype; finiteness is checked on the small Gram matrix."""
+    if features is None:
+        return None  # identity geometry
+    f = as_tensor(features, name="features", device=device)
+    if f.ndim != 2 or f.shape[0] != n:
+        raise ValueError(f"features must have shape ({n}, d), one gradient feature row per response; "
+                         f"got {tuple(f.shape)}")
+    return f
+
+def _check_level(x: float, name: str) -> None:
+    if not 0 < x < 1:
+        raise ValueError(f"{name} must be in (0, 1), got {x}")

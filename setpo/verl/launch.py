@@ -1,0 +1,337 @@
+"""The verl launcher: the paper's presets as verl overrides, the launch config, validation against verl's own
+config system, and ``python -m setpo.verl train | print-config`` (see ``setpo.verl``)."""
+
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from setpo.presets import PRESETS, AlgorithmPreset, get_preset
+from setpo.verl.estimator import ESTIMATOR_NAME, PLUGIN_ENV, PLUGIN_MODULE, SetPOVerlSettings
+from setpo.verl.trainer import setpo_task_runner
+
+# verl names for the base estimator when SetPO is switched off (plain GRPO/GSPO/DAPO baselines).
+_VERL_BASE = {"grpo": ("grpo", True), "dr_grpo": ("grpo", False), "rloo": ("rloo", True)}
+_VERL_LOSS_MODE = {"token": "vanilla", "sequence": "gspo"}
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_fmt(x) for x in v) + "]"
+    if isinstance(v, float):
+        return repr(v)
+    s = str(v)
+    # Hydra's override grammar: quote anything beyond a plain token (paths with '=' or spaces, commas...)
+    if s == "" or any(c in s for c in " ,=[]{}()'\":\\$*?"):
+        return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return s
+
+
+def verl_preset_overrides(preset: AlgorithmPreset | str) -> list[str]:
+    """Hydra overrides that realise a preset's policy loss in verl's actor (values from setpo.presets)."""
+    p = get_preset(preset) if isinstance(preset, str) else preset
+    if p.ratio_level not in _VERL_LOSS_MODE:
+        raise ValueError(f"preset {p.name!r}: ratio_level {p.ratio_level!r} has no verl loss_mode")
+    actor = "actor_rollout_ref.actor"
+    return [
+        f"{actor}.policy_loss.loss_mode={_VERL_LOSS_MODE[p.ratio_level]}",
+        f"{actor}.clip_ratio={p.clip_low!r}",
+        f"{actor}.clip_ratio_low={p.clip_low!r}",
+        f"{actor}.clip_ratio_high={p.clip_high!r}",
+        f"{actor}.loss_agg_mode={p.loss_agg}",
+        f"{actor}.optim.lr={p.lr!r}",
+        f"algorithm.filter_groups.enable={_fmt(p.dynamic_sampling)}",
+    ]
+
+
+@dataclass
+class VerlLaunchConfig:
+    """Everything ``scripts/run_setpo.sh`` sets; defaults are the paper's math settings (PAPERS.md).
+
+    model_path: base model directory (MODEL_PATH). train_files / val_files: data files (TRAIN_FILE,
+    VAL_FILE; verl parquet, or raw GSM8K/MATH-style files, converted by ``prepare_data``).
+    embedding_model: EMBEDDING_MODEL_PATH, or "default" / "hash" (see ``SetPOVerlSettings``).
+    algo: a key of ``setpo.presets.PRESETS`` (ALGO). lam: λ (SETPO_LAMBDA; None: the preset's).
+    setpo: False runs the plain base algorithm (verl's own estimator) for the baseline.
+    nnodes, n_gpus_per_node: cluster shape (NNODES, N_GPUS_PER_NODE).
+    rollout_n (G), temperature, max_response_length, kl_coef, train_batch_size (prompts per step),
+    total_epochs: the paper's 6, 0.9, 756, 1e-4, 64, 2. max_prompt_length: **design choice**, 512 covers
+    GSM8K/MATH prompts with the template. ppo_mini_batch_size = train_batch_size: one on-policy update per
+    step (**design choice**; the paper gives only the global batch).
+    val_n, val_temperature, val_top_p: Pass@1 as avg@k at T=0.5, top-p 0.9 (the paper's k is 64).
+    rollout_tp, gpu_memory_utilization, micro_batch_per_gpu: engine sizing, not science.
+    """
+
+    model_path: str
+    train_files: list[str]
+    val_files: list[str]
+    embedding_model: str = "default"
+    algo: str = "grpo"
+    lam: float | None = None
+    setpo: bool = True
+    nnodes: int = 1
+    n_gpus_per_node: int = 8
+    rollout_n: int = 6
+    temperature: float = 0.9
+    max_prompt_length: int = 512
+    max_response_length: int = 756
+    kl_coef: float = 1e-4
+    train_batch_size: int = 64
+    ppo_mini_batch_size: int | None = None
+    total_epochs: int = 2
+    val_n: int = 64
+    val_temperature: float = 0.5
+    val_top_p: float = 0.9
+    test_freq: int = 20
+    save_freq: int = 50
+    rollout_name: str = "vllm"
+    rollout_tp: int = 1
+    gpu_memory_utilization: float = 0.6
+    micro_batch_per_gpu: int = 8
+    embedding_device: str = "auto"
+    embedding_batch_size: int = 64
+    project_name: str = "setpo"
+    experiment_name: str | None = None
+    output_dir: str = "runs/verl"
+    logger: tuple[str, ...] = ("console",)
+
+    def __post_init__(self):
+        get_preset(self.algo)
+        if self.rollout_n < 3 and self.setpo:
+            raise ValueError(f"SetPO needs at least 3 rollouts per prompt (rollout_n), got {self.rollout_n}")
+        for name in ("nnodes", "n_gpus_per_node", "rollout_n", "train_batch_size", "total_epochs", "val_n"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.train_files or not self.val_files:
+            raise ValueError("need at least one train file and one val file")
+
+    @property
+    def preset(self) -> AlgorithmPreset:
+        return get_preset(self.algo)
+
+    @property
+    def lam_value(self) -> float:
+        return self.preset.lam if self.lam is None else float(self.lam)
+
+    @property
+    def run_name(self) -> str:
+        if self.experiment_name:
+            return self.experiment_name
+        return f"{'setpo_' if self.setpo else ''}{self.algo}" + (f"_lam{self.lam_value:g}" if self.setpo else "")
+
+
+def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
+    """Hydra overrides of verl's ``ppo_trainer`` config for one run (no file access; see ``prepare_data``)."""
+    p = cfg.preset
+    ar = "actor_rollout_ref"
+    out_dir = Path(cfg.output_dir) / cfg.run_name
+    o = [
+        f"data.train_files={_fmt(list(cfg.train_files))}",
+        f"data.val_files={_fmt(list(cfg.val_files))}",
+        f"data.train_batch_size={cfg.train_batch_size}",
+        f"data.max_prompt_length={cfg.max_prompt_length}",
+        f"data.max_response_length={cfg.max_response_length}",
+        "data.filter_overlong_prompts=true",
+        "data.truncation=error",
+        f"{ar}.model.path={_fmt(cfg.model_path)}",
+        f"{ar}.model.use_remove_padding=true",
+        f"{ar}.model.enable_gradient_checkpointing=true",
+        f"{ar}.actor.ppo_mini_batch_size={cfg.ppo_mini_batch_size or cfg.train_batch_size}",
+        f"{ar}.actor.ppo_micro_batch_size_per_gpu={cfg.micro_batch_per_gpu}",
+        f"{ar}.actor.use_kl_loss=true",
+        f"{ar}.actor.kl_loss_coef={cfg.kl_coef!r}",
+        f"{ar}.actor.kl_loss_type=low_var_kl",  # verl's k3 estimator
+        f"{ar}.actor.entropy_coeff=0",
+        f"{ar}.actor.optim.lr_scheduler_type=constant",
+        f"{ar}.actor.optim.lr_warmup_steps=0",
+        *verl_preset_overrides(p),
+        f"{ar}.rollout.name={cfg.rollout_name}",
+        f"{ar}.rollout.n={cfg.rollout_n}",
+        f"{ar}.rollout.temperature={cfg.temperature!r}",
+        f"{ar}.rollout.tensor_model_parallel_size={cfg.rollout_tp}",
+        f"{ar}.rollout.gpu_memory_utilization={cfg.gpu_memory_utilization!r}",
+        f"{ar}.rollout.log_prob_micro_batch_size_per_gpu={2 * cfg.micro_batch_per_gpu}",
+        f"{ar}.rollout.val_kwargs.n={cfg.val_n}",
+        f"{ar}.rollout.val_kwargs.temperature={cfg.val_temperature!r}",
+        f"{ar}.rollout.val_kwargs.top_p={cfg.val_top_p!r}",
+        f"{ar}.rollout.val_kwargs.do_sample=true",
+        f"{ar}.ref.log_prob_micro_batch_size_per_gpu={2 * cfg.micro_batch_per_gpu}",
+        "algorithm.use_kl_in_reward=false",
+        "reward.custom_reward_function.path=pkg://envs.math",
+        "reward.custom_reward_function.name=verl_compute_score",
+        f"trainer.nnodes={cfg.nnodes}",
+        f"trainer.n_gpus_per_node={cfg.n_gpus_per_node}",
+        f"trainer.total_epochs={cfg.total_epochs}",
+        f"trainer.test_freq={cfg.test_freq}",
+        f"trainer.save_freq={cfg.save_freq}",
+        "trainer.val_before_train=true",
+        "trainer.resume_mode=auto",
+        "trainer.use_v1=true",
+        f"trainer.project_name={_fmt(cfg.project_name)}",
+        f"trainer.experiment_name={_fmt(cfg.run_name)}",
+        f"trainer.default_local_dir={_fmt(str(out_dir / 'checkpoints'))}",
+        f"trainer.logger={_fmt(list(cfg.logger))}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{PLUGIN_ENV}={PLUGIN_MODULE}",
+    ]
+    if cfg.setpo:
+        s = "+algorithm.setpo"
+        o += [
+            f"algorithm.adv_estimator={ESTIMATOR_NAME}",
+            f"{s}.lam={cfg.lam_value!r}",
+            f"{s}.estimator={p.estimator}",
+            f"{s}.embedding_model={_fmt(cfg.embedding_model)}",
+            f"{s}.embedding_device={cfg.embedding_device}",
+            f"{s}.embedding_batch_size={cfg.embedding_batch_size}",
+        ]
+    else:
+        name, by_std = _VERL_BASE[p.estimator]
+        o += [f"algorithm.adv_estimator={name}", f"algorithm.norm_adv_by_std_in_grpo={_fmt(by_std)}"]
+    return o
+
+
+def verl_config_dir() -> Path:
+    """verl's packaged Hydra config directory (holds ppo_trainer.yaml)."""
+    import verl.trainer
+
+    return Path(verl.trainer.__file__).resolve().parent / "config"
+
+
+def compose_config(overrides: Sequence[str], config_name: str = "ppo_trainer"):
+    """verl's config with ``overrides`` applied, composed by Hydra exactly as ``verl.trainer.main_ppo`` does."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+def validate(config) -> None:
+    """verl's own checks (``verl.utils.config.validate_config``) plus ours for the setpo section."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    if config.algorithm.adv_estimator == ESTIMATOR_NAME:
+        SetPOVerlSettings.from_algorithm_config(config.algorithm)
+        if not config.trainer.use_v1:
+            raise ValueError("the setpo verl plug-in embeds responses in the v1 trainer; set trainer.use_v1=true")
+
+
+# ------------------------------------------------------------------------------------------- data + run
+
+
+def prepare_data(path: str, data_dir: str | None = None, split: str = "train") -> str:
+    """A verl parquet for ``path``: the file itself if it already has verl's columns, else a converted copy.
+
+    Raw GSM8K/MATH500/AIME/AMC files (``envs.math`` layouts) are written with the Qwen-Math template to
+    ``data_dir`` (default: a ``setpo_verl`` folder beside the input, so a file on shared storage stays on
+    shared storage, which multi-node runs need: verl's task runner may read it on any node).
+    """
+    from envs import math as math_data
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"no data file at {str(p)!r}. {math_data.HOW_TO_GET_DATA}")
+    if math_data.is_verl_parquet(p):
+        return str(p.resolve())
+    out_dir = Path(data_dir).expanduser() if data_dir else p.resolve().parent / "setpo_verl"
+    out = out_dir / f"{p.stem}.{split}.parquet"
+    problems = math_data.load_math_problems(p)
+    try:
+        math_data.write_verl_parquet(problems, out, split=split)
+    except OSError as err:
+        raise ValueError(f"cannot write the converted data to {out} ({err}); pass --data-dir (DATA_DIR) with a "
+                         "writable directory that every node can read") from None
+    return str(out.resolve())
+
+
+def _split_files(value: str) -> list[str]:
+    return [v for v in (s.strip() for s in value.split(",")) if v]
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = VerlLaunchConfig.__dataclass_fields__
+    ap = argparse.ArgumentParser(prog="python -m setpo.verl",
+                                 description="Train with SetPO on verl (the paper's math settings by default).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name, helptext in (("train", "prepare data, compose and validate the config, run verl"),
+                           ("print-config", "prepare data, compose and validate, print the overrides; no run")):
+        sp = sub.add_parser(name, help=helptext)
+        sp.add_argument("--model-path", required=True)
+        sp.add_argument("--train-file", required=True, help="comma-separated list allowed")
+        sp.add_argument("--val-file", required=True, help="comma-separated list allowed")
+        sp.add_argument("--embedding-model", default=d["embedding_model"].default,
+                        help="local sentence-transformers dir (paper: Qwen3-Embedding-0.6B), 'default' or 'hash'")
+        sp.add_argument("--algo", default="grpo", choices=sorted(PRESETS))
+        sp.add_argument("--lam", type=float, default=None, help="λ (default: the preset's)")
+        sp.add_argument("--no-setpo", action="store_true", help="plain base algorithm (baseline run)")
+        sp.add_argument("--nnodes", type=int, default=1)
+        sp.add_argument("--n-gpus-per-node", type=int, default=8)
+        sp.add_argument("--val-n", type=int, default=d["val_n"].default)
+        sp.add_argument("--test-freq", type=int, default=d["test_freq"].default)
+        sp.add_argument("--save-freq", type=int, default=d["save_freq"].default)
+        sp.add_argument("--rollout-tp", type=int, default=d["rollout_tp"].default)
+        sp.add_argument("--gpu-memory-utilization", type=float, default=d["gpu_memory_utilization"].default)
+        sp.add_argument("--micro-batch-per-gpu", type=int, default=d["micro_batch_per_gpu"].default)
+        sp.add_argument("--embedding-device", default="auto")
+        sp.add_argument("--output-dir", default=d["output_dir"].default)
+        sp.add_argument("--experiment-name", default=None)
+        sp.add_argument("--logger", default="console", help="comma-separated, e.g. console,wandb")
+        sp.add_argument("--data-dir", default=None, help="where converted parquet files go")
+        sp.add_argument("overrides", nargs="*", help="extra Hydra overrides for verl, applied last")
+    return ap
+
+
+def launch_config_from_args(args) -> VerlLaunchConfig:
+    return VerlLaunchConfig(
+        model_path=args.model_path,
+        train_files=[prepare_data(f, args.data_dir, "train") for f in _split_files(args.train_file)],
+        val_files=[prepare_data(f, args.data_dir, "test") for f in _split_files(args.val_file)],
+        embedding_model=args.embedding_model, algo=args.algo, lam=args.lam, setpo=not args.no_setpo,
+        nnodes=args.nnodes, n_gpus_per_node=args.n_gpus_per_node, val_n=args.val_n, test_freq=args.test_freq,
+        save_freq=args.save_freq, rollout_tp=args.rollout_tp, gpu_memory_utilization=args.gpu_memory_utilization,
+        micro_batch_per_gpu=args.micro_batch_per_gpu, embedding_device=args.embedding_device,
+        output_dir=str(Path(args.output_dir).expanduser().resolve()), experiment_name=args.experiment_name,
+        logger=tuple(_split_files(args.logger)),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if not Path(args.model_path).expanduser().is_dir():
+        raise FileNotFoundError(f"no model directory at {args.model_path!r}; set MODEL_PATH to a local copy, e.g. "
+                                "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`")
+    from setpo.embed import is_named_embedder
+
+    emb = args.embedding_model
+    if not args.no_setpo and not is_named_embedder(emb) and not Path(emb).expanduser().is_dir():
+        raise FileNotFoundError(f"no embedding model directory at {emb!r}; set EMBEDDING_MODEL_PATH to a local "
+                                "copy (`huggingface-cli download Qwen/Qwen3-Embedding-0.6B --local-dir <dir>`) or "
+                                "to 'default' for the packaged all-MiniLM-L6-v2")
+    cfg = launch_config_from_args(args)
+    overrides = build_overrides(cfg) + list(args.overrides)
+    config = compose_config(overrides)
+    validate(config)
+    if args.cmd == "print-config":
+        print("\n".join(overrides))
+        return
+    run_dir = Path(cfg.output_dir) / cfg.run_name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")  # the run's record of its config
+    # The driver imports verl before Ray starts; make sure its own process has the plug-in too.
+    os.environ.setdefault(PLUGIN_ENV, PLUGIN_MODULE)
+    from verl.trainer.main_ppo import run_ppo
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(config)
+    run_ppo(config, task_runner_class=setpo_task_runner())

@@ -1,0 +1,90 @@
+"""verl's v1 trainer with SetPO: a ``PPOTrainer`` subclass that embeds the step's responses before verl's
+own advantage step, and the task runner that selects it (see ``setpo.verl``)."""
+
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from setpo.verl.estimator import ESTIMATOR_NAME, SetPOVerlSettings, batch_embeddings, embedder_from_settings
+
+
+class SetPOTrainerMixin:
+    """Mixed into a verl v1 ``PPOTrainer`` subclass: embeds the step's responses before verl's advantage step.
+
+    Only ``_compute_advantage`` changes: with ``algorithm.adv_estimator == "setpo"`` it fetches ``uid`` and
+    ``responses`` for the batch's keys from TransferQueue, decodes the responses with the actor's tokenizer
+    (prompt excluded, special tokens dropped), embeds them in batches, and calls verl's own
+    ``_compute_advantage`` inside ``batch_embeddings``; verl's DataProto is built from the same keys in the
+    same order, which the estimator verifies by uid.
+    """
+
+    def _setpo_fetch(self, batch) -> tuple[list[str], list]:
+        import transfer_queue as tq
+
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "responses"])
+        responses = data["responses"].to_padded_tensor(padding=self.tokenizer.pad_token_id)
+        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        return texts, list(data["uid"].tolist())
+
+    def _compute_advantage(self, batch, metrics: dict):
+        if self.config.algorithm.adv_estimator != ESTIMATOR_NAME:
+            return super()._compute_advantage(batch, metrics)
+        settings = SetPOVerlSettings.from_algorithm_config(self.config.algorithm)
+        t0 = time.perf_counter()
+        texts, uids = self._setpo_fetch(batch)
+        emb = embedder_from_settings(settings)(texts)
+        metrics["setpo/embed_time_s"] = time.perf_counter() - t0
+        with batch_embeddings(emb, uids=uids) as record:
+            out = super()._compute_advantage(batch, metrics)
+        metrics.update(record.stats)
+        return out
+
+
+_TRAINER_CLASSES: dict[type, type] = {}
+
+
+def setpo_trainer_class(base: type) -> type:
+    """``SetPOTrainerMixin`` + a verl v1 trainer class (cached, so each base gets one subclass)."""
+    if base not in _TRAINER_CLASSES:
+        _TRAINER_CLASSES[base] = type(f"SetPO{base.__name__}", (SetPOTrainerMixin, base),
+                                      {"__module__": __name__, "__doc__": SetPOTrainerMixin.__doc__})
+    return _TRAINER_CLASSES[base]
+
+
+@contextlib.contextmanager
+def setpo_trainers_selected() -> Iterator[None]:
+    """While active, verl's ``get_trainer_cls(mode)`` returns the SetPO subclass of the class it names.
+
+    verl's task runner looks the trainer class up by ``trainer.v1.trainer_mode`` at run time; the mode name
+    also selects its replay buffer, so the name stays verl's and only the returned class changes.
+    """
+    import verl.trainer.ppo.v1 as v1
+
+    original = v1.get_trainer_cls
+    v1.get_trainer_cls = lambda name: setpo_trainer_class(original(name))
+    try:
+        yield
+    finally:
+        v1.get_trainer_cls = original
+
+
+_TASK_RUNNER = None
+
+
+def setpo_task_runner():
+    """A Ray actor class: verl's ``TaskRunnerV1`` whose ``run`` uses the SetPO trainer subclass."""
+    global _TASK_RUNNER
+    if _TASK_RUNNER is None:
+        import ray
+        from verl.trainer.main_ppo import TaskRunnerV1
+
+        class SetPOTaskRunner(TaskRunnerV1.__ray_actor_class__):
+            def run(self, config):
+                with setpo_trainers_selected():
+                    return super().run(config)
+
+        _TASK_RUNNER = ray.remote(SetPOTaskRunner)
+    return _TASK_RUNNER
