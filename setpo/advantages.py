@@ -7,6 +7,12 @@
 
 Every estimator is a pure function over a padded ``(B, G_max)`` reward matrix and its validity mask
 (``None`` when all groups are full), returning advantages in the same layout.
+
+Precision: rewards, base advantages and Â stay in float32 or wider whatever the embeddings' dtype (a GPU
+embedder's bfloat16 holds 3 significant digits, enough for a cosine, not for a reward). A group whose rewards
+have no spread, up to rounding, carries no signal: its base advantage is exactly 0 for every estimator, not
+the ±1e-10 that the float mean of equal numbers can leave, so that it is treated the same way whatever the
+scale or offset of the rewards (``flat_groups``).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Callable
 import torch
 
 from setpo.diversity import diversity_marginals
-from setpo.groups import Groups, as_tensor, check_finite
+from setpo.groups import Groups, as_tensor, check_finite, check_real
 
 Estimator = Callable[[torch.Tensor, "torch.Tensor | None", float], torch.Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
@@ -25,7 +31,12 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
 def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
     """Add a base estimator ``fn(rewards (B, G), valid (B, G) | None, eps) -> (B, G)`` to the registry."""
 
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an estimator's name must be a non-empty str, got {name!r}")
+
     def deco(fn: Estimator) -> Estimator:
+        if not callable(fn):
+            raise ValueError(f"estimator {name!r} must be callable, got {type(fn).__name__}")
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
         ADVANTAGE_ESTIMATORS[name] = fn
@@ -79,19 +90,43 @@ def _rewards_and_groups(rewards, index, group_size, device=None):
     return r, Groups.build(r.shape[0], index, group_size, device=r.device)
 
 
+#: A group's rewards have "no spread" when max - min <= FLAT_ULPS · (machine epsilon) · max |r|: within a few
+#: rounding steps of the group's own magnitude, where r and a·r + b cannot be told apart.
+FLAT_ULPS = 16
+
+
+def _flat(padded: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """(B,) bool: the group has no spread up to rounding (see ``FLAT_ULPS``)."""
+    hi = padded if valid is None else padded.masked_fill(~valid, float("-inf"))
+    lo = padded if valid is None else padded.masked_fill(~valid, float("inf"))
+    top, bottom = hi.amax(-1), lo.amin(-1)
+    size = torch.maximum(top.abs(), bottom.abs())
+    return (top - bottom) <= FLAT_ULPS * torch.finfo(padded.dtype).eps * size
+
+
+def _check_estimator(estimator) -> None:
+    if not isinstance(estimator, str) or estimator not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; registered: {sorted(ADVANTAGE_ESTIMATORS)}")
+
+
 def group_advantages(rewards, index=None, *, group_size: int | None = None, estimator: str = "grpo",
                      eps: float = 1e-6) -> torch.Tensor:
     """Base group advantages Ā of ``estimator`` (a name in ``ADVANTAGE_ESTIMATORS``).
 
-    rewards: (N,); groups by verl-style ``index`` or contiguous ``group_size`` (neither: one group).
-    Returns (N,) on the rewards' device. Every group needs at least 2 rollouts.
+    rewards: (N,) real numbers, N >= 1 (bool and integer rewards count as 0/1 and whole numbers; float16
+        and bfloat16 are computed in float32); groups by verl-style ``index`` or contiguous ``group_size``
+        (neither: one group). eps: the GRPO denominator's ε, finite and > 0.
+    Returns (N,) float32 or float64 on the rewards' device. Every group needs at least 2 rollouts; a group
+    with no spread (up to rounding) gets exactly 0.
     """
-    if estimator not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; registered: {sorted(ADVANTAGE_ESTIMATORS)}")
+    _check_estimator(estimator)
+    eps = check_real(eps, "eps", minimum=0.0, strict=True)
     r, groups = _rewards_and_groups(rewards, index, group_size)
     groups.require_min_size(2, f"the {estimator!r} advantage")
     valid = groups.valid()
-    adv = ADVANTAGE_ESTIMATORS[estimator](groups.pad(r), valid, eps)
+    padded = groups.pad(r)
+    adv = ADVANTAGE_ESTIMATORS[estimator](padded, valid, eps)
+    adv = adv.masked_fill(_flat(padded, valid)[:, None], 0.0)
     return groups.unpad(adv if valid is None else adv * valid)
 
 
@@ -100,23 +135,30 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
     """SetPO advantages Â_i = Ā_i + λ · s_i.
 
     rewards: (N,), emb: (N, d) embeddings of the complete responses (rows aligned with rewards).
-    lam: the marginal weight λ (the paper's value for each algorithm is in ``setpo.presets.PRESETS``).
-    Returns (N,) on emb's device, in emb's dtype; with ``return_marginals``, the pair (Â, s) for logging.
+    lam: the marginal weight λ, finite and >= 0 (the paper's value for each algorithm is in
+        ``setpo.presets.PRESETS``; 0 gives the base estimator exactly).
+    Returns (N,) on emb's device, in the wider of float32, the rewards' and the embeddings' float dtype (the
+    rewards and Ā never drop to half precision); with ``return_marginals``, the pair (Â, s) for logging.
     """
+    lam = check_real(lam, "lam", minimum=0.0)
+    _check_estimator(estimator)
     s = diversity_marginals(emb, index, group_size=group_size)
-    r = as_tensor(rewards, name="rewards", device=s.device, dtype=s.dtype)
+    r = as_tensor(rewards, name="rewards", device=s.device)
     if r.ndim != 1 or r.shape[0] != s.shape[0]:
         raise ValueError(f"rewards has shape {tuple(r.shape)} but emb has {s.shape[0]} rows; expected ({s.shape[0]},)")
-    adv = group_advantages(r, index, group_size=group_size, estimator=estimator, eps=eps) + lam * s
+    base = group_advantages(r, index, group_size=group_size, estimator=estimator, eps=eps)
+    dtype = torch.promote_types(base.dtype, s.dtype)
+    adv = base.to(dtype) + lam * s.to(dtype)
     return (adv, s) if return_marginals else adv
 
 
-def groups_with_signal(rewards, index=None, *, group_size: int | None = None) -> torch.Tensor:
-    """(N,) bool: rows whose group's rewards are not all equal (DAPO's dynamic-sampling filter)."""
+def flat_groups(rewards, index=None, *, group_size: int | None = None) -> torch.Tensor:
+    """(N,) bool: rows whose group's rewards have no spread up to rounding (``FLAT_ULPS``)."""
     r, groups = _rewards_and_groups(rewards, index, group_size)
-    padded = groups.pad(r)
-    valid = groups.valid()
-    hi = padded if valid is None else padded.masked_fill(~valid, float("-inf"))
-    lo = padded if valid is None else padded.masked_fill(~valid, float("inf"))
-    spread = hi.amax(-1) - lo.amin(-1)
-    return (spread > 0)[groups.group_id]
+    return _flat(groups.pad(r), groups.valid())[groups.group_id]
+
+
+def groups_with_signal(rewards, index=None, *, group_size: int | None = None) -> torch.Tensor:
+    """(N,) bool: rows whose group's rewards are not all equal, up to rounding (DAPO's dynamic-sampling
+    filter; the complement of ``flat_groups``)."""
+    return ~flat_groups(rewards, index, group_size=group_size)

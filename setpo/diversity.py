@@ -24,27 +24,36 @@ def g(x: torch.Tensor) -> torch.Tensor:
 
 
 def _cosine_kernel(e: torch.Tensor, name: str = "emb") -> torch.Tensor:
-    """Kernel of (..., G, d) embeddings, validating them on the way at O(G²) cost.
+    """Kernel of (..., G, d) embeddings, validating them on the way at O(G·d) cost.
 
-    The Gram matrix is formed first and normalised by its own diagonal, so the (..., G, d) input is read
-    once, by the matmul. A NaN or infinity anywhere in a row reaches that row's Gram entries, so checking
-    the small Gram matrix is enough to catch bad input; only then is the input scanned to name the problem.
+    The cosine is scale-free, so each row is first divided by its largest absolute entry: rows scaled by
+    1e-30 or 1e20 give the same kernel as unit rows instead of underflowing to "zero-norm" or overflowing
+    their squared norm (after the division every squared norm lies in [1, d]). That division also validates:
+    a NaN or infinity makes its row's max NaN or inf, and only truly zero rows have max 0. Then one matmul
+    forms the Gram matrix, normalised by its own diagonal.
     """
-    gram = e @ e.transpose(-1, -2)
-    sq_norms = gram.diagonal(dim1=-2, dim2=-1)
-    if not bool(torch.isfinite(gram).all()):
+    if e.shape[-1] == 0:
+        raise ValueError(f"{name} has no features (shape {tuple(e.shape)}): the cosine needs d >= 1")
+    if e.shape[-2] == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(e.shape)}): there is no rollout to compare")
+    row_max = e.abs().amax(-1, keepdim=True)                     # (..., G, 1)
+    if not bool(torch.isfinite(row_max).all()):
         check_finite(e, name)
-        raise ValueError(f"{name} is too large: its squared norms overflow {e.dtype}")
-    if bool((sq_norms <= 0).any()):
-        rows = (sq_norms.reshape(-1) <= 0).nonzero().flatten().tolist()
-        raise ValueError(f"{name} has zero-norm rows, where the cosine is undefined (flat rows {rows})")
-    inv = sq_norms.rsqrt()
+    if bool((row_max == 0).any()):
+        rows = (row_max.reshape(-1) == 0).nonzero().flatten().tolist()
+        raise ValueError(f"{name} has zero-norm rows (all entries 0), where the cosine is undefined (rows {rows[:10]})")
+    u = e / row_max
+    gram = u @ u.transpose(-1, -2)
+    inv = gram.diagonal(dim1=-2, dim2=-1).rsqrt()
     k = (gram * inv[..., :, None] * inv[..., None, :]).clamp_(0.0, 1.0)
     k.diagonal(dim1=-2, dim2=-1).fill_(1.0)  # exactly 1, not 1 ± rounding
     return k
 
 
 def _as_embeddings(emb, ndims=(2,), name: str = "emb") -> torch.Tensor:
+    """emb as a float32/float64 tensor of an allowed rank. float16/bfloat16 (a GPU embedder's usual output)
+    are upcast to float32: the marginals are differences of logs of kernel sums, which half precision
+    (3 significant digits in bfloat16) would reduce to rounding noise."""
     e = as_tensor(emb, name=name)
     if e.ndim not in ndims:
         shapes = " or ".join({2: "(N, d)", 3: "(B, G, d)"}[n] for n in ndims)
@@ -55,7 +64,8 @@ def _as_embeddings(emb, ndims=(2,), name: str = "emb") -> torch.Tensor:
 def cosine_kernel(emb) -> torch.Tensor:
     """k(o_i, o_j) = clamp(cos(e_i, e_j), 0, 1) with k(y, y) = 1.
 
-    emb: (G, d) or (B, G, d). Returns (G, G) or (B, G, G), from one batched matmul.
+    emb: (G, d) or (B, G, d), G >= 1, d >= 1. Returns (G, G) or (B, G, G), from one batched matmul, in
+    emb's dtype (float16/bfloat16 upcast to float32). Only zero rows, NaN and infinities are errors.
     """
     return _cosine_kernel(_as_embeddings(emb, (2, 3)))
 
@@ -129,7 +139,8 @@ def marginals_by_definition(emb) -> torch.Tensor:
 def diversity_marginals(emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
     """SetPO's leave-one-out diversity marginal s_i for every row.
 
-    emb: (N, d) response embeddings (torch or numpy; float32 or float64 kept, on any device).
+    emb: (N, d) response embeddings (torch or numpy; float32 or float64 kept, float16/bfloat16 upcast to
+        float32, on any device). Any non-zero scale of a row is fine: the cosine ignores it.
     index: (N,) group id of each row, verl style: any hashable ids, any order, unequal group sizes.
     group_size: rows form N / group_size contiguous groups. With neither, all rows are one group.
     Returns s: (N,) tensor on emb's device. Every group needs at least 3 rollouts.

@@ -3,29 +3,59 @@
 Every group-level quantity in this package (base advantages, diversity marginals) is computed on a padded
 ``(B, G_max)`` layout with a validity mask, so that ragged groups in any order cost one batched tensor
 operation rather than a Python loop over groups. ``Groups`` holds the mapping both ways.
+
+This module also holds the input checks every public function shares (``as_tensor``, ``check_finite``,
+``check_int``, ``check_real``): bad input is a ``ValueError`` that names the argument and the problem.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+# Half-precision floats hold ~3 significant digits (bfloat16) or overflow at 65504 (float16): sums, means and
+# stds of rewards in them are wrong by whole units, so every quantity is computed in float32 or wider.
+_HALF = (torch.float16, torch.bfloat16)
+
 
 def as_tensor(x, *, name: str, device=None, dtype=None) -> torch.Tensor:
-    """Torch tensor from a tensor, numpy array or sequence; floats keep float32/float64, ints become float32."""
+    """Torch tensor from a tensor, numpy array or sequence of numbers.
+
+    float32/float64 are kept; float16/bfloat16, integers and bools become float32 (the default dtype), so
+    no sum or mean runs in half precision; ``dtype`` forces one. Complex, string and object input, and
+    anything that is not an array of real numbers, is a ValueError naming ``name``.
+    """
     if isinstance(x, torch.Tensor):
         t = x
     else:
+        if isinstance(x, (str, bytes, Mapping, Set)) or x is None:
+            raise ValueError(f"{name} must be a numeric array, got {type(x).__name__}")
         try:
-            t = torch.as_tensor(np.asarray(x))
+            arr = np.asarray(x)
+            if arr.dtype == object:  # e.g. verl's object columns holding numbers: numbers only, never str
+                arr = np.asarray(arr.tolist())
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{name} must be numeric array-like, got {type(x).__name__}: {err}") from None
+            raise ValueError(f"{name} must be a numeric array (rows of equal length), got {type(x).__name__}: "
+                             f"{err}") from None
+        if arr.dtype.kind not in "biuf":
+            raise ValueError(f"{name} must hold real numbers, got numpy dtype {arr.dtype}"
+                             + (" (complex values would lose their imaginary part)" if arr.dtype.kind == "c" else ""))
+        if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:  # long double: torch has no such dtype
+            arr = arr.astype(np.float64)
+        if arr.dtype.kind == "u" and arr.dtype.itemsize > 1:  # torch lacks uint16..64 arithmetic
+            arr = arr.astype(np.float64)
+        t = torch.as_tensor(arr)
+    if t.is_complex():
+        raise ValueError(f"{name} is complex ({t.dtype}); it must be real (the imaginary part would be lost)")
     if dtype is not None:
         t = t.to(dtype)
-    elif not t.is_floating_point():
-        t = t.to(torch.get_default_dtype())
+    elif not t.is_floating_point() or t.dtype in _HALF:
+        t = t.to(torch.float32 if t.dtype in _HALF else torch.get_default_dtype())
     if device is not None:
         t = t.to(device)
     return t
@@ -37,21 +67,96 @@ def check_finite(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} contains NaN or infinite values (first at position {bad})")
 
 
+def check_int(value, name: str, *, minimum: int | None = None) -> int:
+    """``value`` as a Python int: ints, numpy ints and integer-valued floats (3.0); not bool, str, 3.7, NaN."""
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if isinstance(value, numbers.Integral):
+        out = int(value)
+    else:
+        f = float(value)
+        if not (math.isfinite(f) and f.is_integer()):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        out = int(f)
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {out}")
+    return out
+
+
+def check_real(value, name: str, *, minimum: float | None = None, strict: bool = False) -> float:
+    """``value`` as a finite Python float (a number, 0-d tensor or numpy scalar; not bool, str or complex).
+
+    minimum: lower bound, inclusive (exclusive with ``strict``).
+    """
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0 and not isinstance(value, str):
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    f = float(value)
+    if not math.isfinite(f):
+        raise ValueError(f"{name} must be finite, got {f}")
+    if minimum is not None and (f <= minimum if strict else f < minimum):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}, got {f}")
+    return f
+
+
+def _is_nan(u) -> bool:
+    return isinstance(u, (float, np.floating)) and u != u
+
+
 def _factorize(index) -> np.ndarray:
-    """Map arbitrary hashable group ids to 0..B-1, numbered in order of first appearance."""
+    """Map group ids to 0..B-1, numbered in order of first appearance.
+
+    Ids keep their identity as Python's ``==`` and ``hash`` define it: 1 and 1.0 (and True) are one group,
+    1 and '1' are two. Numeric arrays and tensors are factorised by numpy without a Python loop; lists and
+    object arrays (verl's uid column) go through a dict, one pass over the rows, so that numpy never casts
+    mixed ids to one type (it would turn 1 into '1'). Tuples are valid ids. NaN is not (NaN != NaN, so it
+    could not name a group); neither are unhashable ids.
+    """
     if isinstance(index, torch.Tensor):
+        if index.is_complex():
+            raise ValueError("index must hold group ids, got a complex tensor")
         index = index.detach().cpu().numpy()
-    arr = np.asarray(index)
-    if arr.ndim != 1:
-        # verl stores uids in an object array; a 2-D array here is almost always a mistake.
-        raise ValueError(f"index must be one-dimensional, got shape {arr.shape}")
+    if isinstance(index, (str, bytes)):
+        raise ValueError("index must be a sequence of group ids, one per row, got a single string")
+    if isinstance(index, (Mapping, Set)):
+        raise ValueError(f"index must be an ordered sequence of group ids, got a {type(index).__name__}")
+    if isinstance(index, np.ndarray):
+        if index.ndim != 1:
+            # verl stores uids in a 1-D object array; a 2-D array here is almost always a mistake.
+            raise ValueError(f"index must be one-dimensional, got shape {index.shape} (for tuple ids pass a "
+                             f"list of tuples or a 1-D object array)")
+        if index.dtype.kind in "biufcUS":
+            if index.dtype.kind in "fc" and bool(np.isnan(index).any()):
+                raise ValueError("index contains NaN, which cannot name a group (NaN != NaN)")
+            _, first, inverse = np.unique(index, return_index=True, return_inverse=True)
+            return np.argsort(np.argsort(first))[inverse.reshape(-1)]
+        ids_seq = index.tolist()
+    else:
+        try:
+            ids_seq = list(index)
+        except TypeError:
+            raise ValueError(f"index must be a sequence of group ids, one per row, got {type(index).__name__}"
+                             ) from None
+    ids: dict = {}
     try:
-        _, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
-        order_of_first = np.argsort(np.argsort(first))
-        return order_of_first[inverse.reshape(-1)]
-    except TypeError:  # mixed, unorderable ids: fall back to a dict, still one pass over rows
-        ids: dict = {}
-        return np.array([ids.setdefault(u, len(ids)) for u in arr.tolist()], dtype=np.int64)
+        out = np.fromiter((ids.setdefault(u, len(ids)) for u in ids_seq), dtype=np.int64, count=len(ids_seq))
+    except TypeError as err:
+        bad = next((u for u in ids_seq if not _hashable(u)), None)
+        raise ValueError(f"index ids must be hashable (str, int, tuple, ...), got {bad!r:.60}") from err
+    if any(_is_nan(u) for u in ids):  # over the distinct ids only
+        raise ValueError("index contains NaN, which cannot name a group (NaN != NaN)")
+    return out
+
+
+def _hashable(u) -> bool:
+    try:
+        hash(u)
+    except TypeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -84,18 +189,21 @@ class Groups:
 
     @classmethod
     def build(cls, n_rows: int, index=None, group_size: int | None = None, *, device=None) -> "Groups":
+        if n_rows == 0:
+            raise ValueError("the input is empty (0 rows): there are no groups to compute over")
         if index is not None and group_size is not None:
             raise ValueError("give either index or group_size, not both")
         if index is None:
-            g = n_rows if group_size is None else int(group_size)
-            if g <= 0 or n_rows % g != 0:
-                raise ValueError(f"group_size={group_size} does not divide the number of rows ({n_rows})")
+            g = n_rows if group_size is None else check_int(group_size, "group_size", minimum=1)
+            if n_rows % g != 0:
+                raise ValueError(f"group_size={g} does not divide the number of rows ({n_rows})")
             b = n_rows // g
             rows = torch.arange(n_rows, device=device)
             return cls(rows // g, rows % g, torch.full((b,), g, device=device), True)
-        if len(index) != n_rows:
-            raise ValueError(f"index has length {len(index)} but there are {n_rows} rows")
-        gid = torch.as_tensor(_factorize(index), dtype=torch.long, device=device)
+        codes = _factorize(index)
+        if codes.shape[0] != n_rows:
+            raise ValueError(f"index has length {codes.shape[0]} but there are {n_rows} rows")
+        gid = torch.as_tensor(codes, dtype=torch.long, device=device)
         sizes = torch.bincount(gid)
         rows = torch.arange(n_rows, device=device)
         g = int(sizes[0])

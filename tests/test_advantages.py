@@ -44,7 +44,7 @@ def test_dr_grpo_and_rloo_by_hand():
 
 def test_grpo_by_hand_contiguous():
     r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64)
-    adv = setpo.group_advantages(r, group_size=3, eps=0.0)
+    adv = setpo.group_advantages(r, group_size=3, eps=1e-300)  # eps must be > 0; this one is below float64 rounding of std
     mean, std = 1 / 3, np.std([1, 0, 0], ddof=1)
     torch.testing.assert_close(adv[:3], torch.tensor([(1 - mean) / std, -mean / std, -mean / std], dtype=torch.float64))
     # An all-equal group has zero advantage (eps keeps 0/0 away).
@@ -105,5 +105,9 @@ def test_presets_have_the_paper_lambdas():
 
 def test_output_on_input_device_and_dtype():
     r = np.array([1.0, 0.0, 0.5], dtype=np.float64)
-    out = setpo.setpo_advantages(r, np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32))
-    assert out.dtype == torch.float32 and out.device.type == "cpu"
+    emb = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    out = setpo.setpo_advantages(r, emb)
+    # the wider of the rewards' and the embeddings' dtypes: float64 rewards keep their precision
+    assert out.dtype == torch.float64 and out.device.type == "cpu"
+    assert setpo.setpo_advantages(r.astype(np.float32), emb).dtype == torch.float32
+    assert setpo.setpo_advantages(r.astype(np.float32), emb.astype(np.float64)).dtype == torch.float64
