@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def progress_bar(total: int, desc: str = "", unit: str = "step"):
+    """A tqdm bar that shows in a terminal, a notebook, and a log file: to a file (stderr not a terminal) it
+    writes a line at most every 10 s instead of a redraw every 0.1 s."""
+    from tqdm.auto import tqdm
+
+    live = sys.stderr.isatty() or "ipykernel" in sys.modules
+    return tqdm(total=total, desc=desc, unit=unit, mininterval=0.1 if live else 10.0, dynamic_ncols=True)
 
 
 def markdown_table(rows: list[dict], fmt: Callable[[object], str] = str) -> str:
@@ -41,9 +52,27 @@ def write_bench_report(name: str, text: str) -> Path:
     return out
 
 
-def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as JSON atomically (a temp file, then rename): an interrupted run never leaves half a file."""
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` atomically (a temp file beside it, then rename): a run killed at any moment leaves the old
+    file or the new one, never half of one."""
     path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    tmp.replace(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as JSON atomically (see ``write_text``)."""
+    write_text(path, json.dumps(obj, indent=1))
+
+
+def read_json(path: Path, remedy: str = "delete it to start over"):
+    """Read a JSON file; a damaged one (truncated, not JSON) is a ValueError naming the file and ``remedy``."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged (not valid JSON: {e}); {remedy}") from None

@@ -13,7 +13,9 @@ def sample_completions(model, tokenizer, prompts: Sequence[str], n: int, tempera
     """n sampled completions per prompt (text after the prompt, special tokens dropped), in prompt order.
 
     Runs on the model's device. Prompts go in batches of about ``batch_sequences`` sequences, each seeded from
-    ``seed`` and its position, so the samples do not depend on what ran before. ``add_special_tokens=False``
+    ``seed`` and its position, so the samples do not depend on what ran before, and torch's global RNG is
+    forked around them, so what runs after does not depend on the sampling either (a probe taken during
+    training leaves the rollouts alone). ``add_special_tokens=False``
     for prompts already rendered by a chat template (which holds every special token). The model's
     train/eval mode is restored afterwards, also when generation fails.
     """
@@ -23,8 +25,11 @@ def sample_completions(model, tokenizer, prompts: Sequence[str], n: int, tempera
     model.eval()
     per_batch = max(1, batch_sequences // n)
     out: list[list[str]] = []
+    device = torch.device(model.device)
+    fork = torch.random.fork_rng(devices=[] if device.type == "cpu" else [device.index or 0],
+                                 device_type="cuda" if device.type == "cpu" else device.type)
     try:
-        with torch.inference_mode():
+        with fork, torch.inference_mode():
             for b in range(0, len(prompts), per_batch):
                 chunk = list(prompts[b:b + per_batch])
                 enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",

@@ -1,51 +1,224 @@
-"""Running a TRL trainer as a study stage: resume from the newest checkpoint, save, record, and probe the policy."""
+"""Running a TRL trainer as a study stage: resume from the newest checkpoint, save, record, and probe the policy.
+
+What "resumable" promises here: a run killed at any moment and started again ends with the same weights and
+records as a run that was never interrupted (on the CPU, bit for bit). That takes four things the Trainer
+does not do on its own:
+
+- checkpoints are written aside (``.checkpoint-staging/``) and renamed into place, so a ``checkpoint-*``
+  folder is always complete; an incomplete one (from a kill during an older, non-atomic save) is ignored;
+- GRPO-style trainers save only at generation boundaries: TRL generates one batch for ``steps_per_generation``
+  optimizer steps and does not checkpoint the buffered rollouts, so a checkpoint in between would make the
+  resumed run generate different ones;
+- the probe sampler leaves torch's global RNG alone (the rollouts draw from it), and the probe file is cut
+  back to the checkpoint's step on resume (the steps after it are probed again, identically);
+- damaged files are errors that name the file and what to do.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import shutil
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from setpo.records import write_json
+from setpo.records import write_json, write_text
+
+STAGING = ".checkpoint-staging"  # not matched by the Trainer's "checkpoint-*" globs
+
+
+def _checkpoint_step(path: Path) -> int | None:
+    name = path.name
+    if not name.startswith("checkpoint-") or not name[len("checkpoint-"):].isdigit():
+        return None
+    return int(name[len("checkpoint-"):])
 
 
 def last_checkpoint(folder: Path) -> str | None:
-    """The newest ``checkpoint-*`` under ``folder`` (the Trainer's own layout), or None."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete ``checkpoint-*`` under ``folder`` (the Trainer's own layout), or None.
 
-    return get_last_checkpoint(str(folder)) if Path(folder).is_dir() else None
+    A folder without ``trainer_state.json`` (the file the Trainer writes last) is incomplete and ignored.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    found = [(step, p) for p in folder.iterdir() if p.is_dir() and (step := _checkpoint_step(p)) is not None
+             and (p / "trainer_state.json").is_file()]
+    return str(max(found)[1]) if found else None
+
+
+def check_checkpoint(checkpoint: Path) -> None:
+    """Raise a ValueError naming the first damaged file of ``checkpoint`` (truncated safetensors, torch zip
+    archives or JSON) and what to do. Reads headers and zip directories only, so it is cheap for big models."""
+    from safetensors import safe_open
+
+    checkpoint = Path(checkpoint)
+    remedy = (f"delete {checkpoint} to resume from an earlier checkpoint (or its parent folder "
+              f"{checkpoint.parent} to start this run over)")
+    for f in sorted(checkpoint.rglob("*")):
+        if not f.is_file():
+            continue
+        try:
+            if f.suffix == ".json":
+                json.loads(f.read_text())
+            elif f.suffix == ".safetensors":
+                with safe_open(str(f), "pt"):
+                    pass
+            elif f.suffix in (".pt", ".pth", ".bin"):
+                with zipfile.ZipFile(f) as z:  # torch.save's format: a truncated file has no central directory
+                    if f.stat().st_size < 64 * 2**20 and z.testzip() is not None:
+                        raise ValueError("a member fails its CRC check")
+        except Exception as e:  # noqa: BLE001 - any failure to read is reported the same way
+            raise ValueError(f"{f} is damaged ({type(e).__name__}: {e}); {remedy}") from None
+
+
+def generation_aligned_save_steps(args) -> int | None:
+    """``args.save_steps`` rounded up to a multiple of the optimizer steps one generation batch feeds (TRL's
+    ``steps_per_generation`` x ``num_iterations``, in optimizer steps); None when there is nothing to align
+    (not a GRPO-style config, not saving by steps, or save_steps given as a fraction)."""
+    per_generation = getattr(args, "steps_per_generation", None)
+    if not per_generation or str(getattr(args.save_strategy, "value", args.save_strategy)) != "steps":
+        return None
+    if not args.save_steps or args.save_steps < 1:
+        return None
+    micro = per_generation * getattr(args, "num_iterations", 1)      # micro-batches per generation batch
+    accumulation = args.gradient_accumulation_steps
+    block = math.lcm(micro, accumulation) // accumulation            # optimizer steps per generation batch
+    return math.ceil(int(args.save_steps) / block) * block
+
+
+def _atomic_checkpoints(trainer) -> None:
+    """Make ``trainer`` write each checkpoint into a staging folder and rename it into place when complete."""
+    from transformers.trainer_utils import rotate_checkpoints
+
+    if getattr(trainer, "_setpo_atomic", False):
+        return
+    original = trainer._save_checkpoint
+
+    def save(model, trial=None):
+        out = Path(trainer.args.output_dir)
+        staging = out / STAGING
+        shutil.rmtree(staging, ignore_errors=True)
+        name = f"checkpoint-{trainer.state.global_step}"
+        trainer.args.output_dir = str(staging)
+        try:
+            original(model, trial)
+        finally:
+            trainer.args.output_dir = str(out)
+        if trainer.args.should_save:
+            target = out / name
+            if target.exists():  # an incomplete leftover of an earlier, killed save at this step
+                shutil.rmtree(target)
+            os.replace(staging / name, target)
+            shutil.rmtree(staging, ignore_errors=True)
+            rotate_checkpoints(str(out), trainer.args.save_total_limit)
+
+    trainer._save_checkpoint = save
+    trainer._setpo_atomic = True
+
+
+def progress_callback(log: Callable[[str], Any], label: str, every_s: float = 10.0):
+    """A TrainerCallback that calls ``log`` with one line (step, reward or loss, seconds per step) at most every
+    ``every_s`` seconds and at the last step, so a long run shows it is alive also when the Trainer's own
+    progress bar is off and stdout is a file or a notebook."""
+    from transformers import TrainerCallback
+
+    class ProgressCallback(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            self.t0 = self.last = time.time()
+            self.first = state.global_step
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            now, logs = time.time(), logs or {}
+            if "reward" not in logs and "loss" not in logs:  # the end-of-training summary
+                return
+            if now - self.last < every_s and state.global_step < state.max_steps:
+                return
+            self.last = now
+            done = state.global_step - self.first
+            parts = [f"{label} step {state.global_step}/{state.max_steps}"]
+            for key in ("reward", "loss"):
+                if isinstance(logs.get(key), (int, float)):
+                    parts.append(f"{key} {logs[key]:.3f}")
+            if done:
+                parts.append(f"{(now - self.t0) / done:.2f} s/step")
+            log(", ".join(parts))
+
+    return ProgressCallback()
 
 
 def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict, log=None, describe: str = "") -> Path:
-    """Train to the end, resuming from the newest checkpoint in ``out_dir``; save model and tokenizer to
-    ``final`` with ``done.json`` ({"seconds", "steps", **record}) and the run's ``log_history.json``.
+    """Train to the end, resuming from the newest complete checkpoint in ``out_dir``; save model and tokenizer
+    to ``final`` with ``done.json`` ({"seconds", "steps", **record}) and the run's ``log_history.json``.
 
-    Any TRL/transformers trainer whose ``output_dir`` is ``out_dir``. Per-step metric dicts go to
-    log_history.json rather than the console; ``log(describe + ...)`` reports a resume.
+    Any TRL/transformers trainer whose ``output_dir`` is ``out_dir``. Checkpoints are written atomically and,
+    for GRPO-style trainers, only at generation boundaries (``save_steps`` is rounded up to a multiple of the
+    optimizer steps per generation batch, and ``log`` says so). Per-step metric dicts go to log_history.json
+    rather than the console; with ``log``, a line reports the start or resume and a progress line comes at
+    most every 10 s (step, reward or loss).
     """
     from transformers.trainer_callback import PrinterCallback
 
+    out_dir = Path(out_dir)
+    say = log if log is not None else (lambda *_: None)
     trainer.remove_callback(PrinterCallback)
+    aligned = generation_aligned_save_steps(trainer.args)
+    if aligned is not None and aligned != trainer.args.save_steps:
+        say(f"{describe.split(':')[0]}: save_steps {trainer.args.save_steps} -> {aligned} (checkpoints only at "
+            "generation boundaries, where no generated rollouts are buffered)")
+        trainer.args.save_steps = aligned
+    _atomic_checkpoints(trainer)
+    shutil.rmtree(out_dir / STAGING, ignore_errors=True)  # what a killed save left behind
     resume = last_checkpoint(out_dir)
+    if resume is not None:
+        check_checkpoint(Path(resume))
     if log is not None:
+        trainer.add_callback(progress_callback(log, describe.split(":")[0] or "train"))
         log(describe + (f", resuming from {Path(resume).name}" if resume else ""))
     t0 = time.time()
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
-    write_json(Path(out_dir) / "log_history.json", trainer.state.log_history)
+    write_json(out_dir / "log_history.json", trainer.state.log_history)
     write_json(Path(final) / "done.json", {"seconds": time.time() - t0, "steps": trainer.state.global_step, **record})
     return Path(final)
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of a JSONL file. A last line cut short (a kill mid-write) is dropped; a damaged line
+    elsewhere is a ValueError naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # no newline after it: the write was interrupted
+                break
+            raise ValueError(f"{path} line {i + 1} is damaged (not JSON); delete the file to record it again "
+                             "(or the run folder to start over)") from None
+    return out
 
 
 def probe_callback(sample: Callable[[Any, int], list[dict]], path: Path, every: int, at_end: bool = False):
     """A TrainerCallback recording what the policy samples on fixed probes, for trajectory plots.
 
     At step 0, every ``every`` steps (and at the last step when ``at_end``) it calls ``sample(model, step)``
-    and appends the returned JSON-able records, each with its "step", to ``path`` (JSONL). A step already in
-    the file is not sampled again, so a resumed run continues the file.
+    and appends the returned JSON-able records, each with its "step", to ``path`` (JSONL). ``sample`` must not
+    touch torch's global RNG (``sample_completions`` forks it), or probing would change the rollouts.
+
+    A run that starts again keeps exactly the records of the steps its checkpoint covers (a fresh start keeps
+    none) and probes the later steps again, so the file ends as an uninterrupted run's would: no step skipped
+    or doubled, and half a line from a kill mid-write is gone.
     """
     from transformers import TrainerCallback
 
@@ -53,16 +226,15 @@ def probe_callback(sample: Callable[[Any, int], list[dict]], path: Path, every: 
 
     class ProbeCallback(TrainerCallback):
         def _record(self, model, step: int) -> None:
-            if path.exists():
-                with path.open() as f:
-                    if step in {json.loads(line)["step"] for line in f if line.strip()}:
-                        return
             records = sample(model, step)
-            with path.open("a") as f:
-                f.writelines(json.dumps({"step": step, **r}) + "\n" for r in records)
+            with path.open("a") as f:  # one write per step
+                f.write("".join(json.dumps({"step": step, **r}) + "\n" for r in records))
 
         def on_train_begin(self, args, state, control, model=None, **kw):
-            if state.global_step == 0:
+            start = state.global_step
+            kept = [r for r in read_records(path) if start and r["step"] <= start]
+            write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+            if start == 0:
                 self._record(model, 0)
 
         def on_step_end(self, args, state, control, model=None, **kw):
@@ -80,3 +252,7 @@ def quiet_libraries() -> None:
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
+
+
+__all__ = ["check_checkpoint", "generation_aligned_save_steps", "last_checkpoint", "probe_callback",
+           "progress_callback", "quiet_libraries", "read_records", "train_resumable"]
