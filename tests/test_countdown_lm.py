@@ -138,22 +138,38 @@ def test_smoke_study_end_to_end(smoke_study):
 
 def test_rl_run_checkpoints_and_resumes(smoke_study, tmp_path):
     cfg, out, _ = smoke_study
-    cfg = replace(cfg, out=str(tmp_path), rl_steps=2, rl_save_steps=1)
+    cfg = replace(cfg, out=str(tmp_path), rl_steps=4, rl_save_steps=2)
     data = make_data(cfg)
     run = RLRun("grpo", 3, 0.001, 0.5)
     run_dir = tmp_path / run.name
     with pytest.raises(KeyboardInterrupt):
-        run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=lambda *_: None, callbacks=[Interrupt(1)])
-    assert (run_dir / "checkpoint-1").is_dir() and not (run_dir / "final").exists()
+        run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=lambda *_: None, callbacks=[Interrupt(3)])
+    assert (run_dir / "checkpoint-2").is_dir() and not (run_dir / "final").exists()
     logs = []
     final = run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=logs.append)
-    assert any("resuming from checkpoint-1" in line for line in logs)
+    assert any("resuming from checkpoint-2" in line for line in logs)
+    assert any("step 4/4" in line for line in logs)  # the progress line at the last step
     hist = json.loads((run_dir / "log_history.json").read_text())
-    assert max(h.get("step", 0) for h in hist) == 2
+    assert max(h.get("step", 0) for h in hist) == 4
     assert json.loads((final / "done.json").read_text())["run"]["lam"] == 0.5
     assert not list(run_dir.glob("checkpoint-*"))  # cleaned once final is written
     probes = [json.loads(x)["step"] for x in (run_dir / "probes.jsonl").read_text().splitlines()]
-    assert sorted(set(probes)) == [0, 1, 2] and len(probes) == 3 * cfg.probe_samples * cfg.n_probe
+    assert sorted(set(probes)) == [0, 1, 2, 3, 4] and len(probes) == 5 * cfg.probe_samples * cfg.n_probe
+
+
+def test_save_steps_must_fall_on_generation_boundaries():
+    with pytest.raises(ValueError, match="rl_save_steps must be a multiple of 2"):
+        CountdownLMConfig.smoke(rl_save_steps=3)
+    with pytest.raises(ValueError, match="rl_prompts_per_step"):
+        CountdownLMConfig.smoke(rl_prompts_per_step=3)
+
+
+def test_config_types_are_checked_up_front():
+    for bad, field in [(dict(rl_steps="abc"), "rl_steps"), (dict(sft_lr="x"), "sft_lr"), (dict(rl_steps=0), "rl_steps"),
+                       (dict(group_sizes=[3, "7"]), "group_sizes"), (dict(eval_top_p=0), "eval_top_p"),
+                       (dict(model={"hidden": 3}), "model"), (dict(kl_betas=[float("nan")]), "kl_betas")]:
+        with pytest.raises(ValueError, match=field):
+            CountdownLMConfig.smoke(**bad)
 
 
 def test_sft_warm_start_learns_the_format(tmp_path):

@@ -25,6 +25,8 @@ What is ours to decide (design choices, written down here):
 - RL: every run starts from the same warm start with the same seed (same prompts in the same order).
   ``rl_prompts_per_step`` prompts x G rollouts per generation batch, split into two optimizer steps
   (``steps_per_generation = 2``) so that the second mini-batch is off-policy and the clip range matters.
+  Checkpoints come every ``rl_save_steps`` steps, an even number: only at generation boundaries does a
+  resumed run generate the same rollouts as an uninterrupted one.
   The learning rate is far above the paper's 1e-6 (that is for a 3B pretrained model; a 1M-parameter
   model from scratch needs ~1e-4). GSPO and DAPO runs take clip range, ratio level and loss aggregation
   from ``setpo.presets.PRESETS``.
@@ -42,7 +44,8 @@ What is ours to decide (design choices, written down here):
   ``envs.countdown.distinct_correct_solutions`` (distinct = canonical form, ``envs.countdown``).
 
 Run everything with one command (resumable: finished stages are skipped, RL resumes from its last
-checkpoint, every evaluation is cached):
+checkpoint, every evaluation is cached; a run killed at any moment and started again gives the same models
+and records as an uninterrupted one, and one started with a different configuration is refused):
 
     .venv/bin/python -m setpo.studies.countdown --full --out runs/countdown
 
@@ -61,6 +64,7 @@ import random
 import shutil
 import sys
 import time
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Sequence
@@ -78,11 +82,14 @@ from envs.countdown import (
 )
 from setpo.metrics import diversity_width_and_average_modes, pass_at_k
 from setpo.presets import PRESETS
-from setpo.records import write_json
+from setpo.records import read_json, write_json, write_text
 from setpo.studies.sampling import sample_completions
 from setpo.studies.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, ModelSize, build_model, build_tokenizer
 from setpo.trl.rewards import countdown_reward
 from setpo.trl.training import quiet_libraries
+
+
+STEPS_PER_GENERATION = 2  # optimizer steps per generated batch (TRL's steps_per_generation)
 
 
 def _log(*args) -> None:
@@ -151,7 +158,7 @@ class CountdownLMConfig:
     rl_lr: float = 1e-4
     rl_temperature: float = 1.0
     rl_max_completion_length: int = 24
-    rl_save_steps: int = 25
+    rl_save_steps: int = 20        # a multiple of STEPS_PER_GENERATION (checkpoints at generation boundaries)
     group_sizes: tuple[int, ...] = (3, 7)
     kl_betas: tuple[float, ...] = (0.001, 0.005)
     # the paper's Countdown lambda, and one chosen on the validation split (see the module docstring)
@@ -171,10 +178,46 @@ class CountdownLMConfig:
 
     def __post_init__(self):
         if isinstance(self.model, dict):
+            unknown = set(self.model) - {f.name for f in fields(ModelSize)}
+            if unknown:
+                raise ValueError(f"model: unknown fields {sorted(unknown)}; known: {[f.name for f in fields(ModelSize)]}")
             self.model = ModelSize(**self.model)
         for name in ("num_numbers", "number_range", "target_range", "group_sizes", "kl_betas",
                      "extra_presets", "eval_temperatures", "setpo_lambdas"):
-            setattr(self, name, tuple(getattr(self, name)))
+            value = getattr(self, name)
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"{name} must be a list, got {value!r}")
+            setattr(self, name, tuple(value))
+        _check_types(self)
+        _check_types(self.model, "model.")
+        for name in ("threads", "n_train", "n_test", "sft_solutions_per_problem", "sft_batch_size", "rl_steps",
+                     "rl_prompts_per_step", "rl_max_completion_length", "rl_save_steps", "eval_samples",
+                     "eval_batch_sequences", "n_probe", "probe_samples", "probe_every", "extra_group_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("sft_epochs", "sft_lr", "rl_lr", "rl_temperature"):
+            if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive finite number, got {getattr(self, name)}")
+        if not 0 < self.eval_top_p <= 1:
+            raise ValueError(f"eval_top_p must be in (0, 1], got {self.eval_top_p}")
+        if not self.eval_temperatures or any(not math.isfinite(t) or t <= 0 for t in self.eval_temperatures):
+            raise ValueError(f"eval_temperatures must be positive finite numbers, got {self.eval_temperatures}")
+        if any(not math.isfinite(b) or b < 0 for b in self.kl_betas + (self.extra_beta,)) or not self.kl_betas:
+            raise ValueError(f"kl_betas and extra_beta must be finite numbers >= 0, got {self.kl_betas}, {self.extra_beta}")
+        if not self.group_sizes or not self.num_numbers:
+            raise ValueError("group_sizes and num_numbers must not be empty")
+        for name in ("number_range", "target_range"):
+            lo, hi = getattr(self, name)
+            if not 1 <= lo <= hi:
+                raise ValueError(f"{name} must be (low, high) with 1 <= low <= high, got {getattr(self, name)}")
+        if self.rl_save_steps % STEPS_PER_GENERATION:
+            raise ValueError(f"rl_save_steps must be a multiple of {STEPS_PER_GENERATION} (the optimizer steps that "
+                             f"share one generated batch: a checkpoint between them cannot be resumed exactly), "
+                             f"got {self.rl_save_steps}")
+        for g in self.group_sizes + ((self.extra_group_size,) if self.extra_presets else ()):
+            if self.rl_prompts_per_step * g % STEPS_PER_GENERATION:
+                raise ValueError(f"rl_prompts_per_step * G must be a multiple of {STEPS_PER_GENERATION} (one batch "
+                                 f"feeds {STEPS_PER_GENERATION} optimizer steps), got {self.rl_prompts_per_step} * {g}")
         if min(self.group_sizes + (self.extra_group_size,)) < 3:
             raise ValueError(f"SetPO needs group sizes >= 3, got {self.group_sizes}, {self.extra_group_size}")
         for p in self.extra_presets:
@@ -189,7 +232,7 @@ class CountdownLMConfig:
     def smoke(cls, out: str = "runs/countdown_smoke", **kw) -> "CountdownLMConfig":
         """Toy size: the whole pipeline in well under a minute (tests, notebook SMOKE mode)."""
         base = dict(out=out, n_train=48, n_val=4, n_test=4, model=ModelSize(32, 1, 2, 1, 64, 48),
-                    sft_epochs=1.0, sft_batch_size=32, rl_steps=2, rl_prompts_per_step=2, rl_save_steps=1,
+                    sft_epochs=1.0, sft_batch_size=32, rl_steps=2, rl_prompts_per_step=2, rl_save_steps=2,
                     group_sizes=(3,), kl_betas=(0.001,), extra_presets=(), embedder="hash", eval_samples=8,
                     eval_temperatures=(1.0,), n_probe=1, probe_samples=4, probe_every=1)
         return cls(**{**base, **kw})
@@ -232,10 +275,70 @@ class RLRun:
         return f"{f'setpo{self.lam:g}_' if self.lam else ''}{self.preset}_G{self.group_size}_b{self.beta:g}"
 
 
+def _check_types(obj, prefix: str = "") -> None:
+    """A ValueError naming the first field of a config dataclass whose value has the wrong type (``--set
+    rl_steps=abc`` fails here, before any work, not when the RL stage reads it)."""
+    hints = typing.get_type_hints(type(obj))
+
+    def ok(value, hint) -> bool:
+        if hint is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        if hint is float:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if hint is str:
+            return isinstance(value, str)
+        if typing.get_origin(hint) is tuple:
+            args = typing.get_args(hint)
+            if len(args) == 2 and args[1] is Ellipsis:
+                return all(ok(v, args[0]) for v in value)
+            return len(value) == len(args) and all(ok(v, a) for v, a in zip(value, args))
+        return isinstance(value, hint) if isinstance(hint, type) else True
+
+    for f in fields(obj):
+        value, hint = getattr(obj, f.name), hints[f.name]
+        if not ok(value, hint):
+            raise ValueError(f"{prefix}{f.name} must be {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+# Fields that do not change any result: where the folder is seen from, how many threads run, how often
+# checkpoints are written. Everything else must match to reuse a folder.
+RESULT_NEUTRAL_FIELDS = ("out", "threads", "rl_save_steps")
+
+
 def load_config(out: str | Path) -> CountdownLMConfig:
     """The config a study was run with (``<out>/config.json``)."""
-    with open(Path(out) / "config.json") as f:
-        return CountdownLMConfig(**json.load(f))
+    path = Path(out) / "config.json"
+    return CountdownLMConfig(**read_json(path, f"restore it or delete {Path(out)} to start over"))
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+    """Fields whose values differ between two configs (as JSON), result-neutral fields left out."""
+    return sorted(k for k in set(old) | set(new) if k not in RESULT_NEUTRAL_FIELDS and old.get(k) != new.get(k))
+
+
+def claim_folder(cfg: CountdownLMConfig) -> None:
+    """Write ``<out>/config.json`` for a new study, or check that the folder's study has the same config.
+
+    Refuses (ValueError naming the differing fields) a folder made with another config, and a folder holding
+    results but no config.json (nothing says which config made them).
+    """
+    out = Path(cfg.out)
+    cfg_path = out / "config.json"
+    new = json.loads(json.dumps(asdict(cfg)))
+    if cfg_path.exists():
+        old = read_json(cfg_path, f"delete {out} to start over")
+        differ = config_differences(old, new)
+        if differ:
+            raise ValueError(f"{cfg_path} holds a different config (fields {differ}: "
+                             + ", ".join(f"{k}={old.get(k)!r} there, {new.get(k)!r} now" for k in differ)
+                             + "); use another --out or delete that folder")
+        return
+    made = [p.name for p in (out / "sft", out / "rl", out / "eval", out / "results.json") if p.exists()]
+    if made:
+        raise ValueError(f"{out} holds results ({', '.join(made)}) but no config.json, so nothing says which "
+                         "config made them; use another --out or delete that folder")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(cfg_path, new)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -341,7 +444,8 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log
         **_common_args(cfg))
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer)
-    train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(examples)})
+    train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(examples)}, log,
+                    f"[sft]: {steps_per_epoch} steps per epoch, {cfg.sft_epochs:g} epochs")
     _clean_checkpoints(out_dir)
     return final
 
@@ -387,12 +491,11 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(str(init_dir), local_files_only=True, dtype=torch.float32)
     g = run.group_size
-    per_step = cfg.rl_prompts_per_step * g
-    if per_step % 2:
-        raise ValueError(f"rl_prompts_per_step * G must be even (two optimizer steps per batch), got {per_step}")
+    per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
     args = config_for(
-        run.preset, output_dir=str(out_dir), setpo_lambda=run.lam, learning_rate=cfg.rl_lr,
-        num_generations=g, beta=run.beta, per_device_train_batch_size=per_step // 2, steps_per_generation=2,
+        run.preset, output_dir=str(out_dir), setpo_lambda=run.lam, learning_rate=cfg.rl_lr, num_generations=g,
+        beta=run.beta, per_device_train_batch_size=per_step // STEPS_PER_GENERATION,
+        steps_per_generation=STEPS_PER_GENERATION,
         max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
         temperature=cfg.rl_temperature, top_p=1.0, embedder=cfg.embedder, lr_scheduler_type="constant",
         warmup_steps=0, save_strategy="steps", save_steps=cfg.rl_save_steps, gradient_checkpointing=False,
@@ -414,8 +517,7 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     if path.exists():
-        with open(path) as f:
-            return json.load(f)
+        return read_json(path, "delete it to evaluate again")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
     t0 = time.time()
@@ -434,24 +536,17 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
 # --------------------------------------------------------------------------------------------------
 
 
-def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = ("sft", "rl", "eval")) -> dict:
+STAGES = ("sft", "rl", "eval")
+
+
+def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) -> dict:
     """The whole study: data, warm start, every RL run, evaluation, results table. Resumable."""
+    if isinstance(stages, str) or not set(stages) <= set(STAGES):
+        raise ValueError(f"stages must be a subset of {STAGES}, got {stages!r}")
     torch.set_num_threads(cfg.threads)
     quiet_libraries()
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg_path = out / "config.json"
-    if cfg_path.exists():
-        with open(cfg_path) as f:
-            old = json.load(f)
-        new = json.loads(json.dumps(asdict(cfg)))
-        # where the folder is seen from and how many threads run do not change results
-        differ = sorted(k for k in set(old) | set(new) if k not in ("out", "threads") and old.get(k) != new.get(k))
-        if differ:
-            raise ValueError(f"{cfg_path} holds a different config (fields {differ}); use another --out or "
-                             "delete that folder")
-    else:
-        write_json(cfg_path, asdict(cfg))
+    claim_folder(cfg)
     t0 = time.time()
     data = make_data(cfg)
     write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
@@ -489,7 +584,7 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = ("sft", 
                     f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
         summary = summarize(cfg, results)
         write_json(out / "results.json", summary)
-        (out / "results.md").write_text(results_markdown(cfg, summary))
+        write_text(out / "results.md", results_markdown(cfg, summary))
         log(results_markdown(cfg, summary))
     log(f"[study] finished in {time.time() - t0:.0f}s")
     return results
@@ -565,31 +660,48 @@ def results_markdown(cfg: CountdownLMConfig, summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m setpo.studies.countdown", description=__doc__.split("\n\n")[0])
+def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
+    """The config and stages a command line asks for, every value checked before any work starts."""
+    from setpo.cli import Parser
+
+    p = Parser(prog="python -m setpo.studies.countdown", description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="the study at its documented size")
     mode.add_argument("--smoke", action="store_true", help="toy size, seconds")
     p.add_argument("--out", default=None, help="output folder (default runs/countdown or runs/countdown_smoke)")
-    p.add_argument("--stages", default="sft,rl,eval", help="comma-separated subset of sft,rl,eval")
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
                    help="override config fields, e.g. --set rl_steps=100 'group_sizes=[7]' embedder='\"hash\"'")
     a = p.parse_args(argv)
+    stages = [s for s in a.stages.split(",") if s]
+    if not stages or set(stages) - set(STAGES):
+        p.error(f"--stages: expected a comma-separated subset of {','.join(STAGES)}, got {a.stages!r}")
     overrides = {}
     known = {f.name for f in fields(CountdownLMConfig)}
     for item in a.set:
-        key, _, value = item.partition("=")
+        key, eq, value = item.partition("=")
+        if not eq:
+            p.error(f"--set: expected FIELD=VALUE, got {item!r}")
         if key not in known:
-            raise ValueError(f"unknown config field {key!r}; known: {sorted(known)}")
+            p.error(f"--set: unknown config field {key!r}; known: {', '.join(sorted(known))}")
         try:
             overrides[key] = json.loads(value)
         except json.JSONDecodeError:
             overrides[key] = value  # a bare string
-    if a.smoke:
-        cfg = CountdownLMConfig.smoke(**({"out": a.out} if a.out else {}), **overrides)
-    else:
-        cfg = CountdownLMConfig(**({"out": a.out} if a.out else {}), **overrides)
-    run_study(cfg, stages=[s for s in a.stages.split(",") if s])
+    try:
+        if a.smoke:
+            cfg = CountdownLMConfig.smoke(**({"out": a.out} if a.out else {}), **overrides)
+        else:
+            cfg = CountdownLMConfig(**({"out": a.out} if a.out else {}), **overrides)
+    except (TypeError, ValueError) as e:
+        p.error(str(e))
+    return cfg, stages
+
+
+def main(argv=None) -> int:
+    cfg, stages = parse_args(argv)
+    run_study(cfg, stages=stages)
+    return 0
 
 
 if __name__ == "__main__":
