@@ -4,6 +4,11 @@ GRPO / GSPO / DAPO, with or without SetPO's diversity marginal. One loop, one co
 Read ``train`` top to bottom: sample G trajectories per prompt, score them, turn rewards (and, for SetPO,
 embeddings) into advantages with ``setpo.advantages``, and take clipped policy-gradient steps with
 ``setpo.losses``. Everything the notebooks plot is logged in ``ToyRun.history`` and ``ToyRun.snapshots``.
+
+With ``checkpoint_dir`` a run saves every ``checkpoint_every`` steps (atomically) and a rerun resumes to the
+same result as an uninterrupted run; a checkpoint made with a different configuration is refused. Training
+runs torch on one thread whatever the caller set (restored afterwards): the policy is tiny, and a second
+thread (e.g. left behind by UMAP's numba) makes it several times slower.
 """
 
 from __future__ import annotations
@@ -17,15 +22,13 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import tqdm
-
 from envs.bandit import BanditConfig, MultiModalBandit
 from setpo.advantages import group_advantages, groups_with_signal
 from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity, mode_coverage
 from setpo.presets import get_preset
-from setpo.records import markdown_table, write_json
+from setpo.records import markdown_table, progress_bar, write_json
 
 
 @dataclass
@@ -135,14 +138,45 @@ def _checkpoint_path(cfg: ToyConfig) -> Path | None:
     return Path(cfg.checkpoint_dir) / "checkpoint.pt" if cfg.checkpoint_dir else None
 
 
+# Config fields a resumed run may change: they say how far to train and where to save, not what is trained.
+RESUMABLE_CHANGES = ("steps", "checkpoint_dir", "checkpoint_every")
+
+
+def _config_record(cfg: ToyConfig) -> dict:
+    return json.loads(json.dumps(asdict(cfg), default=str))
+
+
 def _save(path: Path, step, policy, ref, opt, gen, history, snapshots, cfg):
+    """One file holding everything a resume needs, in types ``torch.load(weights_only=True)`` accepts
+    (tensors, numbers, strings, lists and dicts): the history and config go as JSON text."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.tmp")
     torch.save({"step": step, "policy": policy.state_dict(), "ref": ref.state_dict(), "opt": opt.state_dict(),
-                "gen": gen.get_state(), "history": history, "snapshots": snapshots,
-                "config": json.loads(json.dumps(asdict(cfg), default=str))}, tmp)
+                "gen": gen.get_state(), "history": json.dumps(history), "snapshots": snapshots,
+                "config": json.dumps(_config_record(cfg))}, tmp)
     tmp.replace(path)  # atomic: an interrupted save never leaves a half-written checkpoint
     write_json(path.parent / "config.json", asdict(cfg))
+
+
+def _load(path: Path, cfg: ToyConfig) -> dict:
+    """The checkpoint at ``path``, checked against ``cfg``: a damaged file or one made with another
+    configuration is a ValueError naming the file (and the fields that differ) and what to do."""
+    try:
+        state = torch.load(path, weights_only=True)
+        state["history"], saved = json.loads(state["history"]), json.loads(state["config"])
+    except Exception as e:  # noqa: BLE001 - truncated zip, planted pickle, old format: all unusable here
+        raise ValueError(f"{path} cannot be loaded ({type(e).__name__}: {e}); delete it to start this run "
+                         "over") from None
+    now = _config_record(cfg)
+    differ = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
+    if differ:
+        raise ValueError(f"{path} was made with a different configuration ("
+                         + ", ".join(f"{k}: {saved.get(k)!r} there, {now.get(k)!r} now" for k in differ)
+                         + "); use another checkpoint_dir or delete it to start over")
+    if state["step"] > cfg.steps:
+        raise ValueError(f"{path} is at step {state['step']}, beyond steps={cfg.steps}; use another "
+                         "checkpoint_dir or delete it to start over")
+    return state
 
 
 def _snapshot(step, policy, world, cfg, gen) -> dict:
@@ -152,7 +186,21 @@ def _snapshot(step, policy, world, cfg, gen) -> dict:
             "embeddings": world.embeddings(prompts, tokens)}
 
 
-def train(cfg: ToyConfig, progress: bool = True) -> ToyRun:
+def train(cfg: ToyConfig, progress=True) -> ToyRun:
+    """Train one policy; ``progress``: True for a bar of its own, False for none, or a tqdm bar to advance
+    one step per training step (``compare`` shares one bar across runs)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # see the module docstring; the caller's setting comes back in finally
+    bar = progress_bar(cfg.steps, cfg.name) if progress is True else (None if progress is False else progress)
+    try:
+        return _train(cfg, bar)
+    finally:
+        torch.set_num_threads(threads)
+        if progress is True:
+            bar.close()
+
+
+def _train(cfg: ToyConfig, bar) -> ToyRun:
     preset = get_preset(cfg.algo)
     world = MultiModalBandit(cfg.bandit)
     torch.manual_seed(cfg.seed)
@@ -165,7 +213,7 @@ def train(cfg: ToyConfig, progress: bool = True) -> ToyRun:
 
     ckpt = _checkpoint_path(cfg)
     if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = _load(ckpt, cfg)
         policy.load_state_dict(state["policy"])
         ref.load_state_dict(state["ref"])
         opt.load_state_dict(state["opt"])
@@ -173,7 +221,9 @@ def train(cfg: ToyConfig, progress: bool = True) -> ToyRun:
         history, snapshots, start = state["history"], state["snapshots"], state["step"]
 
     G = cfg.group_size
-    for step in tqdm(range(start, cfg.steps), desc=cfg.name, disable=not progress, initial=start, total=cfg.steps):
+    if bar is not None:
+        bar.update(start)
+    for step in range(start, cfg.steps):
         if step % cfg.snapshot_every == 0:
             snapshots.append(_snapshot(step, policy, world, cfg, gen))
 
@@ -217,6 +267,8 @@ def train(cfg: ToyConfig, progress: bool = True) -> ToyRun:
         })
         if ckpt is not None and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
             _save(ckpt, step + 1, policy, ref, opt, gen, history, snapshots, cfg)
+        if bar is not None:
+            bar.update(1)
 
     if not snapshots or snapshots[-1]["step"] != cfg.steps:
         snapshots.append(_snapshot(cfg.steps, policy, world, cfg, gen))
@@ -232,10 +284,24 @@ def covered_modes(run: ToyRun, threshold: float = 0.05) -> list[int]:
 
 # ---- comparisons, tables and the demo -----------------------------------------------------------------
 
-def compare(base: ToyConfig, variants: dict[str, dict], seeds, progress: bool = False) -> dict[str, list[ToyRun]]:
-    """Train every variant (label -> config changes) from the same seeds and world."""
-    return {label: [train(dataclasses.replace(base, seed=s, **changes), progress=progress) for s in seeds]
-            for label, changes in variants.items()}
+def compare(base: ToyConfig, variants: dict[str, dict], seeds, progress: bool = True) -> dict[str, list[ToyRun]]:
+    """Train every variant (label -> config changes) from the same seeds and world, with one progress bar
+    over all their steps (``progress=False``: none)."""
+    seeds = list(seeds)
+    configs = {label: [dataclasses.replace(base, seed=s, **changes) for s in seeds] for label, changes in variants.items()}
+    bar = progress_bar(sum(c.steps for cs in configs.values() for c in cs), "toy runs") if progress else None
+    results = {}
+    try:
+        for label, cs in configs.items():
+            results[label] = []
+            for c in cs:
+                if bar is not None:
+                    bar.set_postfix_str(f"{label}, seed {c.seed}", refresh=False)
+                results[label].append(train(c, progress=False if bar is None else bar))
+    finally:
+        if bar is not None:
+            bar.close()
+    return results
 
 
 def coverage_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> list[dict]:
@@ -291,7 +357,6 @@ def write_figure1(results: dict[str, list[ToyRun]], out_dir: Path, projection: s
 
 def run_demo(out_dir: Path, seeds: int = 5, smoke: bool = False, projection: str | None = None) -> None:
     """`make demo`: GRPO vs SetPO+GRPO over ``seeds`` seeds; Figure 1 (seed 0) and the coverage table."""
-    torch.set_num_threads(1)  # the toy is tiny; threads only add overhead
     base = ToyConfig(steps=12, snapshot_every=4) if smoke else ToyConfig()
     results = compare(base, DEMO_VARIANTS, range(seeds))
     print(markdown_table(coverage_rows(results)))
