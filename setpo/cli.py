@@ -1,10 +1,16 @@
-"""`setpo demo | figures | bench`: the commands behind `make demo`, `make figures` and `make bench`."""
+"""`setpo demo | sweep | figures | bench`: the commands behind `make demo`, `make figures` and `make bench`.
+
+Every argument is checked before any work starts; a bad one exits with status 2 and one line on stderr.
+Only `figures` writes the committed figures/ folder; `demo` writes to runs/demo/ unless told otherwise.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import runpy
 import sys
+import time
 from pathlib import Path
 
 from setpo.records import ROOT
@@ -16,10 +22,44 @@ FIGURE_NOTEBOOKS = [
     "03_countdown_pass_at_k",
     "05_setgrpo_noisy_graders",
 ]
+DEMO_DIR = ROOT / "runs" / "demo"     # scratch: smoke and interactive runs never touch figures/
+FIGURES_DIR = ROOT / "figures"        # committed: written only by `setpo figures` (`make figures`)
 
+
+# ---- argument checking shared by every command line of the package ------------------------------------
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (``prog: error: ...``) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+# ---- commands -----------------------------------------------------------------------------------------
 
 def run_notebook(name: str, out_dir: Path, smoke: bool = False, **params) -> Path:
-    """Execute notebooks/<name>.ipynb headless with papermill; figures go to out_dir, the run to runs/."""
+    """Execute notebooks/<name>.ipynb headless with papermill; figures go to out_dir (passed as the notebook's
+    OUT_DIR parameter, always explicitly), the executed notebook to runs/notebooks/."""
     import papermill
 
     src = ROOT / "notebooks" / f"{name}.ipynb"
@@ -37,58 +77,87 @@ def run_notebook(name: str, out_dir: Path, smoke: bool = False, **params) -> Pat
 def cmd_demo(args) -> None:
     from setpo.studies.toy import run_demo
 
+    print(f"setpo demo: GRPO vs SetPO+GRPO on the toy bandit, {args.seeds} seeds"
+          f"{' (smoke)' if args.smoke else ''}; writing to {args.out_dir}", flush=True)
     run_demo(out_dir=Path(args.out_dir), seeds=args.seeds, smoke=args.smoke)
 
 
 def cmd_sweep(args) -> None:
-    import torch
-
     from setpo.records import markdown_table
     from setpo.studies.toy import ToyConfig, lambda_sweep
 
-    torch.set_num_threads(1)
     rows = lambda_sweep(ToyConfig(algo=args.algo), args.lams, range(args.seeds))
     print(markdown_table(rows))
 
 
 def cmd_figures(args) -> None:
-    names = args.names or FIGURE_NOTEBOOKS
-    for name in names:
-        print(f"== {name}", flush=True)
-        run_notebook(name, Path(args.out_dir))
+    out_dir = Path(args.out_dir)
+    t_all = time.time()
+    for i, name in enumerate(args.names, 1):
+        print(f"== [{i}/{len(args.names)}] notebooks/{name}.ipynb -> {out_dir} ...", flush=True)
+        t0 = time.time()
+        executed = run_notebook(name, out_dir)
+        print(f"   done in {time.time() - t0:.0f} s (executed copy: {executed})", flush=True)
+    print(f"== {len(args.names)} notebooks in {time.time() - t_all:.0f} s", flush=True)
 
 
 def cmd_bench(args) -> None:
-    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
-    if args.names:
-        scripts = [s for s in scripts if s.stem in args.names]
-    for script in scripts:
+    for script in args.scripts:
         print(f"== benchmarks/{script.name}", flush=True)
+        t0 = time.time()
         runpy.run_path(str(script), run_name="__main__")
+        print(f"   done in {time.time() - t0:.0f} s", flush=True)
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="setpo", description=__doc__)
+def build_parser() -> Parser:
+    p = Parser(prog="setpo", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="toy mode-collapse demo: GRPO vs SetPO on the multi-modal bandit")
-    d.add_argument("--out-dir", default=str(ROOT / "figures"))
-    d.add_argument("--seeds", type=int, default=5)
+    d.add_argument("--out-dir", default=str(DEMO_DIR),
+                   help=f"where Figure 1 and its record go (default {DEMO_DIR.relative_to(ROOT)}/, not committed; "
+                        "`setpo figures` writes figures/)")
+    d.add_argument("--seeds", type=positive_int, default=5, help="seeds per method (default 5)")
     d.add_argument("--smoke", action="store_true", help="a few steps only, to check that it runs")
     d.set_defaults(fn=cmd_demo)
     s = sub.add_parser("sweep", help="toy: correct modes kept by SetPO for each λ (λ = 0 is plain GRPO)")
-    s.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.5, 1.0])
-    s.add_argument("--seeds", type=int, default=5)
-    s.add_argument("--algo", default="grpo", choices=["grpo", "gspo", "dapo"])
+    s.add_argument("--lams", type=nonnegative_float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.5, 1.0],
+                   help="values of λ (finite, >= 0; 0 is the base algorithm)")
+    s.add_argument("--seeds", type=positive_int, default=5, help="seeds per λ (default 5)")
+    s.add_argument("--algo", default="grpo", choices=["grpo", "gspo", "dapo"], help="base algorithm")
     s.set_defaults(fn=cmd_sweep)
-    f = sub.add_parser("figures", help="regenerate figures by running the notebooks headless")
+    f = sub.add_parser("figures", help="regenerate the committed figures by running the notebooks headless")
     f.add_argument("names", nargs="*", help=f"notebooks to run (default: {' '.join(FIGURE_NOTEBOOKS)})")
-    f.add_argument("--out-dir", default=str(ROOT / "figures"))
+    f.add_argument("--out-dir", default=str(FIGURES_DIR), help="where the figures go (default figures/)")
     f.set_defaults(fn=cmd_figures)
     b = sub.add_parser("bench", help="run benchmarks/*.py; each prints a table and writes it to runs/bench/")
     b.add_argument("names", nargs="*", help="benchmark script stems to run (default: all)")
     b.set_defaults(fn=cmd_bench)
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Parse and check everything a command needs before it starts (names that must exist included)."""
+    p = build_parser()
     args = p.parse_args(argv)
+    if args.cmd == "figures":
+        known = sorted(n.stem for n in (ROOT / "notebooks").glob("*.ipynb"))
+        unknown = [n for n in args.names if n not in known]
+        if unknown:
+            p.error(f"figures: no notebook {', '.join(unknown)}; known: {', '.join(known)}")
+        args.names = args.names or FIGURE_NOTEBOOKS
+    if args.cmd == "bench":
+        scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+        unknown = [n for n in args.names if n not in {s.stem for s in scripts}]
+        if unknown:
+            p.error(f"bench: no benchmark {', '.join(unknown)}; known: {', '.join(s.stem for s in scripts)}")
+        args.scripts = [s for s in scripts if not args.names or s.stem in args.names]
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     args.fn(args)
+    return 0
 
 
 if __name__ == "__main__":

@@ -106,6 +106,14 @@ class TrainConfig:
     def __post_init__(self):
         if self.reference not in ("regrade", "expert"):
             raise ValueError(f"reference must be 'regrade' or 'expert', got {self.reference!r}")
+        for name in ("steps", "batch_prompts", "grpo_gradings", "n_cal_groups", "n_regrades"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "n_regrades" else 1):
+                raise ValueError(f"{name} must be a whole number >= {0 if name == 'n_regrades' else 1}, got {value!r}")
+        if self.group_size < 3:
+            raise ValueError(f"group_size must be >= 3, got {self.group_size}")
+        if not math.isfinite(self.lr) or self.lr <= 0:
+            raise ValueError(f"lr must be a positive finite number, got {self.lr}")
 
     def grader_calls_per_step(self, method: str) -> float:
         """Training plus amortised calibration grader calls per step (expert calls not included)."""
@@ -212,6 +220,9 @@ def compare(seeds=range(5), task_config: RubricToyConfig | None = None,
                      "matched_gradings": matched.grpo_gradings})
         if keep_history:
             rows[-1]["history"] = {"grpo": h_g, "grpo_matched": h_m, "setgrpo": h_s}
+        if verbose:  # a line per seed: a long comparison shows it is moving
+            print(f"seed {s}: GRPO {rows[-1]['grpo']:.3f}, GRPO (matched budget) {rows[-1]['grpo_matched']:.3f}, "
+                  f"SetGRPO {rows[-1]['setgrpo']:.3f}", flush=True)
     if verbose:
         print(format_table(rows))
     return rows
@@ -347,17 +358,22 @@ def invariance_table(transforms=((0.5, -1.0), (1.0, 0.0), (2.0, 1.0), (3.0, -2.0
     return rows
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description="GRPO vs SetGRPO on the rubric toy (true-quality reward at the end)")
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--steps", type=int, default=TrainConfig.steps)
-    p.add_argument("--reference", choices=("regrade", "expert"), default="regrade")
+def main(argv=None) -> int:
+    from setpo.cli import Parser, positive_int
+
+    p = Parser(prog="python -m setpo.studies.rubric",
+               description="GRPO vs SetGRPO on the rubric toy (true-quality reward at the end)")
+    p.add_argument("--seeds", type=positive_int, default=5, help="seeds (default 5)")
+    p.add_argument("--steps", type=positive_int, default=TrainConfig.steps, help="training steps per run")
+    p.add_argument("--reference", choices=("regrade", "expert"), default="regrade",
+                   help="SetGRPO's calibration reference: re-gradings by the same graders, or the expert")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     compare(range(args.seeds), train_config=TrainConfig(steps=args.steps, reference=args.reference))
     print(f"({time.perf_counter() - t0:.0f} s on {torch.get_num_threads()} thread)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
