@@ -13,10 +13,23 @@ from __future__ import annotations
 
 import torch
 
+from setpo.groups import as_tensor, check_finite, check_int, check_real
+
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
+def _check_tensor(t, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch tensor, got {type(t).__name__}")
+    if t.is_complex():
+        raise ValueError(f"{name} is complex ({t.dtype}); it must be real")
+
+
 def _check_shapes(log_prob: torch.Tensor, mask: torch.Tensor, **others: torch.Tensor) -> None:
+    for name, t in {"log_prob": log_prob, "mask": mask, **others}.items():
+        _check_tensor(t, name)
+    if not log_prob.is_floating_point():
+        raise ValueError(f"log_prob must be a float tensor, got {log_prob.dtype}")
     if log_prob.ndim != 2:
         raise ValueError(f"log_prob must have shape (B, T), got {tuple(log_prob.shape)}")
     for name, t in {"mask": mask, **others}.items():
@@ -24,7 +37,16 @@ def _check_shapes(log_prob: torch.Tensor, mask: torch.Tensor, **others: torch.Te
             raise ValueError(f"{name} has shape {tuple(t.shape)} but log_prob has {tuple(log_prob.shape)}")
 
 
-def _per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def _check_clip(clip_low, clip_high) -> None:
+    low = check_real(clip_low, "clip_low", minimum=0.0)
+    if low >= 1.0:
+        raise ValueError(f"clip_low must be < 1 (the ratio is clipped below at 1 - clip_low > 0), got {low}")
+    if clip_high is not None:
+        check_real(clip_high, "clip_high", minimum=0.0)
+
+
+def _per_token(advantages, like: torch.Tensor) -> torch.Tensor:
+    advantages = as_tensor(advantages, name="advantages", device=like.device).to(like.dtype)
     if advantages.ndim == 1:
         if advantages.shape[0] != like.shape[0]:
             raise ValueError(f"advantages has {advantages.shape[0]} rows but log_prob has {like.shape[0]}")
@@ -43,6 +65,8 @@ def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mea
     seq-mean-token-sum-norm: Σ loss·mask / (B · norm_len), a constant normaliser (Dr.GRPO); norm_len
                              defaults to T, the padded response length.
     """
+    if not isinstance(mode, str) or mode not in AGG_MODES:
+        raise ValueError(f"unknown aggregation {mode!r}; choose one of {AGG_MODES}")
     mask = mask.to(loss_mat.dtype)
     if mode == "token-mean":
         return (loss_mat * mask).sum() / mask.sum().clamp_min(1.0)
@@ -68,6 +92,7 @@ def ppo_clip_loss(log_prob, old_log_prob, advantages, mask, *, clip_low: float =
     clip_high=None means symmetric (GRPO); DAPO's clip-higher is clip_high=0.28 with agg="token-mean".
     """
     _check_shapes(log_prob, mask, old_log_prob=old_log_prob)
+    _check_clip(clip_low, clip_high)
     adv = _per_token(advantages, log_prob)
     ratio = torch.exp(log_prob - old_log_prob)
     loss_mat, was_clipped = _clipped_surrogate(ratio, adv, clip_low, clip_low if clip_high is None else clip_high)
@@ -83,6 +108,7 @@ def gspo_loss(log_prob, old_log_prob, advantages, mask, *, clip_low: float = 3e-
     token of the sequence (the "GSPO-token" form), so all tokens share the sequence's clipping decision.
     """
     _check_shapes(log_prob, mask, old_log_prob=old_log_prob)
+    _check_clip(clip_low, clip_high)
     adv = _per_token(advantages, log_prob)
     m = mask.to(log_prob.dtype)
     seq_log_ratio = ((log_prob - old_log_prob) * m).sum(-1) / m.sum(-1).clamp_min(1.0)
@@ -109,6 +135,7 @@ def policy_loss(preset, log_prob, old_log_prob, advantages, mask, *, ref_log_pro
                                       clip_high=preset.clip_high, agg=preset.loss_agg)
     else:
         raise ValueError(f"unknown ratio_level {preset.ratio_level!r}; use 'token' or 'sequence'")
+    kl_coef = check_real(kl_coef, "kl_coef", minimum=0.0)
     if ref_log_prob is not None and kl_coef:
         _check_shapes(log_prob, mask, ref_log_prob=ref_log_prob)
         kl = aggregate(kl_k3(log_prob, ref_log_prob), mask, preset.loss_agg)
@@ -119,7 +146,11 @@ def policy_loss(preset, log_prob, old_log_prob, advantages, mask, *, ref_log_pro
 
 def soft_overlong_penalty(lengths, max_len: int, cache_len: int) -> torch.Tensor:
     """DAPO's soft overlong penalty: 0 if |y| ≤ L_max - L_cache, else (L_max - L_cache - |y|) / L_cache."""
-    lengths = torch.as_tensor(lengths, dtype=torch.get_default_dtype())
+    max_len, cache_len = check_int(max_len, "max_len"), check_int(cache_len, "cache_len")
+    lengths = as_tensor(lengths, name="lengths", dtype=torch.get_default_dtype())
+    check_finite(lengths, "lengths")
+    if bool((lengths < 0).any()):
+        raise ValueError("lengths must be >= 0")
     if cache_len <= 0 or cache_len >= max_len:
         raise ValueError(f"cache_len must be in (0, max_len); got cache_len={cache_len}, max_len={max_len}")
     return ((max_len - cache_len - lengths) / cache_len).clamp(max=0.0)

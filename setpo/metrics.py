@@ -9,26 +9,44 @@ import numpy as np
 import torch
 
 from setpo.diversity import cosine_kernel, pair_mask
-from setpo.groups import Groups, as_tensor
+from setpo.groups import Groups, as_tensor, check_int, check_real
+
+
+#: Above this many factors the exact integer form gives way to a vectorised sum of logs.
+_EXACT_PASS_AT_K_TERMS = 4096
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021, "Codex").
 
-    pass@k = 1 - C(n-c, k) / C(n, k), computed as 1 - Π_{i=n-c+1}^{n} (1 - k/i), a product of numbers in
-    [0, 1] that stays exact to rounding for any n (no huge binomials).
+    pass@k = 1 - C(n-c, k) / C(n, k). The ratio equals C(n-m', m) / C(n, m) with m = min(c, k) and
+    m' = max(c, k), a product of m factors, so the cost is O(min(c, k)), never O(n):
+    - m <= 4096: exact integers, one correctly rounded division (any n, e.g. n = 10**18).
+    - larger m: -expm1(Σ_{i<m} log1p(-m'/(n-i))) in float64 with numpy (relative error ~1e-13), after a
+      bound that returns 1.0 at once when the ratio is below float64 resolution.
+    n, c, k: integers (integer-valued floats are accepted), n >= 1, 0 <= c <= n, 1 <= k <= n.
     """
-    for name, v in (("n", n), ("c", c), ("k", k)):
-        if isinstance(v, bool) or int(v) != v:
-            raise ValueError(f"{name} must be an integer, got {v!r}")
-    n, c, k = int(n), int(c), int(k)
+    n, c, k = check_int(n, "n"), check_int(c, "c"), check_int(k, "k")
     if n < 1 or not 0 <= c <= n:
         raise ValueError(f"need n >= 1 and 0 <= c <= n, got n={n}, c={c}")
     if not 1 <= k <= n:
         raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
     if n - c < k:
         return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+    m, big = min(c, k), max(c, k)
+    if m == 0:
+        return 0.0
+    if m <= _EXACT_PASS_AT_K_TERMS:
+        total = math.comb(n, m)
+        return (total - math.comb(n - big, m)) / total  # int / int is correctly rounded in Python
+    # ratio <= (1 - big/n)^m; below 2^-60 the answer rounds to 1.0
+    if m * math.log1p(-big / n) < -60 * math.log(2):
+        return 1.0
+    log_ratio = 0.0
+    for lo in range(0, m, 1 << 20):  # chunks keep memory bounded for huge m
+        i = np.arange(lo, min(m, lo + (1 << 20)), dtype=np.float64)
+        log_ratio += float(np.log1p(-big / (n - i)).sum())
+    return float(-math.expm1(log_ratio))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -72,7 +90,7 @@ def mode_coverage(modes, correct_modes, threshold: float = 0.05, weights=None) -
     correct = list(dict.fromkeys(_as_id_list(correct_modes, "correct_modes")))
     if not correct:
         raise ValueError("correct_modes is empty")
-    threshold = float(threshold)
+    threshold = check_real(threshold, "threshold")
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     if weights is None:
