@@ -16,12 +16,35 @@ cosine similarity. What the paper leaves open is ours (all configurable in ``Ban
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
+
+
+#: Most surface forms (vocab_size**traj_len) a world tabulates; each has an embed_dim-vector offset.
+MAX_SEQUENCES = 1 << 20
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+def _whole_numbers(x, name: str) -> torch.Tensor:
+    """x as a long tensor, refusing what a cast would silently change (1.9 -> 1, NaN, bool, complex)."""
+    try:
+        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{name} must be integer ids, got {type(x).__name__}: {err}") from None
+    if t.dtype == torch.bool or t.is_complex():
+        raise ValueError(f"{name} must be integer ids, got dtype {t.dtype}")
+    if t.is_floating_point() and not bool((torch.isfinite(t) & (t == t.round())).all()):
+        raise ValueError(f"{name} must be whole numbers, got non-integer values")
+    return t.long()
 
 
 @dataclass(frozen=True)
@@ -37,6 +60,22 @@ class BanditConfig:
     world_seed: int = 0          # geometry and tables; the policy's seed is separate
 
     def __post_init__(self):
+        for name in ("num_modes", "num_correct", "embed_dim", "vocab_size", "traj_len", "num_prompts", "world_seed"):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+                raise ValueError(f"{name} must be an integer, got {v!r}")
+            if v < (0 if name == "world_seed" else 1):
+                raise ValueError(f"{name} must be {'>= 0' if name == 'world_seed' else '>= 1'}, got {v}")
+        if not _is_real(self.surface_noise) or not math.isfinite(self.surface_noise) or self.surface_noise < 0:
+            raise ValueError(f"surface_noise must be a finite number >= 0, got {self.surface_noise!r}")
+        if not isinstance(self.correct_reward, (tuple, list)):
+            raise ValueError(f"correct_reward must be a tuple of numbers, got {type(self.correct_reward).__name__}")
+        if not all(_is_real(r) and math.isfinite(r) for r in self.correct_reward):
+            raise ValueError(f"correct_reward must hold finite numbers, got {self.correct_reward!r}")
+        # the world tabulates every surface form: keep the table (and its embeddings) a sane size
+        if self.vocab_size ** self.traj_len > MAX_SEQUENCES:
+            raise ValueError(f"vocab_size**traj_len = {self.vocab_size}**{self.traj_len} exceeds {MAX_SEQUENCES} "
+                             f"surface forms, which the world tabulates")
         if not 0 < self.num_correct <= self.num_modes:
             raise ValueError(f"need 0 < num_correct <= num_modes, got {self.num_correct}, {self.num_modes}")
         if self.vocab_size ** self.traj_len < self.num_modes:
@@ -68,7 +107,7 @@ class MultiModalBandit:
 
     def sequence_id(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, traj_len) tokens -> (N,) sequence ids in [0, vocab_size**traj_len)."""
-        tokens = torch.as_tensor(tokens)
+        tokens = _whole_numbers(tokens, "tokens")
         if tokens.ndim != 2 or tokens.shape[1] != self.config.traj_len:
             raise ValueError(f"tokens must have shape (N, {self.config.traj_len}), got {tuple(tokens.shape)}")
         if bool(((tokens < 0) | (tokens >= self.config.vocab_size)).any()):
@@ -76,7 +115,7 @@ class MultiModalBandit:
         return (tokens.long() * self._place).sum(-1)
 
     def _check_prompts(self, prompts) -> torch.Tensor:
-        prompts = torch.as_tensor(prompts).long()
+        prompts = _whole_numbers(prompts, "prompt ids")
         if bool(((prompts < 0) | (prompts >= self.config.num_prompts)).any()):
             raise ValueError(f"prompt ids must lie in [0, {self.config.num_prompts})")
         return prompts
@@ -96,7 +135,9 @@ class MultiModalBanditEnv(gym.Env):
     """One-step episodes: observe a prompt id, act with a whole token trajectory, get its mode's reward.
 
     info holds the trajectory's ``mode``, ``embedding``, ``correct`` flag; the world (``env.unwrapped.world``)
-    exposes the correct-mode set and the mode centres.
+    exposes the correct-mode set and the mode centres. An action is ``traj_len`` whole-number token ids in
+    range (1.9, None, dicts and out-of-range ids are ValueErrors, never rounded); stepping before ``reset``
+    or after the episode ended raises ``gymnasium.error.ResetNeeded``, as Countdown does.
     """
 
     metadata = {"render_modes": []}
@@ -113,10 +154,26 @@ class MultiModalBanditEnv(gym.Env):
         self._prompt = int(self.np_random.integers(self.world.config.num_prompts))
         return self._prompt, {}
 
+    def _tokens(self, action) -> torch.Tensor:
+        """The action as (1, traj_len) token ids: integer-valued numbers in range, nothing rounded."""
+        c = self.world.config
+        try:
+            arr = np.asarray(action)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"action must be {c.traj_len} token ids, got {action!r:.80}: {err}") from None
+        if arr.dtype.kind not in "iuf" or arr.shape != (c.traj_len,):
+            raise ValueError(f"action must be {c.traj_len} integer token ids in [0, {c.vocab_size}), got "
+                             f"{action!r:.80}")
+        if arr.dtype.kind == "f" and not bool((np.isfinite(arr) & (arr == np.round(arr))).all()):
+            raise ValueError(f"action must hold whole numbers (token ids), got {action!r:.80}")
+        if bool(((arr < 0) | (arr >= c.vocab_size)).any()):
+            raise ValueError(f"tokens must lie in [0, {c.vocab_size}), got {action!r:.80}")
+        return torch.as_tensor(arr.astype(np.int64))[None]
+
     def step(self, action):
         if self._prompt is None:
-            raise RuntimeError("call reset() before step()")
-        tokens = torch.as_tensor(np.asarray(action, dtype=np.int64))[None]
+            raise gym.error.ResetNeeded("call reset() before step(): bandit episodes last one step")
+        tokens = self._tokens(action)
         prompt = torch.tensor([self._prompt])
         mode = int(self.world.modes(prompt, tokens)[0])
         info = {

@@ -51,7 +51,7 @@ def test_step_info_and_errors():
     _, reward, terminated, truncated, info = env.step(np.array([0, 1, 2]))
     assert terminated and not truncated
     assert reward == (1.0 if info["correct"] else 0.0) and info["embedding"].shape == (50,)
-    with pytest.raises(RuntimeError, match="reset"):
+    with pytest.raises(gym.error.ResetNeeded, match="reset"):
         env.step(np.array([0, 1, 2]))
     with pytest.raises(ValueError, match="tokens must lie"):
         env.world.modes(torch.tensor([0]), torch.tensor([[0, 1, 9]]))
