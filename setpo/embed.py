@@ -29,6 +29,50 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from setpo.groups import check_int
+
+#: Shortest max_seq_length accepted: below it every response truncates to the same few tokens (often just
+#: the special tokens), all embeddings coincide, s_i = 0 for every rollout, and SetPO silently becomes GRPO.
+MIN_SEQ_LENGTH = 8
+
+
+def check_device(device) -> str | None:
+    """``device`` validated against this machine: None (the library's choice), "cpu", "cuda", "cuda:1", "mps".
+
+    A CUDA device without a visible GPU (or with too few) is a ValueError that names the problem, instead of
+    an AssertionError deep inside torch on the first forward pass.
+    """
+    if device is None:
+        return None
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not isinstance(device, str) or not device.strip():
+        raise ValueError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}")
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"device {device!r} is not a torch device ('cpu', 'cuda', 'cuda:1', 'mps'): {err}") from None
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asks for a GPU but torch sees none (torch.cuda.is_available() is "
+                             f"False); use device='cpu'")
+        if d.index is not None and d.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) are visible")
+    elif d.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"device {device!r}: the MPS backend is not available on this machine; use 'cpu'")
+    return device
+
+
+def check_max_seq_length(max_seq_length) -> int | None:
+    if max_seq_length is None:
+        return None
+    n = check_int(max_seq_length, "max_seq_length")
+    if n < MIN_SEQ_LENGTH:
+        raise ValueError(f"max_seq_length={n} is below {MIN_SEQ_LENGTH}: every response would be truncated to "
+                         f"the same few tokens, all embeddings would coincide and SetPO would reduce to its base "
+                         f"estimator (s_i = 0); use None for the model's own limit")
+    return n
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -85,13 +129,17 @@ class SentenceTransformerEmbedder(DedupEmbedder):
     batch_size: texts per forward pass.
     normalize: L2-normalise the rows (the SetPO kernel is a cosine, so this changes nothing downstream
         except making rows directly comparable by dot product).
-    max_seq_length: truncate inputs to this many tokens (None: the model's own limit).
+    max_seq_length: truncate inputs to this many tokens (None: the model's own limit); at least
+        ``MIN_SEQ_LENGTH`` (8), since shorter truncation makes every response the same vector.
     """
 
     def __init__(self, path: str | os.PathLike, device: str | None = None, batch_size: int = 64,
                  normalize: bool = True, max_seq_length: int | None = None):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = check_int(batch_size, "batch_size", minimum=1)
+        max_seq_length = check_max_seq_length(max_seq_length)
+        device = check_device(device)
+        if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+            raise ValueError(f"path must name a model directory, got {path!r}")
         p = Path(path).expanduser()
         if not p.is_dir():
             raise FileNotFoundError(
@@ -167,7 +215,11 @@ class HashedNgramEmbedder(DedupEmbedder):
     """
 
     def __init__(self, dim: int = 256, ngram: tuple[int, int] = (1, 3), batch_size: int = 1024):
-        lo, hi = ngram
+        try:
+            lo, hi = (check_int(x, "ngram") for x in ngram)
+        except (TypeError, ValueError):
+            raise ValueError(f"ngram must be a pair of integers (lo, hi), got {ngram!r}") from None
+        dim, batch_size = check_int(dim, "dim"), check_int(batch_size, "batch_size", minimum=1)
         if dim < 1 or not 1 <= lo <= hi:
             raise ValueError(f"need dim >= 1 and 1 <= ngram[0] <= ngram[1], got dim={dim}, ngram={ngram}")
         self.dim, self.ngram, self.batch_size = dim, (lo, hi), batch_size
@@ -257,19 +309,24 @@ def load_embedder(spec: str | Embedder | None = "default", device: str | None = 
     spec: an embedder object (returned as is); "default" or "minilm" (all-MiniLM-L6-v2 from the installed
         package); "hash" or "hash:<dim>" (``HashedNgramEmbedder``); anything else is a local path to a
         sentence-transformers model (e.g. a Qwen3-Embedding-0.6B download).
-    max_seq_length: truncate inputs of a sentence-transformers model to this many tokens (None: its own limit).
+    max_seq_length: truncate inputs of a sentence-transformers model to this many tokens (None: its own limit);
+        at least ``MIN_SEQ_LENGTH``. device: see ``check_device`` (a GPU that is not there is a ValueError).
     """
-    if spec is None:
-        raise ValueError("no embedder given: pass 'default', 'hash', 'hash:<dim>' or a local model path")
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        # "" would otherwise be a path, the current directory
+        raise ValueError(f"no embedder given ({spec!r}): pass 'default', 'hash', 'hash:<dim>' or a local model path")
     if not isinstance(spec, str):
         if not callable(spec):
             raise ValueError(f"embedder must be a string or a callable texts -> (N, d) tensor, got {type(spec)}")
         return spec
+    max_seq_length = check_max_seq_length(max_seq_length)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
     if spec == "hash" or spec.startswith("hash:"):
         dim = spec.partition(":")[2]
         if dim and not dim.isdigit():
             raise ValueError(f"embedder spec {spec!r}: the size after 'hash:' must be an integer")
         return HashedNgramEmbedder(dim=int(dim) if dim else 256)
+    device = check_device(device)
     if spec in DEFAULT_NAMES and max_seq_length is None:
         return default_embedder(device=device, batch_size=batch_size)
     path = default_model_path() if spec in DEFAULT_NAMES else spec
