@@ -34,18 +34,17 @@
 # sits in a crowded region of the set earns less; a rollout that adds a new mode earns more.
 
 # %% tags=["parameters"]
-SMOKE = False          # a few steps and two seeds, to check the notebook runs (used by the tests)
-OUT_DIR = "../figures"  # where figures are written
-PROJECTION = "umap"    # "umap" (umap-learn) or "pca" (fast, no extra dependency)
+SMOKE = False                  # a few steps and two seeds, to check the notebook runs (used by the tests)
+OUT_DIR = "../runs/notebooks"  # scratch folder for figures; `make figures` passes ../figures
+PROJECTION = "umap"            # "umap" (umap-learn) or "pca" (fast, no extra dependency)
 SEEDS = 5
 
 # %%
 import torch
-from IPython.display import Markdown, display
 
 from setpo.records import markdown_table
-from setpo.studies.toy import (DEMO_VARIANTS, ToyConfig, compare, coverage_rows, lambda_sweep, mode_mass_curves,
-                       summary_rows, write_figure1)
+from setpo.studies.figures import show, show_table
+from setpo.studies.toy import DEMO_VARIANTS, ToyConfig, compare, coverage_rows, lambda_sweep, summary_rows, write_figure1
 
 torch.set_num_threads(1)
 if SMOKE:
@@ -59,39 +58,24 @@ base
 # (with λ = `base.lam`).
 
 # %%
-results = compare(base, DEMO_VARIANTS, range(SEEDS), progress=not SMOKE)
+results = compare(base, DEMO_VARIANTS, range(SEEDS))
 fig, html, png = write_figure1(results, OUT_DIR, PROJECTION, "notebooks/01_toy_mode_collapse")
-fig.show()
+show(fig, png)
+print(f"written: {png}, {html} and the run record beside them")
 
 # %% [markdown]
-# Grey points are every possible trajectory; coloured points are trajectories sampled at successive training
-# stages (hover for the mode and tokens); gold stars mark the correct modes. GRPO's samples end in one cloud;
-# SetPO's stay spread over several stars. Below: the probability mass the policy puts on each correct mode
-# (computed exactly over all 216 trajectories) during training.
-
-# %%
-curves = mode_mass_curves({label: runs[0] for label, runs in results.items()})
-display(Markdown(f"Written: `{png}`, `{html}` and the run record beside them"))
-
-# %%
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
-
-mass_fig = make_subplots(rows=1, cols=len(curves), subplot_titles=list(curves), shared_yaxes=True)
-for col, (label, (steps, masses)) in enumerate(curves.items(), start=1):
-    for m in range(base.bandit.num_correct):
-        mass_fig.add_trace(go.Scatter(x=steps, y=[row[m] for row in masses], name=f"correct mode {m}",
-                                      legendgroup=str(m), showlegend=col == 1), row=1, col=col)
-mass_fig.update_layout(height=350, yaxis_title="policy mass", template="plotly_white")
-mass_fig.show()
-
-# %% [markdown]
+# Top: grey points are every possible trajectory; coloured points are trajectories sampled at successive
+# training stages (hover for the mode and tokens), filled when their mode is correct; gold stars mark the
+# correct modes. GRPO's samples end in one cloud; SetPO's stay spread over several stars. Bottom: the
+# probability mass the policy puts on each correct mode (computed exactly over all 216 trajectories) during
+# training; a mode below the dotted 5% line counts as lost.
+#
 # ## Over several seeds
 # A correct mode counts as *covered* when it holds at least 5% of the final policy's mass.
 
 # %%
-display(Markdown(markdown_table(coverage_rows(results))))
-display(Markdown(markdown_table(summary_rows(results))))
+show_table(markdown_table(coverage_rows(results)))
+show_table(markdown_table(summary_rows(results)))
 
 # %% [markdown]
 # ## GSPO and DAPO, with and without SetPO
@@ -103,7 +87,7 @@ display(Markdown(markdown_table(summary_rows(results))))
 other = compare(base, {f"{prefix}{algo.upper()}": {"algo": algo, "setpo": on}
                        for algo in ("gspo", "dapo") for prefix, on in (("", False), ("SetPO+", True))},
                 range(SEEDS))
-display(Markdown(markdown_table(summary_rows(other))))
+show_table(markdown_table(summary_rows(other)))
 
 # %% [markdown]
 # ## How large must λ be?
@@ -113,4 +97,4 @@ display(Markdown(markdown_table(summary_rows(other))))
 
 # %%
 lams = [0.0, 0.5] if SMOKE else [0.0, 0.05, 0.1, 0.2, 0.5, 1.0]
-display(Markdown(markdown_table(lambda_sweep(base, lams, range(SEEDS)))))
+show_table(markdown_table(lambda_sweep(base, lams, range(SEEDS))))

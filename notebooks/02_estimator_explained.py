@@ -28,40 +28,18 @@
 
 # %% tags=["parameters"]
 SMOKE = False
-OUT_DIR = "../figures"
+OUT_DIR = "../runs/notebooks"  # scratch folder for figures; `make figures` passes ../figures
 
 # %%
-import math
+from pathlib import Path
 
 import numpy as np
-import plotly.graph_objects as go
-import torch
-from IPython.display import Markdown, display
 
-import setpo
-from setpo.diversity import marginals_by_definition
-from setpo.studies.figures import save_figure
-from setpo.records import markdown_table
+from setpo.studies import explain
+from setpo.studies.figures import run_record, save_figure, show, show_table, static_mode
 
-
-def on_circle(degrees):
-    a = torch.tensor(degrees, dtype=torch.float64) * math.pi / 180
-    return torch.stack([a.cos(), a.sin()], -1)
-
-
-def marginal_plot(degrees, title=""):
-    e = on_circle(degrees)
-    s = setpo.diversity_marginals(e).numpy()
-    xy = e.numpy()
-    fig = go.Figure(go.Scatter(
-        x=xy[:, 0], y=xy[:, 1], mode="markers+text", text=[f"{v:+.3f}" for v in s], textposition="top center",
-        marker=dict(size=14, color=s, colorscale="RdBu", cmid=0, showscale=True, colorbar=dict(title="s_i")),
-        hovertext=[f"o_{i}: {d}°, s = {v:+.4f}" for i, (d, v) in enumerate(zip(degrees, s))], hoverinfo="text"))
-    fig.update_layout(title=title or f"D(Ω) = {setpo.set_diversity(e):.4f}", width=520, height=500,
-                      xaxis=dict(range=[-1.4, 1.4]), yaxis=dict(range=[-1.4, 1.4], scaleanchor="x"),
-                      template="plotly_white")
-    return fig
-
+record = run_record("notebooks/02_estimator_explained (make figures)", config={"SMOKE": SMOKE})
+out = Path(OUT_DIR)
 
 # %% [markdown]
 # ## A crowded cluster and a loner
@@ -71,30 +49,26 @@ def marginal_plot(degrees, title=""):
 
 # %%
 points = [0, 5, 10, 20, 80]
-fig = marginal_plot(points)
-fig.show()
-save_figure(fig, f"{OUT_DIR}/fig2_marginals_on_circle")
+fig = explain.marginals_on_circle_figure(points)
+show(fig, save_figure(fig, out / "fig2_marginals_on_circle", {**record, "points_degrees": points})[1])
 
 # %% [markdown]
 # ## Move a point
-# Drag the slider: as $o_4$ approaches the cluster its marginal falls (the paper's $\partial s_i/\partial k_{it} < 0$).
-# Without a live kernel (e.g. when run headless) the cell below draws the same curve as a static sweep.
+# As $o_4$ approaches the cluster its marginal falls (the paper's $\partial s_i/\partial k_{it} < 0$). In
+# JupyterLab the slider below the curve moves the point live (it needs a running kernel and ipywidgets).
 
 # %%
 angles = np.linspace(0, 120, 9 if SMOKE else 61)
-curve = [float(setpo.diversity_marginals(on_circle(points[:4] + [a]))[-1]) for a in angles]
-sweep = go.Figure(go.Scatter(x=angles, y=curve, mode="lines+markers"))
-sweep.update_layout(xaxis_title="angle of o_4 (degrees)", yaxis_title="s_4", height=320, template="plotly_white")
-sweep.show()
-save_figure(sweep, f"{OUT_DIR}/fig2_marginal_vs_angle")
+sweep = explain.marginal_vs_angle_figure(points[:4], angles)
+show(sweep, save_figure(sweep, out / "fig2_marginal_vs_angle", {**record, "cluster_degrees": points[:4]})[1])
 
 try:
     import ipywidgets as widgets
-
-    widgets.interact(lambda angle: marginal_plot(points[:4] + [angle]).show(),
-                     angle=widgets.IntSlider(value=80, min=0, max=180, step=5))
 except ImportError:
-    pass
+    widgets = None
+if widgets is not None and not static_mode():  # a live slider; a headless run has nobody to move it
+    widgets.interact(lambda angle: explain.marginals_on_circle_figure(points[:4] + [angle]).show(),
+                     angle=widgets.IntSlider(value=80, min=0, max=180, step=5))
 
 # %% [markdown]
 # ## Closed form versus the definition
@@ -103,13 +77,7 @@ except ImportError:
 # reduced set's diversity comes from one $G\times G$ matrix, $O(G^2)$. They agree to rounding:
 
 # %%
-gen = torch.Generator().manual_seed(0)
-rows = []
-for G in (3, 8, 16) if SMOKE else (3, 8, 16, 64):
-    e = torch.randn(G, 32, generator=gen, dtype=torch.float64) + 0.5
-    gap = float((setpo.diversity_marginals(e) - marginals_by_definition(e)).abs().max())
-    rows.append({"G": G, "max abs difference": f"{gap:.1e}"})
-display(Markdown(markdown_table(rows)))
+show_table(explain.closed_form_table((3, 8, 16) if SMOKE else (3, 8, 16, 64)))
 
 # %% [markdown]
 # ## A duplicated rollout
@@ -118,23 +86,16 @@ display(Markdown(markdown_table(rows)))
 
 # %%
 dup = [0, 0, 45, 90, 135]
-s = setpo.diversity_marginals(on_circle(dup))
-display(Markdown(markdown_table([{"rollout": f"o_{i}", "angle": f"{a}°", "s_i": f"{v:+.4f}"}
-                                 for i, (a, v) in enumerate(zip(dup, s.tolist()))])))
+show_table(explain.marginals_table(dup))
 
 # %% [markdown]
 # ## The effect of λ
 # SetPO adds $\lambda s_i$ to the base advantage, unscaled. With rewards (1, 1, 0, 1, 0) on the set above,
 # GRPO gives the two correct duplicates the same advantage as the distinct correct rollout; as λ grows, the
 # distinct one pulls ahead, and at large λ diversity can outweigh correctness, which is why λ stays small.
+# (o_0 and o_1 are the same rollout, so their lines coincide: o_0 is the wide line, o_1 the dashes on it.)
 
 # %%
-rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
-lam_fig = go.Figure()
 lams = np.linspace(0, 2, 5 if SMOKE else 41)
-adv = np.stack([setpo.setpo_advantages(rewards, on_circle(dup), lam=float(l)).numpy() for l in lams])
-for i in range(len(dup)):
-    lam_fig.add_trace(go.Scatter(x=lams, y=adv[:, i], name=f"o_{i} ({dup[i]}°, r={int(rewards[i])})"))
-lam_fig.update_layout(xaxis_title="λ", yaxis_title="Â_i = Ā_i + λ s_i", height=360, template="plotly_white")
-lam_fig.show()
-save_figure(lam_fig, f"{OUT_DIR}/fig2_advantage_vs_lambda")
+lam_fig = explain.advantage_vs_lambda_figure([1.0, 1.0, 0.0, 1.0, 0.0], dup, lams)
+show(lam_fig, save_figure(lam_fig, out / "fig2_advantage_vs_lambda", {**record, "points_degrees": dup})[1])

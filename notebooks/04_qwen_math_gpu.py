@@ -40,7 +40,7 @@
 
 # %% tags=["parameters"]
 SMOKE = False                      # tiny model, two steps, one evaluation: checks the notebook runs (tests)
-OUT_DIR = "../figures"             # figures and the results table
+OUT_DIR = "../runs/notebooks"      # figures and the results table (scratch; `make figures` passes ../figures)
 MODEL_PATH = None                  # e.g. "/models/Qwen2.5-Math-1.5B"; None: tiny random Qwen2 (CPU demo)
 EMBEDDING_MODEL_PATH = "default"   # e.g. "/models/Qwen3-Embedding-0.6B" (paper); "default": all-MiniLM-L6-v2
 TRAIN_FILE = None                  # e.g. ".../gsm8k/main/train-00000-of-00001.parquet"; None: generated problems
@@ -54,17 +54,16 @@ EVAL_LIMIT = None                  # evaluate the first N validation problems on
 PROJECTION = "umap"                # "umap" or "pca"
 
 # %%
-import json
 import tempfile
 from pathlib import Path
 
 import torch
 from IPython.display import Markdown, display
 
-from setpo.studies import math as ml
-from setpo.trl import quiet_libraries
 from setpo.embed import load_embedder
-from setpo.studies.figures import save_figure
+from setpo.studies import math as ml
+from setpo.studies.figures import save_figure, save_table, show, show_table
+from setpo.trl import quiet_libraries
 
 quiet_libraries()
 CUDA = torch.cuda.is_available()
@@ -127,26 +126,12 @@ run_dirs = {label: Path(cfg.run_dir) / label.replace("+", "_") for label in fina
 # distinct correct responses per group, as logged by `SetPOTrainer` for both runs.
 
 # %%
-import matplotlib.pyplot as plt
-
-keys = [("reward", "mean reward"), ("setpo/pairwise_similarity", "within-group similarity"),
-        ("setpo/distinct_correct", "distinct correct per group")]
-fig_curves, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.2))
-for label, d in run_dirs.items():
-    history = json.loads((d / "log_history.json").read_text())
-    for ax, (key, title) in zip(axes, keys):
-        pts = [(h["step"], h[key]) for h in history if h.get(key) is not None]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", ms=3, label=label)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-axes[0].legend()
-fig_curves.suptitle("numbers mean nothing (tiny random model)" if TINY else f"{ALGO.upper()} vs SetPO+{ALGO.upper()}")
-fig_curves.tight_layout()
 out = Path(OUT_DIR)
-out.mkdir(parents=True, exist_ok=True)
-fig_curves.savefig(out / "qwen_math_training.png", dpi=110)
-display(fig_curves)
+record = ml.figure_record(cfg)
+NOTE = " · tiny random model: numbers mean nothing" if TINY else ""
+fig = ml.training_figure(run_dirs, title=f"{ALGO.upper()} vs SetPO+{ALGO.upper()} during training{NOTE}")
+html, png = save_figure(fig, out / "qwen_math_training", record)
+show(fig, png)
 
 # %% [markdown]
 # ## Pass@1 as avg@k
@@ -156,18 +141,10 @@ display(fig_curves)
 # %%
 results = {label: ml.evaluate_avg_at_k(cfg, final, val, cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
            for label, final in finals.items()}
-sources = sorted({s for r in results.values() for s in r["per_source"]})
-rows = ["| run | " + " | ".join(sources) + f" | all (avg@{cfg.eval_k}) |", "|---" * (len(sources) + 2) + "|"]
-for label, r in results.items():
-    rows.append(f"| {label} | " + " | ".join(f"{100 * r['per_source'][s]:.1f}" for s in sources)
-                + f" | {100 * r['avg_at_k']:.1f} |")
-table = "\n".join(rows)
-note = "\n\n*Tiny random model: these numbers mean nothing.*" if TINY else ""
-display(Markdown(table + note))
-(out / "qwen_math_results.md").write_text(table + note + "\n")
-(out / "qwen_math_results.json").write_text(json.dumps(
-    {"config": {k: v for k, v in vars(cfg).items()}, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"}
-                                                                  for k, r in results.items()}}, indent=1))
+table = ml.results_table(results, cfg.eval_k, note="Tiny random model: these numbers mean nothing." if TINY else "")
+show_table(table)
+save_table(table, out / "qwen_math_results",
+           {**record, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"} for k, r in results.items()}})
 
 # %% [markdown]
 # ## Where the responses go
@@ -177,10 +154,7 @@ display(Markdown(table + note))
 # responses to a prompt shrink to one spot; SetPO's should stay spread over several.
 
 # %%
-traj, traj_data = ml.trajectory_figure({label: ml.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()},
-                                       embedder, method=PROJECTION, seed=cfg.seed)
-if TINY:
-    traj.update_layout(title=traj.layout.title.text + " · tiny random model: means nothing")
-html, png = save_figure(traj, out / "qwen_math_trajectories")
-traj.show()
-display(Markdown(f"Written: `{html}`, `{png}`, `{out / 'qwen_math_training.png'}`, `{out / 'qwen_math_results.md'}`"))
+probes_by_run = {label: ml.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()}
+traj, traj_data = ml.trajectory_figure(probes_by_run, embedder, method=PROJECTION, seed=cfg.seed, title_note=NOTE)
+html, png = save_figure(traj, out / "qwen_math_trajectories", {**record, "projection": PROJECTION})
+show(traj, png)

@@ -49,27 +49,27 @@
 
 # %% tags=["parameters"]
 SMOKE = False           # one seed, few steps, small studies: checks the notebook runs (used by the tests)
-OUT_DIR = "../figures"  # where figures are written
+OUT_DIR = "../runs/notebooks"  # scratch folder for figures; `make figures` passes ../figures
 SEEDS = 5
 STEPS = 200
 
 # %%
-import math
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
-from IPython.display import Markdown, display
 
-from envs.rubric import RubricTask, RubricToyConfig
+from envs.rubric import RubricToyConfig
+from setpo.studies import rubric_results as rr
+from setpo.studies.figures import run_record, save_figure, save_table, show, show_table
 from setpo.studies.rubric import TrainConfig, compare, coverage_study, format_table, invariance_table, risk_study
 
 torch.set_num_threads(1)
 if SMOKE:
     SEEDS, STEPS = 1, 60
 out = Path(OUT_DIR)
-out.mkdir(parents=True, exist_ok=True)
 task_config, train_config = RubricToyConfig(), TrainConfig(steps=STEPS)
+record = run_record("notebooks/05_setgrpo_noisy_graders (python -m setpo.cli figures 05_setgrpo_noisy_graders)",
+                    config={"task": task_config, "train": train_config}, seeds=range(SEEDS))
 train_config
 
 # %% [markdown]
@@ -78,19 +78,7 @@ train_config
 # taste. The table shows the mean gap between the graders and between a grader and the latent quality.
 
 # %%
-task = RubricTask(task_config, seed=0)
-gen = torch.Generator().manual_seed(0)
-prompts = torch.arange(task_config.n_prompts).repeat_interleave(task_config.n_responses)
-responses = torch.arange(task_config.n_responses).repeat(task_config.n_prompts)
-scores = task.grade(prompts, responses, gen)
-quality = task.quality[prompts, responses]
-amb = task.ambiguous[prompts]
-rows = ["| prompts | mean \\|A − B\\| | mean \\|A − q\\| |", "|---|---:|---:|"]
-for name, mask in (("clear", ~amb), ("ambiguous", amb)):
-    gap = (scores[mask, 0] - scores[mask, 1]).abs().mean()
-    err = (scores[mask, 0] - quality[mask]).abs().mean()
-    rows.append(f"| {name} | {gap:.3f} | {err:.3f} |")
-display(Markdown("\n".join(rows)))
+show_table(rr.graders_table(task_config, seed=0))
 
 # %% [markdown]
 # ## GRPO vs SetGRPO on the same graders
@@ -100,7 +88,7 @@ display(Markdown("\n".join(rows)))
 
 # %%
 rows = compare(range(SEEDS), task_config, train_config, verbose=False, keep_history=True)
-display(Markdown(format_table(rows)))
+show_table(format_table(rows))
 
 # %% [markdown]
 # ## Training dynamics (the paper's Figures 3 and 5 in miniature)
@@ -109,36 +97,9 @@ display(Markdown(format_table(rows)))
 # over seeds, bands one standard error.
 
 # %%
-def band(ax, key, method, label, color, smooth=1):
-    runs = torch.tensor([r["history"][method][key] for r in rows], dtype=torch.float64)
-    if smooth > 1:  # a moving average, for the per-step quantities that jump from batch to batch
-        kernel = torch.ones(1, 1, smooth, dtype=torch.float64) / smooth
-        runs = torch.nn.functional.conv1d(runs.nan_to_num(0.0)[:, None], kernel, padding="valid")[:, 0]
-    mean = runs.nanmean(0)
-    se = runs.std(0) / math.sqrt(len(rows)) if len(rows) > 1 else torch.zeros_like(mean)
-    x = torch.arange(len(mean)) + (smooth - 1) / 2
-    ax.plot(x, mean, label=label, color=color)
-    ax.fill_between(x, mean - se, mean + se, color=color, alpha=0.2, linewidth=0)
-
-
-fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-smooth = 1 if SMOKE else 9
-for method, label, color in (("grpo", "GRPO", "tab:gray"), ("grpo_matched", "GRPO, same grader budget", "tab:blue"),
-                             ("setgrpo", "SetGRPO", "tab:red")):
-    band(axes[0, 0], "true_quality", method, label, color)
-    band(axes[1, 1], "coef_norm", method, label, color, smooth)
-axes[0, 0].axhline(sum(r["best"] for r in rows) / len(rows), color="k", ls=":", lw=1, label="optimum")
-axes[0, 0].set(title="true-quality reward", xlabel="step")
-axes[0, 0].legend(fontsize=8)
-band(axes[0, 1], "accepted_ratio", "setgrpo", "SetGRPO", "tab:red", smooth)
-axes[0, 1].set(title="accepted-group ratio", xlabel="step", ylim=(0, 1.05))
-eta = torch.tensor([r["history"]["setgrpo"]["mean_recovery_ratio"] for r in rows], dtype=torch.float64)
-axes[1, 0].plot(eta.nanmean(0), color="tab:red", lw=1)
-axes[1, 0].set(title="mean recovery ratio η* (accepted groups)", xlabel="step", ylim=(0, 1.05))
-axes[1, 1].set(title="coefficient norm (RMS per step)", xlabel="step")
-fig.tight_layout()
-fig.savefig(out / "05_setgrpo_training.png", dpi=120)
-plt.show()
+fig = rr.training_figure(rows, smooth=1 if SMOKE else 9)
+html, png = save_figure(fig, out / "05_setgrpo_training", record)
+show(fig, png)
 
 # %% [markdown]
 # Reading the curves: GRPO learns the graders' taste on ambiguous prompts along with the quality on clear
@@ -161,26 +122,9 @@ plt.show()
 # %%
 cov = coverage_study(trials=60 if SMOKE else 400)
 risks = [risk_study(seed=s, theta_scale=4.0, n_fresh=500 if SMOKE else 2000) for s in range(1 if SMOKE else 3)]
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
-alphas = [r["alpha"] for r in cov]
-ax1.plot(alphas, [r["target"] for r in cov], "k--", label="1 − α")
-ax1.plot(alphas, [r["upper"] for r in cov], "k:", label="1 − α + 1/(n+1)")
-ax1.plot(alphas, [r["coverage"] for r in cov], "o-", color="tab:red", label="empirical coverage")
-ax1.set(xlabel="α", ylabel="coverage", title="joint coefficient box")
-ax1.legend(fontsize=8)
-labels = ["plain GRPO", "SetGRPO accepted", "SetGRPO rejected"]
-for k, r in enumerate(risks):
-    vals = [r["risk_plain_grpo"], r["risk_accepted"], r["risk_rejected"]]
-    ax2.bar([i + 0.25 * k for i in range(3)], vals, width=0.25, label=f"seed {k}: τ = {r['tau']}, "
-            f"{100 * r['accepted']:.0f}% accepted")
-ax2.axhline(risks[0]["beta"], color="red", ls="--", lw=1, label="β")
-ax2.set_xticks([i + 0.25 * (len(risks) - 1) / 2 for i in range(3)], labels)
-top = max(max(r["risk_plain_grpo"], r["risk_rejected"]) for r in risks)
-ax2.set(ylabel="direction-reversal rate", title="reversal risk on fresh groups", ylim=(0, 1.7 * max(top, 0.08)))
-ax2.legend(fontsize=8, loc="upper center", ncol=2)
-fig.tight_layout()
-fig.savefig(out / "05_setgrpo_coverage_risk.png", dpi=120)
-plt.show()
+fig = rr.coverage_risk_figure(cov, risks)
+html, png = save_figure(fig, out / "05_setgrpo_coverage_risk", {**record, "risk_seeds": list(range(len(risks)))})
+show(fig, png)
 
 # %% [markdown]
 # ## Positive-affine invariance (the paper's Table 7)
@@ -188,17 +132,13 @@ plt.show()
 # so SetGRPO's box, gate and recovery are too (up to the ε in std + ε).
 
 # %%
-inv = invariance_table()
-lines = ["| transform | coeff. cosine | update cosine | flip (%) | \\|Δη*\\| (1e-3) |", "|---|---:|---:|---:|---:|"]
-for r in inv:
-    lines.append(f"| a = {r['a']:g}, b = {r['b']:g} | {r['coef_cosine']:.4f} | {r['update_cosine']:.4f} | "
-                 f"{r['flip_pct']:.2f} | {r['d_eta_1e3']:.1f} |")
-display(Markdown("\n".join(lines)))
-(out / "05_setgrpo_invariance.md").write_text("\n".join(lines) + "\n")
+table = rr.invariance_markdown(invariance_table())
+show_table(table)
+save_table(table, out / "05_setgrpo_invariance", record)
 
 # %% [markdown]
 # ## On a language model
-# The same estimator runs inside TRL: `setpo.setgrpo.SetGRPOTrainer` is TRL's `GRPOTrainer` with two reward
+# The same estimator runs inside TRL: `setpo.trl.SetGRPOTrainer` is TRL's `GRPOTrainer` with two reward
 # functions acting as the graders. Each generation batch costs one extra no-grad forward pass for the
 # per-response gradient features (`lm_head_gradient_features`: the output layer's gradient of the
 # length-normalised log-probability, randomly projected), and calibration batches are re-graded by calling the
@@ -206,7 +146,8 @@ display(Markdown("\n".join(lines)))
 #
 # ```python
 # from trl import GRPOConfig
-# from setpo.setgrpo import SetGRPOConfig, SetGRPOTrainer
+# from setpo.setgrpo import SetGRPOConfig
+# from setpo.trl import SetGRPOTrainer
 #
 # trainer = SetGRPOTrainer(model=model, reward_funcs=[judge_a, judge_b], args=GRPOConfig(...),
 #                          train_dataset=dataset, processing_class=tokenizer,

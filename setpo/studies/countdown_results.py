@@ -1,4 +1,5 @@
-"""Reading a finished Countdown study (notebook 03): its summary, training curves, probe embeddings, pass@k panels.
+"""Reading a finished Countdown study (notebook 03): its summary, training curves, probe embeddings, pass@k, and
+the figures and table notebook 03 shows (each built once, saved as HTML + PNG twin + run record).
 
 The study itself (``setpo.studies.countdown``) writes everything under its ``out`` folder; these functions only
 read it and draw it.
@@ -57,11 +58,11 @@ def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int =
     Returns a pandas DataFrame with one row per distinct (run, step, text): run, method, step, text,
     expression, reward, correct, canonical, count (how many of that step's samples were this text: a
     collapsing policy shows as few points with large counts), x, y. One projection
-    (``setpo.studies.figures.project_2d``) is fitted on all points, so panels and steps share coordinates.
+    (``setpo.studies.figures.project_texts``) is fitted on all points, so panels and steps share coordinates.
     """
     import pandas as pd
 
-    from setpo.studies.figures import project_2d
+    from setpo.studies.figures import project_texts
 
     rows = []
     for run in runs:
@@ -79,9 +80,7 @@ def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int =
     counts = df.groupby(["run", "step", "text"]).size().rename("count")
     df = df.drop_duplicates(subset=["run", "step", "text"]).join(counts, on=["run", "step", "text"])
     df = df.reset_index(drop=True)
-    emb = embedder(df["text"].tolist()).numpy()
-    emb = emb / (((emb ** 2).sum(1, keepdims=True)) ** 0.5 + 1e-12)  # cosine geometry, as the kernel sees it
-    xy = project_2d(emb, method=method, seed=seed)
+    xy = project_texts(df["text"].tolist(), embedder, method=method, seed=seed)  # the kernel's cosine geometry
     df["x"], df["y"] = xy[:, 0], xy[:, 1]
     df["correct"] = df["reward"] == 1.0
     return df
@@ -111,81 +110,111 @@ def pass_at_k_panels(cfg: CountdownLMConfig, summary: dict) -> list[dict]:
     return panels
 
 
-def pass_at_k_png(panels: list[dict], path: str | Path, title: str = "") -> Path:
-    """Static pass@k figure (matplotlib): a grid of panels (rows: temperature), log-scale k."""
-    from setpo.studies.figures import save_static, static_figure
+def figure_record(cfg: CountdownLMConfig, command: str, **extra) -> dict:
+    """The run record of a notebook-03 figure: the study's command and whole config, and the embedder by name."""
+    from setpo.studies.figures import embedder_name, run_record
 
-    temps = sorted({p["T"] for p in panels})
-    settings = list(dict.fromkeys(p["setting"] for p in panels))
-    fig = static_figure(figsize=(3.3 * len(settings), 3.0 * len(temps) + 0.6))
-    axes = fig.subplots(len(temps), len(settings), sharex=True, sharey="row", squeeze=False)
-    reds = ["#d62728", "#ff7f0e", "#9467bd", "#8c564b"]
-    for p in panels:
-        ax = axes[temps.index(p["T"])][settings.index(p["setting"])]
-        n_setpo = 0
+    return run_record(command, config=cfg, seeds=[getattr(cfg, "seed", 0)],
+                      uses={"embedder": embedder_name(cfg.embedder), "study folder": str(cfg.out)}, **extra)
+
+
+def study_command(cfg: CountdownLMConfig, smoke: bool) -> str:
+    return ("python -m setpo.studies.countdown --smoke" if smoke else
+            f"python -m setpo.studies.countdown --full --out {cfg.out}") + ", then notebooks/03_countdown_pass_at_k"
+
+
+def write_results(cfg: CountdownLMConfig, summary: dict, out_dir: str | Path, record: dict) -> tuple[str, Path]:
+    """The results table (``results_markdown``, with the embedder's real name) as ``fig3_countdown_results.md``
+    and its run record. Returns (markdown, path)."""
+    from setpo.studies.countdown import results_markdown
+    from setpo.studies.figures import embedder_name, save_table
+
+    table = results_markdown(cfg, summary).replace(f"embedder {cfg.embedder}.", f"embedder {embedder_name(cfg.embedder)}.")
+    path = save_table(table, Path(out_dir) / "fig3_countdown_results",
+                      {**record, "results": summary},
+                      note=f"Made by `{record['command']}`; configuration, seeds and versions in "
+                           "`fig3_countdown_results.json` beside this file.")
+    return table, path
+
+
+def _lam_colours(cfg: CountdownLMConfig) -> dict:
+    from setpo.studies.figures import BASELINE_COLOUR, SETPO_COLOURS
+
+    return {0.0: BASELINE_COLOUR, **dict(zip(sorted(cfg.setpo_lambdas), SETPO_COLOURS))}
+
+
+def pass_at_k_figure(cfg: CountdownLMConfig, summary: dict, cols: int = 3):
+    """pass@k (%) against k on a log axis (ticks 1, 2, 4, ..., n), one panel per (setting, temperature), rows of
+    ``cols`` panels, temperatures in turn. Dashed: the baseline, named by its method (GRPO, GSPO, DAPO);
+    solid: SetPO, one colour per λ; dotted grey: the warm start."""
+    from setpo.studies.figures import line_grid
+
+    colours, panels = _lam_colours(cfg), []
+    by_temp = sorted(pass_at_k_panels(cfg, summary), key=lambda p: cfg.eval_temperatures.index(p["T"]))
+    for p in by_temp:
+        lines = []
         for line in p["lines"]:
-            if line["kind"] == "sft":
-                style = dict(color="grey", linestyle=":")
-            elif line["kind"] == "baseline":
-                style = dict(color="#1f77b4", linestyle="--")
-            else:
-                style = dict(color=reds[n_setpo % len(reds)], linestyle="-")
-                n_setpo += 1
-            ax.plot(line["k"], [100 * v for v in line["pass"]], label=line["label"], **style)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"{p['setting']}, T={p['T']:g}", fontsize=8)
-        ax.grid(alpha=0.3)
-    for ax in axes[-1]:
-        ax.set_xlabel("k")
-    for row in axes:
-        row[0].set_ylabel("pass@k (%)")
-    axes[0][0].legend(fontsize=6)
-    return save_static(fig, path, title)
+            style = ({"color": "grey", "dash": "dot", "name": "warm start (SFT)"} if line["kind"] == "sft" else
+                     {"color": colours[line["lam"] or 0.0], "dash": "dash" if line["kind"] == "baseline" else "solid",
+                      "name": line["label"]})
+            lines.append({**style, "x": line["k"], "y": [100 * v for v in line["pass"]],
+                          "hover": [f"k={k}: {100 * v:.1f}%" for k, v in zip(line["k"], line["pass"])]})
+        panels.append({"title": f"{p['setting']}, T={p['T']:g}", "lines": lines})
+    ticks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= cfg.eval_samples]
+    return line_grid(panels, cols=cols, log_x=True, x_ticks=ticks, x_title="k", y_title="pass@k (%)",
+                     title=f"Countdown test split: pass@k from n = {cfg.eval_samples} samples per problem "
+                           "(dashed: baseline, solid: SetPO, dotted: warm start)", panel_px=(360, 260))
 
 
-def training_png(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str]], path: str | Path,
-                 title: str = "", window: int = 5) -> Path:
-    """Static training-curve figure (matplotlib): rows = group sizes, columns = metrics, one line per run
-    (colour by lambda), ``window``-step rolling means. ``curves`` from ``training_curves``."""
-    from setpo.studies.figures import save_static, static_figure
+TRAINING_METRICS = (("reward", "mean reward"), ("distinct_correct", "distinct correct / group"),
+                    ("pairwise_similarity", "pairwise similarity"))
 
+
+def training_figure(cfg: CountdownLMConfig, curves, runs: Sequence[RLRun],
+                    metrics: Sequence[tuple[str, str]] = TRAINING_METRICS, window: int = 5):
+    """Training metrics of ``runs`` (``training_curves``), ``window``-step rolling means: a row per group size,
+    a column per metric, one line per run coloured by λ."""
+    from setpo.studies.figures import line_grid
+
+    colours = _lam_colours(cfg)
     gs = sorted({r.group_size for r in runs})
-    lams = sorted({r.lam for r in runs})
-    colours = dict(zip(lams, ["#1f77b4", "#d62728", "#ff7f0e", "#9467bd", "#8c564b"]))
-    fig = static_figure(figsize=(4.2 * len(metrics), 3.0 * len(gs) + 0.6))
-    axes = fig.subplots(len(gs), len(metrics), sharex=True, squeeze=False)
+    panels = [{"title": f"{label}, G={g}", "lines": []} for g in gs for _, label in metrics]
     for run in runs:
-        d = curves[curves.run == run.name]
+        d = curves[curves.run == run.name] if len(curves) else curves
         if d.empty:
             continue
         smooth = d.set_index("step")[[m for m, _ in metrics]].rolling(window, min_periods=1).mean()
-        for j, (m, label) in enumerate(metrics):
-            ax = axes[gs.index(run.group_size)][j]
-            ax.plot(smooth.index, smooth[m], color=colours[run.lam], label=run.method)
-            ax.set_title(f"{label}, G={run.group_size}", fontsize=9)
-            ax.grid(alpha=0.3)
-    for ax in axes[-1]:
-        ax.set_xlabel("step")
-    axes[0][0].legend(fontsize=7)
-    return save_static(fig, path, title)
+        for j, (m, _) in enumerate(metrics):
+            panels[gs.index(run.group_size) * len(metrics) + j]["lines"].append(
+                {"x": smooth.index.tolist(), "y": smooth[m].tolist(), "name": run.method, "color": colours[run.lam]})
+    betas = sorted({r.beta for r in runs})
+    return line_grid(panels, cols=len(metrics), x_title="step", panel_px=(380, 270),
+                     title=f"Training curves, {' vs '.join(dict.fromkeys(r.method for r in runs))}, "
+                           f"β={', '.join(f'{b:g}' for b in betas)} ({window}-step rolling mean)")
 
 
-def probe_png(df, runs: Sequence[RLRun], path: str | Path, title: str = "") -> Path:
-    """Static twin of the embedding-trajectory figure (matplotlib): one panel per run, colour = step,
-    size = number of identical samples, o correct, x wrong. ``df`` from ``probe_frame``."""
-    from setpo.studies.figures import save_static, static_figure
+def trajectory_runs(cfg: CountdownLMConfig) -> tuple[RLRun, RLRun]:
+    """The pair the trajectory figure shows: GRPO at the largest G and smallest β (the most rollouts per group
+    to collapse), and its SetPO run with the largest λ of the study."""
+    base = next(r for r in cfg.runs() if not r.lam and r.preset == "grpo" and r.group_size == max(cfg.group_sizes)
+                and r.beta == min(cfg.kl_betas))
+    return base, max((r for r in cfg.runs() if r.lam and r.baseline == base), key=lambda r: r.lam)
 
-    fig = static_figure(figsize=(5.5 * len(runs), 4.8))
-    axes = fig.subplots(1, len(runs), sharex=True, sharey=True, squeeze=False)
-    lo, hi = df.step.min(), df.step.max()
-    for ax, run in zip(axes[0], runs):
-        for ok, marker in ((True, "o"), (False, "x")):
-            d = df[(df.run == run.name) & (df.correct == ok)]
-            sc = ax.scatter(d.x, d.y, s=12 + 10 * d["count"], c=d.step, cmap="viridis", vmin=lo, vmax=hi,
-                            marker=marker, alpha=0.7, label="correct" if ok else "wrong")
-        ax.set_title(run.method)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    axes[0][0].legend(fontsize=8)
-    fig.colorbar(sc, ax=axes[0].tolist(), label="step")
-    return save_static(fig, path, title, tight=False)  # the shared colour bar does not fit tight_layout
+
+def trajectory_figure(cfg: CountdownLMConfig, embedder, runs: Sequence[RLRun] | None = None, problem: int = 0,
+                      method: str = "pca", seed: int = 0):
+    """Where one validation problem's probe samples go over training (``probe_frame``), drawn by the shared
+    ``setpo.studies.figures.trajectory_figure``: a panel per run, colour = step, filled = correct, size = number
+    of identical samples. Returns (figure, frame)."""
+    from setpo.studies.figures import embedder_short_name
+    from setpo.studies.figures import trajectory_figure as build
+
+    runs = list(runs or trajectory_runs(cfg))
+    df = probe_frame(cfg.out, runs, embedder, problem=problem, method=method, seed=seed)
+    frame = df.assign(panel=df["method"], group=problem,
+                      hover=[f"{e}<br>×{c}, reward {r:g}" for e, c, r in zip(df.expression, df["count"], df.reward)])
+    inst = df.iloc[0]
+    title = (f"Samples for {' '.join(map(str, inst.numbers))} → {inst.target} over training "
+             f"(G={runs[-1].group_size}, β={runs[-1].beta:g}; {method.upper()} of "
+             f"{embedder_short_name(cfg.embedder)} embeddings; size: identical samples)")
+    return build(frame, title=title, group_name="problem"), frame

