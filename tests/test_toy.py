@@ -54,3 +54,14 @@ def test_covered_modes_threshold():
     assert covered_modes(run, 1e-9) == [0, 1, 2, 3]
     assert covered_modes(run, 1.0) == []
     assert all(masses[m] >= 0.05 for m in covered_modes(run))
+
+
+def test_compare_shows_one_progress_bar_over_all_runs(capsys):
+    from setpo.studies.toy import compare
+
+    results = compare(ToyConfig(**SMALL), {"GRPO": {}, "SetPO": {"setpo": True}}, range(2))
+    assert [len(v) for v in results.values()] == [2, 2]
+    err = capsys.readouterr().err
+    assert "toy runs" in err and f"{4 * SMALL['steps']}/{4 * SMALL['steps']}" in err
+    compare(ToyConfig(**SMALL), {"GRPO": {}}, range(1), progress=False)
+    assert capsys.readouterr().err == ""

@@ -131,19 +131,19 @@ def progress_callback(log: Callable[[str], Any], label: str, every_s: float = 10
         def on_train_begin(self, args, state, control, **kw):
             self.t0 = self.last = time.time()
             self.first = state.global_step
+            self.seen = {}  # GRPO logs the reward only on the steps that generate: keep the latest
 
         def on_log(self, args, state, control, logs=None, **kw):
             now, logs = time.time(), logs or {}
             if "reward" not in logs and "loss" not in logs:  # the end-of-training summary
                 return
+            self.seen.update({k: logs[k] for k in ("reward", "loss") if isinstance(logs.get(k), (int, float))})
             if now - self.last < every_s and state.global_step < state.max_steps:
                 return
             self.last = now
             done = state.global_step - self.first
             parts = [f"{label} step {state.global_step}/{state.max_steps}"]
-            for key in ("reward", "loss"):
-                if isinstance(logs.get(key), (int, float)):
-                    parts.append(f"{key} {logs[key]:.3f}")
+            parts += [f"{key} {value:.3f}" for key, value in self.seen.items()]
             if done:
                 parts.append(f"{(now - self.t0) / done:.2f} s/step")
             log(", ".join(parts))
@@ -158,7 +158,8 @@ def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict
     Any TRL/transformers trainer whose ``output_dir`` is ``out_dir``. Checkpoints are written atomically and,
     for GRPO-style trainers, only at generation boundaries (``save_steps`` is rounded up to a multiple of the
     optimizer steps per generation batch, and ``log`` says so). Per-step metric dicts go to log_history.json
-    rather than the console; with ``log``, a line reports the start or resume and a progress line comes at
+    (ending with a summary of the whole run, the same for a resumed run as for an uninterrupted one) rather
+    than the console; with ``log``, a line reports the start or resume and a progress line comes at
     most every 10 s (step, reward or loss).
     """
     from transformers.trainer_callback import PrinterCallback
@@ -180,12 +181,35 @@ def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict
         trainer.add_callback(progress_callback(log, describe.split(":")[0] or "train"))
         log(describe + (f", resuming from {Path(resume).name}" if resume else ""))
     t0 = time.time()
-    trainer.train(resume_from_checkpoint=resume)
+    if resume is not None and _finished(Path(resume)):
+        # The Trainer would take one more step from a checkpoint at max_steps; load it instead.
+        from transformers import TrainerState
+
+        trainer._load_from_checkpoint(resume)
+        trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+    else:
+        trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
-    write_json(out_dir / "log_history.json", trainer.state.log_history)
+    write_json(out_dir / "log_history.json", _whole_run_history(trainer.state))
     write_json(Path(final) / "done.json", {"seconds": time.time() - t0, "steps": trainer.state.global_step, **record})
     return Path(final)
+
+
+def _finished(checkpoint: Path) -> bool:
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return bool(state.get("max_steps")) and state["global_step"] >= state["max_steps"]
+
+
+def _whole_run_history(state) -> list[dict]:
+    """The per-step log entries and one summary of the whole run. The Trainer's own summary (train_loss,
+    train_runtime, ...) covers only the last session, so a resumed run's would differ from an uninterrupted
+    run's; this one is the mean step loss over every step (wall-clock time is in done.json)."""
+    steps = [h for h in state.log_history if "train_runtime" not in h]
+    losses = [h["loss"] for h in steps if isinstance(h.get("loss"), (int, float))]
+    summary = {"train_loss": sum(losses) / len(losses) if losses else None, "total_flos": state.total_flos,
+               "epoch": state.epoch, "step": state.global_step}
+    return steps + [summary]
 
 
 def read_records(path: Path) -> list[dict]:

@@ -1,0 +1,109 @@
+"""Command lines: every argument is checked before any work starts, and a bad one exits non-zero with one line
+that names it; scratch commands write to runs/, only `setpo figures` writes figures/."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import setpo.cli as cli
+import setpo.studies.countdown as countdown
+import setpo.studies.rubric as rubric
+from setpo.records import ROOT
+
+
+def _refused(main, argv, capsys, match: str):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert match in err, err
+    return err
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any command that gets past its checks fails the test instead of running."""
+    def forbidden(*a, **kw):
+        raise AssertionError("work started although an argument was bad")
+
+    for module, name in [(cli, "run_notebook"), (cli.runpy, "run_path"), (countdown, "run_study"),
+                         (rubric, "compare")]:
+        monkeypatch.setattr(module, name, forbidden)
+    import setpo.studies.toy as toy
+    monkeypatch.setattr(toy, "run_demo", forbidden)
+    monkeypatch.setattr(toy, "lambda_sweep", forbidden)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["demo", "--seeds", "0"], "--seeds"),
+    (["demo", "--seeds", "two"], "--seeds"),
+    (["sweep", "--seeds", "0"], "--seeds"),
+    (["sweep", "--lams", "-1", "nan"], "--lams"),
+    (["sweep", "--lams", "0.1", "inf"], "--lams"),
+    (["sweep", "--algo", "ppo"], "--algo"),
+    (["bench", "no_such"], "no benchmark no_such"),
+    (["figures", "no_such_notebook"], "no notebook no_such_notebook"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_setpo_cli_refuses_bad_arguments_up_front(argv, match, capsys, no_work):
+    _refused(cli.main, argv, capsys, match)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--smoke", "--stages", "bogus"], "--stages"),
+    (["--smoke", "--stages", ","], "--stages"),
+    (["--smoke", "--set", "rl_steps=abc"], "rl_steps"),
+    (["--smoke", "--set", "rl_steps=-1"], "rl_steps"),
+    (["--smoke", "--set", "rl_save_steps=3"], "rl_save_steps"),
+    (["--smoke", "--set", "no_such_field=1"], "no_such_field"),
+    (["--smoke", "--set", "rl_steps"], "FIELD=VALUE"),
+    (["--full", "--set", "group_sizes=[2]"], "group sizes"),
+    (["--smoke", "--full"], "not allowed"),
+])
+def test_countdown_cli_refuses_bad_arguments_before_sft(argv, match, capsys, no_work):
+    _refused(countdown.main, argv, capsys, match)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--steps", "-1"], "--steps"),
+    (["--steps", "0"], "--steps"),
+    (["--seeds", "0"], "--seeds"),
+    (["--reference", "oracle"], "--reference"),
+])
+def test_rubric_cli_refuses_bad_arguments(argv, match, capsys, no_work):
+    _refused(rubric.main, argv, capsys, match)
+
+
+def test_good_arguments_reach_the_work(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(countdown, "run_study", lambda cfg, stages: seen.update(cfg=cfg, stages=stages))
+    assert countdown.main(["--smoke", "--out", "/tmp/x", "--stages", "rl,eval", "--set", "rl_steps=4",
+                           'embedder="hash"']) == 0
+    assert seen["cfg"].rl_steps == 4 and seen["cfg"].out == "/tmp/x" and seen["stages"] == ["rl", "eval"]
+    args = cli.parse_args(["sweep", "--lams", "0", "0.5", "--seeds", "2"])
+    assert args.lams == [0.0, 0.5] and args.seeds == 2
+
+
+def test_only_figures_writes_the_committed_figures(monkeypatch, tmp_path, capsys):
+    assert Path(cli.parse_args(["demo"]).out_dir) == ROOT / "runs" / "demo"
+    assert Path(cli.parse_args(["demo", "--smoke"]).out_dir) == ROOT / "runs" / "demo"
+    assert Path(cli.parse_args(["figures"]).out_dir) == ROOT / "figures"
+    assert "runs/" in (ROOT / ".gitignore").read_text().split()
+    calls = []
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda src, dst, **kw: calls.append(kw["parameters"]))
+    monkeypatch.setattr(cli, "ROOT", ROOT)
+    cli.main(["figures", "01_toy_mode_collapse", "--out-dir", str(tmp_path)])
+    assert calls == [{"SMOKE": False, "OUT_DIR": str(tmp_path.resolve())}]  # always passed explicitly
+    out = capsys.readouterr().out
+    assert "[1/1] notebooks/01_toy_mode_collapse.ipynb" in out and "done in" in out
+
+
+def test_exit_status_from_a_real_process():
+    for argv in (["-m", "setpo.cli", "sweep", "--lams", "-1", "nan"], ["-m", "setpo.cli", "bench", "no_such"]):
+        r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
