@@ -1,5 +1,23 @@
 """The ``"setpo"`` advantage estimator for verl, registered with ``core_algos.register_adv_est`` on import,
-and the embedding step that feeds it (see ``setpo.verl`` for how the embeddings reach it)."""
+and the embedding step that feeds it (see ``setpo.verl`` for how the embeddings reach it).
+
+At λ = 0 "setpo" equals verl's own ``"grpo"`` on every path verl 0.9 offers:
+
+- ``algorithm.norm_adv_by_std_in_grpo``: True gives (r − mean)/(std + 1e-6), False gives r − mean (verl's
+  Dr.GRPO switch). The flag is read from the ``algorithm`` config, or from the ``norm_adv_by_std_in_grpo``
+  argument of ``compute_advantage`` (verl passes it to its GRPO only, so our wrapper forwards it). With a
+  base estimator other than "grpo" the flag does not apply.
+- Groups of one response: verl sets mean 0 and std 1, so Ā = r/(1 + 1e-6) (r without std normalisation);
+  so do we. They and groups of two get no diversity marginal (s = 0: leave-one-out needs 3 rollouts), and
+  ``setpo/groups_without_marginal`` counts them, so that a dropped session does not stop training.
+- Multi-output sessions (agent loops in verl's v1 trainer): rows are keyed ``{uid}_{session_id}_{index}``
+  and verl's GRPO lets only the final output (largest index) of each session enter the group statistics,
+  then gives every output of the session that advantage (``compute_advantage_for_multi_trajectories``).
+  verl hands any other estimator all rows, so the trainer hook passes the keys through
+  ``batch_embeddings(session_keys=...)`` and "setpo" does the same selection and broadcast. For λ > 0 a
+  session counts once in the set, as its complete trajectory: the hook embeds the texts of all of the
+  session's outputs, joined in index order, and the session's final row carries that embedding.
+"""
 
 
 from __future__ import annotations
@@ -15,8 +33,9 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from setpo.advantages import ADVANTAGE_ESTIMATORS, setpo_advantages
-from setpo.groups import as_tensor
+from setpo.advantages import ADVANTAGE_ESTIMATORS, group_advantages
+from setpo.diversity import diversity_marginals
+from setpo.groups import Groups, as_tensor, check_finite
 
 ESTIMATOR_NAME = "setpo"
 #: data.non_tensor_batch keys read by ``compute_advantage``.
@@ -47,12 +66,18 @@ class SetPOVerlSettings:
     embedding_max_length: int | None = None
 
     def __post_init__(self):
-        if not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam):
-            raise ValueError(f"algorithm.setpo.lam must be a finite number, got {self.lam!r}")
+        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam) \
+                or self.lam < 0:
+            raise ValueError(f"algorithm.setpo.lam must be a finite number >= 0, got {self.lam!r}")
         if self.estimator not in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"algorithm.setpo.estimator {self.estimator!r} is not one of "
                              f"{sorted(ADVANTAGE_ESTIMATORS)}")
-        if self.embedding_batch_size < 1:
+        if self.embedding_max_length is not None:
+            from setpo.embed import check_max_seq_length
+
+            check_max_seq_length(self.embedding_max_length)
+        if isinstance(self.embedding_batch_size, bool) or not isinstance(self.embedding_batch_size, int) \
+                or self.embedding_batch_size < 1:
             raise ValueError(f"algorithm.setpo.embedding_batch_size must be >= 1, got {self.embedding_batch_size}")
 
     @classmethod
@@ -81,33 +106,123 @@ class SetPOVerlSettings:
 
 @dataclass
 class _BatchEmbeddings:
-    emb: torch.Tensor                       # (N, d) one row per response, batch order
+    emb: torch.Tensor | None                # (N, d) one row per response, batch order (None: λ = 0 needs none)
     uids: list[str] | None                  # (N,) the group ids the rows were embedded under, if known
+    session_keys: list[str] | None = None   # (N,) verl v1 keys {uid}_{session_id}_{index}, if known
+    norm_adv_by_std_in_grpo: bool | None = None  # overrides the config's flag (the wrapper's argument)
     stats: dict[str, float] = field(default_factory=dict)  # filled by the estimator, for logging
 
 
 _CURRENT: contextvars.ContextVar[_BatchEmbeddings | None] = contextvars.ContextVar("setpo_batch", default=None)
 
+#: verl's GRPO ε (``compute_grpo_outcome_advantage(epsilon=1e-6)``).
+VERL_GRPO_EPS = 1e-6
+
 
 @contextlib.contextmanager
-def batch_embeddings(emb, uids: Sequence | None = None) -> Iterator[_BatchEmbeddings]:
+def batch_embeddings(emb, uids: Sequence | None = None, *, session_keys: Sequence[str] | None = None,
+                     norm_adv_by_std_in_grpo: bool | None = None) -> Iterator[_BatchEmbeddings]:
     """Make (N, d) response embeddings visible to the ``"setpo"`` estimator for the enclosed call(s).
 
+    emb: (N, d), or None when λ = 0 (no diversity term, so no embeddings are needed).
     uids: the batch's group ids in the same row order; when given, the estimator checks them against the
     ``index`` verl passes, so a reordering between embedding and advantage is an error, not a silent mix-up.
+    session_keys: verl v1's row keys ``{uid}_{session_id}_{index}``; with them only each session's final
+    output enters the group statistics, as in verl's GRPO (see the module docstring).
+    norm_adv_by_std_in_grpo: overrides ``algorithm.norm_adv_by_std_in_grpo`` when not None.
     Yields the record whose ``stats`` the estimator fills (s mean/std, |λs|/|Ā|).
     """
-    e = as_tensor(emb, name="setpo embeddings")
-    if e.ndim != 2:
-        raise ValueError(f"setpo embeddings must have shape (N, d), got {tuple(e.shape)}")
-    record = _BatchEmbeddings(e, None if uids is None else [str(u) for u in uids])
-    if record.uids is not None and len(record.uids) != e.shape[0]:
-        raise ValueError(f"{len(record.uids)} uids for {e.shape[0]} embedding rows")
+    e = None
+    if emb is not None:
+        e = as_tensor(emb, name="setpo embeddings")
+        if e.ndim != 2:
+            raise ValueError(f"setpo embeddings must have shape (N, d), got {tuple(e.shape)}")
+    if norm_adv_by_std_in_grpo is not None and not isinstance(norm_adv_by_std_in_grpo, (bool, np.bool_)):
+        raise ValueError(f"norm_adv_by_std_in_grpo must be True or False, got {norm_adv_by_std_in_grpo!r}")
+    record = _BatchEmbeddings(e, None if uids is None else [str(u) for u in uids],
+                              None if session_keys is None else [str(k) for k in session_keys],
+                              None if norm_adv_by_std_in_grpo is None else bool(norm_adv_by_std_in_grpo))
+    for name, rows in (("uids", record.uids), ("session_keys", record.session_keys)):
+        if rows is not None and e is not None and len(rows) != e.shape[0]:
+            raise ValueError(f"{len(rows)} {name} for {e.shape[0]} embedding rows")
     token = _CURRENT.set(record)
     try:
         yield record
     finally:
         _CURRENT.reset(token)
+
+
+def session_layout(keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """verl v1's session selection: (final_rows, row_to_session) from row keys ``{uid}_{session_id}_{index}``.
+
+    final_rows: (S,) the row of each session's final output (largest index), sessions in order of first
+    appearance; row_to_session: (N,) each row's session position in final_rows. Mirrors
+    ``verl.trainer.ppo.v1.utils.compute_advantage_for_multi_trajectories``.
+    """
+    final: dict[str, tuple[int, int]] = {}
+    row_session = []
+    for i, key in enumerate(keys):
+        fields_ = str(key).rsplit("_", 2)
+        try:
+            position = int(fields_[2]) if len(fields_) == 3 else None
+        except ValueError:
+            position = None
+        if position is None:
+            raise ValueError(f"session key {key!r} is not verl's '{{uid}}_{{session_id}}_{{index}}'")
+        session = f"{fields_[0]}_{fields_[1]}"
+        row_session.append(session)
+        if session not in final or final[session][0] < position:
+            final[session] = (position, i)
+    local = {session: j for j, session in enumerate(final)}
+    return (np.array([row for _, row in final.values()], dtype=np.int64),
+            np.array([local[session] for session in row_session], dtype=np.int64))
+
+
+def _id_array(index) -> np.ndarray:
+    """index as a 1-D object array (tuples stay ids, not rows of a 2-D array), so rows can be selected."""
+    if isinstance(index, np.ndarray) and index.ndim == 1:
+        return index
+    ids = list(index.tolist() if isinstance(index, (np.ndarray, torch.Tensor)) else index)
+    out = np.empty(len(ids), dtype=object)
+    out[:] = ids
+    return out
+
+
+def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index, *, lam: float,
+                          estimator: str = "grpo", norm_adv_by_std_in_grpo: bool = True
+                          ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Â = Ā + λ·s with verl's GRPO conventions (module docstring): returns (Â, s, groups without marginal).
+
+    rewards: (N,) outcome rewards; emb: (N, d) or None when λ = 0; index: (N,) group ids.
+    """
+    r = as_tensor(rewards, name="rewards")
+    if r.ndim != 1 or r.shape[0] == 0:
+        raise ValueError(f"rewards must have shape (N,) with N >= 1, got {tuple(r.shape)}")
+    check_finite(r, "rewards")
+    ids = _id_array(index)
+    groups = Groups.build(r.shape[0], ids, device=r.device)
+    size = groups.sizes[groups.group_id]
+    base_name = "dr_grpo" if estimator == "grpo" and not norm_adv_by_std_in_grpo else estimator
+    base = r.clone()
+    if estimator == "grpo" and norm_adv_by_std_in_grpo:
+        base = base / (1 + VERL_GRPO_EPS)  # verl: a lone response has mean 0 and std 1
+    multi = size >= 2
+    if bool(multi.any()):
+        rows = multi.cpu().numpy()
+        base[multi] = group_advantages(r[multi], ids[rows], estimator=base_name, eps=VERL_GRPO_EPS).to(r.dtype)
+    s = torch.zeros_like(r)
+    too_small = int((groups.sizes < 3).sum()) if lam > 0 else 0
+    if lam > 0:
+        if emb is None:
+            raise ValueError("lam > 0 needs the response embeddings")
+        big = size >= 3
+        if bool(big.any()):
+            rows = big.cpu().numpy()
+            s_big = diversity_marginals(emb.to(r.device)[big], ids[rows])
+            s = s.to(torch.promote_types(r.dtype, s_big.dtype))
+            s[big] = s_big.to(s.dtype)
+    dtype = torch.promote_types(base.dtype, s.dtype)
+    return base.to(dtype) + lam * s.to(dtype), s, too_small
 
 
 def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
@@ -116,36 +231,58 @@ def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_
     """verl estimator "setpo": outcome SetPO advantages broadcast over each response's tokens.
 
     token_level_rewards, response_mask: (N, T); the outcome reward is the row sum, as in verl's GRPO.
-    index: (N,) group ids (verl's ``uid``). config: verl's ``algorithm`` config with a ``setpo`` section.
-    The embeddings come from ``batch_embeddings`` (see the module docstring).
+    index: (N,) group ids (verl's ``uid``). config: verl's ``algorithm`` config with a ``setpo`` section
+    (and optionally ``norm_adv_by_std_in_grpo``). The embeddings and session keys come from
+    ``batch_embeddings`` (see the module docstring; at λ = 0 no embeddings are needed).
     Returns (advantages, returns), both (N, T) = Â_i on the response tokens, 0 elsewhere.
     """
     settings = SetPOVerlSettings.from_algorithm_config(config)
     record = _CURRENT.get()
-    if record is None:
+    if record is None and settings.lam != 0:
         raise ValueError(
             "the 'setpo' estimator found no response embeddings. verl passes only rewards, mask, uid and config, "
             "so run training through `python -m setpo.verl train` (its trainer embeds the responses), or call "
             f"setpo.verl.compute_advantage(data, ...) with data.non_tensor_batch[{EMBEDDINGS_KEY!r}] or "
             f"[{TEXTS_KEY!r}], or wrap the call in setpo.verl.batch_embeddings(emb, uids)")
+    if record is None:
+        record = _BatchEmbeddings(None, None)
     if index is None:
         raise ValueError("the 'setpo' estimator needs group ids (data.non_tensor_batch['uid'])")
     n = token_level_rewards.shape[0]
-    if record.emb.shape[0] != n:
+    if record.emb is not None and record.emb.shape[0] != n:
         raise ValueError(f"setpo embeddings have {record.emb.shape[0]} rows but the batch has {n} responses")
+    if record.emb is None and settings.lam != 0:
+        raise ValueError("lam > 0 needs response embeddings, but batch_embeddings was given None")
+    if len(index) != n:
+        raise ValueError(f"index has {len(index)} entries but the batch has {n} responses")
     if record.uids is not None and record.uids != [str(u) for u in index]:
         raise ValueError("the rows of the setpo embeddings are not in the batch's order (their uids differ)")
+    if record.session_keys is not None and len(record.session_keys) != n:
+        raise ValueError(f"{len(record.session_keys)} session keys for a batch of {n} responses")
+    norm = record.norm_adv_by_std_in_grpo
+    if norm is None:
+        norm = bool(config.get("norm_adv_by_std_in_grpo", True)) if hasattr(config, "get") else True
     rewards = token_level_rewards.sum(dim=-1)
-    emb = record.emb.to(token_level_rewards.device)
+    ids = _id_array(index)
+    emb = record.emb
+    if record.session_keys is not None:  # verl v1: each session's final output stands for the session
+        final_rows, back = session_layout(record.session_keys)
+        pick = torch.as_tensor(final_rows, device=rewards.device)
+        rewards, ids = rewards[pick], ids[final_rows]
+        emb = None if emb is None else emb[torch.as_tensor(final_rows)]
     with torch.no_grad():
-        adv, s = setpo_advantages(rewards, emb, index, lam=settings.lam, estimator=settings.estimator,
-                                  return_marginals=True)
+        adv, s, too_small = verl_setpo_advantages(rewards, emb, ids, lam=settings.lam,
+                                                  estimator=settings.estimator, norm_adv_by_std_in_grpo=norm)
         lam_s = settings.lam * s
         base_size = (adv - lam_s).abs().mean().clamp_min(1e-12)  # mean |Ā|
+    if record.session_keys is not None:
+        back_t = torch.as_tensor(back, device=adv.device)
+        adv, s = adv[back_t], s[back_t]
     record.stats.update({
         "setpo/s_mean": float(s.mean()),
-        "setpo/s_std": float(s.std()) if n > 1 else 0.0,
+        "setpo/s_std": float(s.std()) if s.numel() > 1 else 0.0,
         "setpo/lambda_s_over_adv": float(lam_s.abs().mean() / base_size),
+        "setpo/groups_without_marginal": float(too_small),
     })
     scores = adv.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
     return scores, scores
@@ -221,13 +358,15 @@ def embeddings_from_batch(data, embedder: Callable | None = None, tokenizer=None
 
 
 def compute_advantage(data, adv_estimator: str = ESTIMATOR_NAME, *, embedder: Callable | None = None,
-                      tokenizer=None, **kwargs):
+                      tokenizer=None, batch_keys: Sequence[str] | None = None, **kwargs):
     """verl's ``compute_advantage`` with the batch's SetPO embeddings handed to the ``"setpo"`` estimator.
 
     data: a verl DataProto with ``token_level_rewards``, ``response_mask`` (or what verl derives it from)
     and ``non_tensor_batch["uid"]``, plus the embeddings (or texts) described in ``embeddings_from_batch``.
     kwargs: passed to verl's ``compute_advantage`` (``config`` must be the ``algorithm`` section with
     ``setpo.lam``; ``norm_adv_by_std_in_grpo``, ...). Other estimators are passed through untouched.
+    batch_keys: verl v1's row keys ``{uid}_{session_id}_{index}`` for multi-output sessions (see the module
+    docstring); the rows must then carry their session's complete-trajectory embedding.
     Returns verl's result, the DataProto with ``advantages`` and ``returns``.
     """
     from verl.trainer.ppo.ray_trainer import compute_advantage as verl_compute_advantage
@@ -235,8 +374,14 @@ def compute_advantage(data, adv_estimator: str = ESTIMATOR_NAME, *, embedder: Ca
     if adv_estimator != ESTIMATOR_NAME:
         return verl_compute_advantage(data, adv_estimator=adv_estimator, **kwargs)
     ntb = data.non_tensor_batch or {}
-    if embedder is None and EMBEDDINGS_KEY not in ntb and (TEXTS_KEY in ntb or tokenizer is not None):
-        embedder = embedder_from_settings(SetPOVerlSettings.from_algorithm_config(kwargs.get("config")))
-    emb = embeddings_from_batch(data, embedder=embedder, tokenizer=tokenizer)
-    with batch_embeddings(emb, uids=data.non_tensor_batch.get("uid")):
+    settings = SetPOVerlSettings.from_algorithm_config(kwargs.get("config"))
+    if settings.lam == 0:  # Â = Ā: nothing to embed
+        emb = None
+    else:
+        if embedder is None and EMBEDDINGS_KEY not in ntb and (TEXTS_KEY in ntb or tokenizer is not None):
+            embedder = embedder_from_settings(settings)
+        emb = embeddings_from_batch(data, embedder=embedder, tokenizer=tokenizer)
+    norm = kwargs.get("norm_adv_by_std_in_grpo")
+    with batch_embeddings(emb, uids=data.non_tensor_batch.get("uid"), session_keys=batch_keys,
+                          norm_adv_by_std_in_grpo=None if norm is None else bool(norm)):
         return verl_compute_advantage(data, adv_estimator=adv_estimator, **kwargs)

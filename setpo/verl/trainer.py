@@ -8,7 +8,13 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from setpo.verl.estimator import ESTIMATOR_NAME, SetPOVerlSettings, batch_embeddings, embedder_from_settings
+from setpo.verl.estimator import (
+    ESTIMATOR_NAME,
+    SetPOVerlSettings,
+    batch_embeddings,
+    embedder_from_settings,
+    session_layout,
+)
 
 
 class SetPOTrainerMixin:
@@ -18,7 +24,10 @@ class SetPOTrainerMixin:
     ``responses`` for the batch's keys from TransferQueue, decodes the responses with the actor's tokenizer
     (prompt excluded, special tokens dropped), embeds them in batches, and calls verl's own
     ``_compute_advantage`` inside ``batch_embeddings``; verl's DataProto is built from the same keys in the
-    same order, which the estimator verifies by uid.
+    same order, which the estimator verifies by uid. The keys (``{uid}_{session_id}_{index}``) also go to
+    the estimator, which, like verl's GRPO, lets only each session's final output enter the group
+    statistics; each session is embedded once, as the texts of all its outputs joined in index order (its
+    complete trajectory). At λ = 0 nothing is embedded.
     """
 
     def _setpo_fetch(self, batch) -> tuple[list[str], list]:
@@ -33,14 +42,30 @@ class SetPOTrainerMixin:
         if self.config.algorithm.adv_estimator != ESTIMATOR_NAME:
             return super()._compute_advantage(batch, metrics)
         settings = SetPOVerlSettings.from_algorithm_config(self.config.algorithm)
-        t0 = time.perf_counter()
-        texts, uids = self._setpo_fetch(batch)
-        emb = embedder_from_settings(settings)(texts)
-        metrics["setpo/embed_time_s"] = time.perf_counter() - t0
-        with batch_embeddings(emb, uids=uids) as record:
+        keys = [str(k) for k in batch.keys]
+        emb = uids = None
+        if settings.lam != 0:
+            t0 = time.perf_counter()
+            texts, uids = self._setpo_fetch(batch)
+            emb = embedder_from_settings(settings)(session_texts(keys, texts))
+            metrics["setpo/embed_time_s"] = time.perf_counter() - t0
+        with batch_embeddings(emb, uids=uids, session_keys=keys) as record:
             out = super()._compute_advantage(batch, metrics)
         metrics.update(record.stats)
         return out
+
+
+def session_texts(keys: list[str], texts: list[str]) -> list[str]:
+    """Each row's session trajectory: the texts of all rows of its ``{uid}_{session_id}`` joined in index
+    order (a session with one output keeps its text unchanged)."""
+    if len(keys) != len(texts):
+        raise ValueError(f"{len(keys)} keys for {len(texts)} texts")
+    _, back = session_layout(keys)
+    parts: dict[int, list[tuple[int, str]]] = {}
+    for key, session, text in zip(keys, back.tolist(), texts):
+        parts.setdefault(session, []).append((int(key.rsplit("_", 1)[1]), text))
+    joined = {j: "\n".join(t for _, t in sorted(p, key=lambda x: x[0])) for j, p in parts.items()}
+    return [joined[j] for j in back.tolist()]
 
 
 _TRAINER_CLASSES: dict[type, type] = {}
