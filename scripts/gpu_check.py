@@ -1,4 +1,4 @@
-"""GPU check for the math / verl work (issue 6): one script, under 8 minutes on one GPU.
+"""GPU check for the math and verl code paths: one script, under 8 minutes on one GPU.
 
 1. The estimator on CUDA equals the CPU result: ``setpo.setpo_advantages`` and ``diversity_marginals`` on
    ragged groups (float32 and float64), and verl's registered ``"setpo"`` estimator fed through
@@ -158,8 +158,10 @@ def check_training(device: str, run_root: Path) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "runs" / "gpu_check"))
-    ap.add_argument("--allow-cpu", action="store_true", help="dry run on the CPU")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "runs" / "gpu_check"),
+                    help="folder for gpu_check.json and the tiny runs (default: $OUT or runs/gpu_check)")
+    ap.add_argument("--allow-cpu", action="store_true",
+                    help="run every check on the CPU (a dry run of the script; CUDA comparisons compare CPU with CPU)")
     args = ap.parse_args(argv)
     if torch.cuda.is_available():
         device = "cuda"

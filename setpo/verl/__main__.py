@@ -1,7 +1,7 @@
-"""``python -m setpo.verl``: the launcher (``setpo.verl.launch.main``)."""
+"""``python -m setpo.verl``: the launcher (``setpo.verl.launch.cli``: errors as one line, exit status 2)."""
 
 import sys
 
-from setpo.verl.launch import main
+from setpo.verl.launch import cli
 
-sys.exit(main())
+sys.exit(cli())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +167,7 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
         f"{ar}.rollout.val_kwargs.do_sample=true",
         f"{ar}.ref.log_prob_micro_batch_size_per_gpu={2 * cfg.micro_batch_per_gpu}",
         "algorithm.use_kl_in_reward=false",
+        "critic.enable=false",  # group-relative estimators need no critic; saying so also keeps verl quiet about it
         "reward.custom_reward_function.path=pkg://envs.math",
         "reward.custom_reward_function.name=verl_compute_score",
         f"trainer.nnodes={cfg.nnodes}",
@@ -245,7 +247,9 @@ def prepare_data(path: str, data_dir: str | None = None, split: str = "train") -
     if math_data.is_verl_parquet(p):
         return str(p.resolve())
     out_dir = Path(data_dir).expanduser() if data_dir else p.resolve().parent / "setpo_verl"
-    out = out_dir / f"{p.stem}.{split}.parquet"
+    out = out_dir / converted_name(p, split)
+    if out.resolve() == p.resolve():  # DATA_DIR is the input's own folder: never overwrite the raw file
+        out = out.with_name(f"{p.stem}.verl.parquet")
     problems = math_data.load_math_problems(p)
     try:
         math_data.write_verl_parquet(problems, out, split=split)
@@ -253,6 +257,14 @@ def prepare_data(path: str, data_dir: str | None = None, split: str = "train") -
         raise ValueError(f"cannot write the converted data to {out} ({err}); pass --data-dir (DATA_DIR) with a "
                          "writable directory that every node can read") from None
     return str(out.resolve())
+
+
+def converted_name(path: str | Path, split: str) -> str:
+    """File name of a converted data file: the input's stem, plus the split unless the stem already names it
+    (``train.parquet`` -> ``train.parquet``, ``gsm8k.jsonl`` -> ``gsm8k.train.parquet``)."""
+    stem = Path(path).stem
+    words = {w.lower() for w in stem.replace("-", ".").replace("_", ".").split(".")}
+    return f"{stem}.parquet" if split.lower() in words else f"{stem}.{split}.parquet"
 
 
 def _split_files(value: str) -> list[str]:
@@ -267,25 +279,36 @@ def _parser() -> argparse.ArgumentParser:
     for name, helptext in (("train", "prepare data, compose and validate the config, run verl"),
                            ("print-config", "prepare data, compose and validate, print the overrides; no run")):
         sp = sub.add_parser(name, help=helptext)
-        sp.add_argument("--model-path", required=True)
-        sp.add_argument("--train-file", required=True, help="comma-separated list allowed")
-        sp.add_argument("--val-file", required=True, help="comma-separated list allowed")
+        sp.add_argument("--model-path", required=True, help="local base model directory (MODEL_PATH)")
+        sp.add_argument("--train-file", required=True,
+                        help="training data (TRAIN_FILE): verl parquet or raw GSM8K/MATH parquet/jsonl; comma-separated "
+                             "list allowed")
+        sp.add_argument("--val-file", required=True, help="validation data (VAL_FILE), as --train-file")
         sp.add_argument("--embedding-model", default=d["embedding_model"].default,
                         help="local sentence-transformers dir (paper: Qwen3-Embedding-0.6B), 'default' or 'hash'")
-        sp.add_argument("--algo", default="grpo", choices=sorted(PRESETS))
+        sp.add_argument("--algo", default="grpo", choices=sorted(PRESETS),
+                        help="preset from setpo.presets: loss mode, clip, lr, λ (default: grpo)")
         sp.add_argument("--lam", type=float, default=None, help="λ (default: the preset's)")
         sp.add_argument("--no-setpo", action="store_true", help="plain base algorithm (baseline run)")
-        sp.add_argument("--nnodes", type=int, default=1)
-        sp.add_argument("--n-gpus-per-node", type=int, default=8)
-        sp.add_argument("--val-n", type=int, default=d["val_n"].default)
-        sp.add_argument("--test-freq", type=int, default=d["test_freq"].default)
-        sp.add_argument("--save-freq", type=int, default=d["save_freq"].default)
-        sp.add_argument("--rollout-tp", type=int, default=d["rollout_tp"].default)
-        sp.add_argument("--gpu-memory-utilization", type=float, default=d["gpu_memory_utilization"].default)
-        sp.add_argument("--micro-batch-per-gpu", type=int, default=d["micro_batch_per_gpu"].default)
-        sp.add_argument("--embedding-device", default="auto")
-        sp.add_argument("--output-dir", default=d["output_dir"].default)
-        sp.add_argument("--experiment-name", default=None)
+        sp.add_argument("--nnodes", type=int, default=1, help="nodes in the Ray cluster (default: 1)")
+        sp.add_argument("--n-gpus-per-node", type=int, default=8, help="GPUs per node (default: 8)")
+        sp.add_argument("--val-n", type=int, default=d["val_n"].default,
+                        help="samples per validation prompt; Pass@1 = avg@N (default: %(default)s)")
+        sp.add_argument("--test-freq", type=int, default=d["test_freq"].default,
+                        help="validate every N steps (default: %(default)s)")
+        sp.add_argument("--save-freq", type=int, default=d["save_freq"].default,
+                        help="checkpoint every N steps; a rerun resumes from the last (default: %(default)s)")
+        sp.add_argument("--rollout-tp", type=int, default=d["rollout_tp"].default,
+                        help="vLLM tensor-parallel size (default: %(default)s)")
+        sp.add_argument("--gpu-memory-utilization", type=float, default=d["gpu_memory_utilization"].default,
+                        help="vLLM's share of GPU memory (default: %(default)s)")
+        sp.add_argument("--micro-batch-per-gpu", type=int, default=d["micro_batch_per_gpu"].default,
+                        help="sequences per GPU per forward/backward pass (default: %(default)s)")
+        sp.add_argument("--embedding-device", default="auto",
+                        help="where the SetPO embedder runs: auto (a GPU when visible), cuda or cpu")
+        sp.add_argument("--output-dir", default=d["output_dir"].default,
+                        help="checkpoints and overrides.txt go under OUTPUT_DIR/<experiment> (default: %(default)s)")
+        sp.add_argument("--experiment-name", default=None, help="run name (default: from the algorithm and λ)")
         sp.add_argument("--logger", default="console", help="comma-separated, e.g. console,wandb")
         sp.add_argument("--data-dir", default=None, help="where converted parquet files go")
         sp.add_argument("overrides", nargs="*", help="extra Hydra overrides for verl, applied last")
@@ -307,6 +330,8 @@ def launch_config_from_args(args) -> VerlLaunchConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The command line. A missing file or a bad setting raises FileNotFoundError / ValueError here;
+    ``python -m setpo.verl`` (``cli``) turns them into one line on stderr and exit status 2."""
     args = _parser().parse_args(argv)
     if not Path(args.model_path).expanduser().is_dir():
         raise FileNotFoundError(f"no model directory at {args.model_path!r}; set MODEL_PATH to a local copy, e.g. "
@@ -335,3 +360,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     auto_set_device(config)
     run_ppo(config, task_runner_class=setpo_task_runner())
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    """``python -m setpo.verl``: ``main``, with a missing path or a bad setting reported as one line (no
+    traceback) and exit status 2; ``scripts/run_setpo.sh`` runs this."""
+    try:
+        main(argv)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"python -m setpo.verl: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    return 0
