@@ -19,7 +19,7 @@ def progress_bar(total: int, desc: str = "", unit: str = "step"):
     from tqdm.auto import tqdm
 
     live = sys.stderr.isatty() or "ipykernel" in sys.modules
-    return tqdm(total=total, desc=desc, unit=unit, mininterval=0.1 if live else 10.0, dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, unit=unit, mininterval=0.1 if live else 10.0, miniters=1, dynamic_ncols=True)
 
 
 def markdown_table(rows: list[dict], fmt: Callable[[object], str] = str) -> str:
