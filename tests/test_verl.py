@@ -316,7 +316,7 @@ def test_cli_print_config_converts_raw_files_and_checks_paths(tmp_path, capsys):
     sv.main(argv)
     printed = capsys.readouterr().out.splitlines()
     assert "trainer.save_freq=7" in printed and "+algorithm.setpo.lam=0.2" in printed
-    converted = tmp_path / "data" / "setpo_verl" / "train.train.parquet"
+    converted = tmp_path / "data" / "setpo_verl" / "train.parquet"  # the launcher keeps one split name
     assert math_data.is_verl_parquet(converted)
     assert f"data.train_files=[{converted}]" in printed
     with pytest.raises(FileNotFoundError, match="MODEL_PATH"):
