@@ -202,7 +202,7 @@ def _assert_same(a: Path, b: Path):
 def test_countdown_interrupted_at_every_kind_of_moment_resumes_bit_for_bit(countdown):
     cfg, data, sft, root, straight = countdown
     run_dir = root / "interrupted"
-    rl = lambda *cb: run_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None, callbacks=list(cb))  # noqa: E731
+    rl = lambda *cb: run_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None, callbacks=list(cb))
 
     # 1. stopped before the first checkpoint, and killed while appending to probes.jsonl
     with pytest.raises(KeyboardInterrupt):
@@ -241,7 +241,7 @@ def test_checkpoints_fall_on_generation_boundaries():
 
 
 def test_damaged_checkpoint_files_are_named(countdown, tmp_path):
-    cfg, data, sft, root, _ = countdown
+    cfg, data, sft, _, _ = countdown
     cfg = replace(cfg, rl_steps=4)
     run_dir = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
@@ -291,3 +291,15 @@ def test_study_folder_refuses_another_config_or_a_missing_one(tmp_path):
     with pytest.raises(ValueError, match="no config.json"):
         run_study(replace(cfg, sft_lr=0.5), log=lambda *_: None)
     assert not (tmp_path / "study" / "config.json").exists()
+
+
+def test_damaged_finished_model_is_named(countdown, tmp_path):
+    from setpo.studies.countdown import load_trained
+
+    *_, sft, _, _ = countdown
+    broken = tmp_path / "sft" / "final"
+    shutil.copytree(sft, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"final cannot be loaded.*delete .*sft"):
+        load_trained(broken)

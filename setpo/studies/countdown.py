@@ -57,7 +57,6 @@ checkpoints, ``log_history.json``, ``probes.jsonl``: samples on fixed validation
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -455,6 +454,19 @@ def _clean_checkpoints(folder: Path) -> None:
         shutil.rmtree(ckpt, ignore_errors=True)
 
 
+def load_trained(model_dir: Path):
+    """(tokenizer, float32 model) of a finished stage; a damaged folder is a ValueError naming it."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    try:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
+    except Exception as e:  # noqa: BLE001 - truncated safetensors, missing or damaged config: all unusable
+        raise ValueError(f"{model_dir} cannot be loaded ({type(e).__name__}: {e}); delete {Path(model_dir).parent} "
+                         "to train that stage again") from None
+    return tokenizer, model
+
+
 def probe_sampler(probes: Sequence[CountdownInstance], tokenizer, n: int, seed: int):
     """``sample(model, step)`` for ``setpo.trl.probe_callback``: n completions per fixed probe problem, as
     {"problem", "numbers", "target", "text", "expression", "reward", "canonical"} records."""
@@ -479,7 +491,6 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     TrainerCallbacks (the tests use one to interrupt a run).
     """
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
 
@@ -487,9 +498,8 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     if (final / "done.json").exists():
         return final
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(init_dir), local_files_only=True)
+    tokenizer, model = load_trained(init_dir)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(str(init_dir), local_files_only=True, dtype=torch.float32)
     g = run.group_size
     per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
     args = config_for(
@@ -514,12 +524,9 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
 def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
                    temperature: float, path: Path) -> dict:
     """Sample ``cfg.eval_samples`` completions per problem and score them; cached in ``path``."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-
     if path.exists():
         return read_json(path, "delete it to evaluate again")
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
+    tokenizer, model = load_trained(model_dir)
     t0 = time.time()
     samples = sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
                                  temperature, cfg.eval_top_p, cfg.rl_max_completion_length,

@@ -19,7 +19,6 @@ SetGRPO over seeds and prints the table. Run: ``python -m setpo.studies.rubric -
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
