@@ -21,7 +21,8 @@ from transformers import TrainerCallback
 
 import setpo.studies.toy as toy
 from setpo.records import ROOT
-from setpo.studies.countdown import CountdownLMConfig, RLRun, claim_folder, make_data, run_rl, run_sft, run_study
+from setpo.studies.countdown import (CountdownLMConfig, RLRun, claim_folder, load_config, make_data, run_rl, run_sft,
+                                     run_study)
 from setpo.studies.sampling import sample_completions
 from setpo.studies.toy import ToyConfig, train
 from setpo.trl import SetPOConfig
@@ -281,6 +282,9 @@ def test_study_folder_refuses_another_config_or_a_missing_one(tmp_path):
     cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
     claim_folder(cfg)
     claim_folder(replace(cfg, threads=4, rl_save_steps=4))  # neither changes a result
+    old = json.loads((tmp_path / "study" / "config.json").read_text())
+    (tmp_path / "study" / "config.json").write_text(json.dumps({**old, "rl_save_steps": 25}))  # before the rule
+    assert load_config(tmp_path / "study").rl_save_steps == 26
     with pytest.raises(ValueError, match=r"different config.*rl_steps.*sft_lr"):
         claim_folder(replace(cfg, sft_lr=0.5, rl_steps=4))
     (tmp_path / "study" / "config.json").write_text('{"seed": 0, "n_tr')

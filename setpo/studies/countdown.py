@@ -307,7 +307,10 @@ RESULT_NEUTRAL_FIELDS = ("out", "threads", "rl_save_steps")
 def load_config(out: str | Path) -> CountdownLMConfig:
     """The config a study was run with (``<out>/config.json``)."""
     path = Path(out) / "config.json"
-    return CountdownLMConfig(**read_json(path, f"restore it or delete {Path(out)} to start over"))
+    saved = read_json(path, f"restore it or delete {Path(out)} to start over")
+    if saved.get("rl_save_steps", 0) % STEPS_PER_GENERATION:  # a folder from before the rule; result-neutral
+        saved["rl_save_steps"] += STEPS_PER_GENERATION - saved["rl_save_steps"] % STEPS_PER_GENERATION
+    return CountdownLMConfig(**saved)
 
 
 def config_differences(old: dict, new: dict) -> list[str]:
