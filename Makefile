@@ -16,14 +16,17 @@ demo: $(VENV)/.deps-notebooks
 test: $(VENV)/.deps-test
 	$(PY) -m pytest -q
 
-bench: $(VENV)/.deps-test
+bench: $(VENV)/.deps-lab
 	$(PY) -m setpo.cli bench
 
-figures: $(VENV)/.deps-test
+# Runs notebooks 01, 02, 03 and 05 in full: writes figures/ and saves each notebook back with its outputs.
+figures: $(VENV)/.deps-lab
 	$(PY) -m setpo.cli figures
 
-lab: $(VENV)/.deps-test
-	$(PY) -m jupyter lab notebooks/
+# What the notebooks need (extra `lab`: figures + TRL and the embedders), not verl or Ray. Containers often
+# run as root, where Jupyter refuses to start without --allow-root.
+lab: $(VENV)/.deps-lab
+	$(PY) -m jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "setpo needs Python 3.10 or newer, found " + sys.version.split()[0]'

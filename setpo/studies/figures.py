@@ -319,7 +319,7 @@ def trajectory_figure(frame, title: str = "", background: np.ndarray | None = No
             colour = _stage_colour(si, len(steps))
             fig.add_trace(go.Scatter(
                 x=d["x"].tolist(), y=d["y"].tolist(), mode="markers", name=f"step {step}", legendgroup=f"step{step}",
-                showlegend=col == 1, customdata=[[g, ok, h] for g, ok, h in zip(group, correct, hover)],
+                showlegend=False, customdata=[[g, ok, h] for g, ok, h in zip(group, correct, hover)],
                 marker=dict(color=colour, size=sizes, symbol=symbols, opacity=0.75, line=dict(width=1, color=colour)),
                 hovertemplate=f"{panel} · step {step} · {group_name} %{{customdata[0]}}"
                               + (" · correct %{customdata[1]}" if has_correct else "")
@@ -336,6 +336,10 @@ def trajectory_figure(frame, title: str = "", background: np.ndarray | None = No
                 hoverinfo="text"), row=1, col=col)
         fig.update_xaxes(showticklabels=False, row=1, col=col)
         fig.update_yaxes(showticklabels=False, row=1, col=col)
+    for si, step in enumerate(steps):  # legend keys (filled circles whatever the first point's shape); no points
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"step {step}", legendgroup=f"step{step}",
+                                 customdata=[], marker=dict(symbol="circle", size=8, color=_stage_colour(si, len(steps)))),
+                      row=1, col=1)
     if has_correct:  # legend keys for the marker fill; they hold no points
         for ok in (True, False):
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="correct" if ok else "wrong",
