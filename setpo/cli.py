@@ -7,13 +7,13 @@ Only `figures` writes the committed figures/ folder; `demo` writes to runs/demo/
 from __future__ import annotations
 
 import argparse
-import math
 import runpy
 import sys
 import time
 from pathlib import Path
 
 from setpo.records import ROOT
+from setpo.studies.arguments import Parser, nonnegative_float, positive_int
 
 # Notebooks whose full run regenerates committed figures (04 needs a GPU and is run by hand).
 FIGURE_NOTEBOOKS = [
@@ -27,33 +27,6 @@ FIGURES_DIR = ROOT / "figures"        # committed: written only by `setpo figure
 
 
 # ---- argument checking shared by every command line of the package ------------------------------------
-
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (``prog: error: ...``) and exit status 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
-
-
-def nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return value
-
 
 # ---- commands -----------------------------------------------------------------------------------------
 

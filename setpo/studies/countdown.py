@@ -672,7 +672,7 @@ def results_markdown(cfg: CountdownLMConfig, summary: dict) -> str:
 
 def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
     """The config and stages a command line asks for, every value checked before any work starts."""
-    from setpo.cli import Parser
+    from setpo.studies.arguments import Parser
 
     p = Parser(prog="python -m setpo.studies.countdown", description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group(required=True)

@@ -358,7 +358,7 @@ def invariance_table(transforms=((0.5, -1.0), (1.0, 0.0), (2.0, 1.0), (3.0, -2.0
 
 
 def main(argv=None) -> int:
-    from setpo.cli import Parser, positive_int
+    from setpo.studies.arguments import Parser, positive_int
 
     p = Parser(prog="python -m setpo.studies.rubric",
                description="GRPO vs SetGRPO on the rubric toy (true-quality reward at the end)")
