@@ -8,7 +8,9 @@ repeats, so machine noise hits every candidate alike):
   matmul floor         the one batched matmul that forms the Gram matrix, which any exact method needs
   definition           recompute D on every reduced set (O(G³) per group, a Python loop)
 and the peak extra memory of setpo_advantages (peak RSS of a fresh process above what holds the inputs),
-in units of one B·G² float32 matrix. Writes runs/bench/estimator.md.
+in units of one B·G² float32 matrix. The targets, each printed with its measured value and PASS / FAIL:
+setpo / floor <= 2 at (512, 16, 1024); definition / setpo >= 50 at G = 16; peak extra memory <= 8 B·G²
+float32 matrices at G >= 16. Writes runs/bench/estimator.md (and .json).
 
 Run: `make bench` (all benchmarks) or `python benchmarks/estimator.py`.
 """
@@ -67,6 +69,22 @@ print(status("VmHWM") - before)
     return int(out.stdout.strip().splitlines()[-1])
 
 
+# "peak extra memory O(B·G²)": at most this many B·G² float32 matrices where that unit is not dwarfed by fixed
+# allocations (G >= 16; at (64, 8) one matrix is 16 KiB)
+MAX_PEAK_MATRICES = 8
+
+
+def target_rows(rows: list[dict]) -> list[dict]:
+    """Each target of this benchmark, the measured value, and whether it was met."""
+    at = {(r["B"], r["G"], r["d"]): r for r in rows}
+    g16 = [r for r in rows if r["G"] == 16]
+    checks = [("setpo / floor <= 2 at (512, 16, 1024)", at[(512, 16, 1024)]["setpo / floor"], lambda v: v <= 2),
+              ("definition / setpo >= 50 at G = 16", min(r["definition / setpo"] for r in g16), lambda v: v >= 50),
+              (f"peak extra memory <= {MAX_PEAK_MATRICES} B·G² float32 matrices (O(B·G²)) at G >= 16",
+               max(r["peak extra / (B·G²·4 B)"] for r in rows if r["G"] >= 16), lambda v: v <= MAX_PEAK_MATRICES)]
+    return [{"target": name, "measured": value, "met": "PASS" if ok(value) else "FAIL"} for name, value, ok in checks]
+
+
 def main() -> None:
     torch.manual_seed(0)
     rows = []
@@ -104,11 +122,11 @@ def main() -> None:
             "B·G²·d·4 B would be (MiB)": round(b * g * g * d * 4 / 2**20),
         })
     table = markdown_table(rows)
+    checks = target_rows(rows)
     note = (f"\nCPU float32, torch {torch.__version__}, {torch.get_num_threads()} threads; medians of interleaved "
-            "repeats. Targets: setpo/floor <= 2 at (512, 16, 1024); definition/setpo >= 50 at G = 16; "
-            "peak extra memory O(B·G²).\n")
+            "repeats.\n\nTargets\n\n" + markdown_table(checks) + "\n")
     out = write_bench_report("estimator", table + "\n" + note)
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    out.with_suffix(".json").write_text(json.dumps({"rows": rows, "targets": checks}, indent=1))
 
 
 if __name__ == "__main__":
