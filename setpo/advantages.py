@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from setpo.diversity import diversity_marginals
+from setpo.diversity import DIVERSITY_TERMS
 from setpo.groups import Groups, as_tensor, check_finite, check_real
 
 Estimator = Callable[[torch.Tensor, "torch.Tensor | None", float], torch.Tensor]
@@ -131,8 +131,13 @@ def group_advantages(rewards, index=None, *, group_size: int | None = None, esti
 
 
 def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None, lam: float = 0.05,
-                     estimator: str = "grpo", eps: float = 1e-6, return_marginals: bool = False):
+                     estimator: str = "grpo", eps: float = 1e-6, return_marginals: bool = False,
+                     diversity: str = "setpo"):
     """SetPO advantages Â_i = Ā_i + λ · s_i.
+
+    diversity: which term s_i is, by name in ``setpo.diversity.DIVERSITY_TERMS``: "setpo" (the paper's
+        leave-one-out marginal, the default) or "pairwise" (the local baseline: minus the mean similarity to
+        the rest of the group), for comparisons.
 
     rewards: (N,), emb: (N, d) embeddings of the complete responses (rows aligned with rewards).
     lam: the marginal weight λ, finite and >= 0 (the paper's value for each algorithm is in
@@ -142,7 +147,9 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
     """
     lam = check_real(lam, "lam", minimum=0.0)
     _check_estimator(estimator)
-    s = diversity_marginals(emb, index, group_size=group_size)
+    if not isinstance(diversity, str) or diversity not in DIVERSITY_TERMS:
+        raise ValueError(f"unknown diversity term {diversity!r}; registered: {sorted(DIVERSITY_TERMS)}")
+    s = DIVERSITY_TERMS[diversity](emb, index, group_size=group_size)
     r = as_tensor(rewards, name="rewards", device=s.device)
     if r.ndim != 1 or r.shape[0] != s.shape[0]:
         raise ValueError(f"rewards has shape {tuple(r.shape)} but emb has {s.shape[0]} rows; expected ({s.shape[0]},)")

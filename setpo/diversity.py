@@ -151,3 +151,26 @@ def diversity_marginals(emb, index=None, *, group_size: int | None = None) -> to
     # Padded slots are filled with 1.0 so their norm is not zero; kernel_marginals masks them out.
     k = _cosine_kernel(groups.pad(e, fill=1.0))
     return groups.unpad(kernel_marginals(k, groups.valid()))
+
+
+def pairwise_similarity_penalty(emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
+    """The local pairwise baseline SetPO argues against: minus each rollout's mean similarity to the rest
+    of its group, -m̂(o_i; Ω) = -1/(|Ω|-1) · Σ_{z≠i} k(o_i, z).
+
+    It rewards being far from the others on average, one pair at a time, where SetPO credits what a rollout
+    adds to the diversity of the whole set. Same inputs and shapes as ``diversity_marginals``; groups need at
+    least 2 rollouts. Returns (N,) values in [-1, 0].
+    """
+    e = _as_embeddings(emb)
+    groups = Groups.build(e.shape[0], index, group_size, device=e.device)
+    groups.require_min_size(2, "the pairwise similarity penalty")
+    k = _cosine_kernel(groups.pad(e, fill=1.0))
+    valid = groups.valid()
+    keep = pair_mask(valid, k.shape[-1], k.device)
+    n = k.new_full((k.shape[0], 1), k.shape[-1]) if valid is None else valid.sum(-1, keepdim=True).to(k.dtype)
+    return groups.unpad(-(k * keep).sum(-1) / (n - 1))
+
+
+#: Diversity terms d_i that can be added to a base advantage as Ā_i + λ·d_i, by name: SetPO's leave-one-out
+#: marginal, and the local pairwise penalty it is compared with. Each is fn(emb, index, group_size=) -> (N,).
+DIVERSITY_TERMS = {"setpo": diversity_marginals, "pairwise": pairwise_similarity_penalty}

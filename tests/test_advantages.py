@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import setpo
-from setpo.advantages import ADVANTAGE_ESTIMATORS, register_estimator
+from setpo.advantages import ADVANTAGE_ESTIMATORS, group_advantages, register_estimator, setpo_advantages
 from setpo.presets import PRESETS, get_preset
 
 
@@ -111,3 +111,32 @@ def test_output_on_input_device_and_dtype():
     assert out.dtype == torch.float64 and out.device.type == "cpu"
     assert setpo.setpo_advantages(r.astype(np.float32), emb).dtype == torch.float32
     assert setpo.setpo_advantages(r.astype(np.float32), emb.astype(np.float64)).dtype == torch.float64
+
+
+def test_pairwise_penalty_is_minus_the_mean_similarity_to_the_rest():
+    from setpo.diversity import DIVERSITY_TERMS, cosine_kernel, pairwise_similarity_penalty
+
+    gen = torch.Generator().manual_seed(3)
+    emb = torch.randn(7, 5, generator=gen, dtype=torch.float64)
+    index = [0, 1, 0, 1, 0, 1, 1]                            # ragged: groups of 3 and 4, interleaved
+    got = pairwise_similarity_penalty(emb, index)
+    for gid in (0, 1):
+        rows = [i for i, x in enumerate(index) if x == gid]
+        k = cosine_kernel(emb[rows])
+        expect = -(k.sum(-1) - 1.0) / (len(rows) - 1)
+        torch.testing.assert_close(got[rows], expect)
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
+    adv = setpo_advantages(rewards, emb, index, lam=0.3, diversity="pairwise")
+    torch.testing.assert_close(adv, group_advantages(rewards, index) + 0.3 * got)
+    assert set(DIVERSITY_TERMS) >= {"setpo", "pairwise"}
+    with pytest.raises(ValueError, match="unknown diversity term"):
+        setpo_advantages(rewards, emb, index, diversity="entropy")
+
+
+def test_pairwise_penalty_bounds():
+    from setpo.diversity import pairwise_similarity_penalty
+
+    assert torch.equal(pairwise_similarity_penalty(torch.eye(4)), torch.zeros(4))      # all orthogonal
+    assert torch.allclose(pairwise_similarity_penalty(torch.ones(3, 2)), -torch.ones(3))  # all the same
+    with pytest.raises(ValueError, match="at least 2"):
+        pairwise_similarity_penalty(torch.eye(3), index=[0, 0, 1])
