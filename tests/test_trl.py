@@ -108,6 +108,38 @@ def test_lambda_adds_exactly_lambda_times_marginals(tiny, tmp_path):
     assert setpo.last_setpo_batch["texts"] == texts
 
 
+@pytest.mark.parametrize("term,units", [("pairwise", "absolute"), ("setpo", "term_std")])
+def test_diversity_term_and_lambda_units(tiny, tmp_path, term, units):
+    from setpo.advantages import flat_groups
+    from setpo.diversity import DIVERSITY_TERMS
+
+    tok, model = tiny
+    lam = 0.3
+    base = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward,
+                        args=SetPOConfig(**_common(tmp_path / "a"), setpo_lambda=0.0, setpo_log_diversity=False),
+                        train_dataset=_dataset(), processing_class=tok)
+    tr = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward,
+                      args=SetPOConfig(**_common(tmp_path / "b"), setpo_lambda=lam, setpo_diversity=term,
+                                       setpo_lambda_units=units),
+                      train_dataset=_dataset(), processing_class=tok, embedder=HashedNgramEmbedder(64))
+    a, b = _score(base), _score(tr)
+    texts = tok.batch_decode(a["completion_ids"], skip_special_tokens=True)
+    d = DIVERSITY_TERMS[term](HashedNgramEmbedder(64)(texts), group_size=G)
+    if units == "term_std":
+        d = d / d.std()
+    torch.testing.assert_close(b["advantages"], a["advantages"] + lam * d, rtol=0, atol=1e-5)
+    rewards = torch.tensor(digit_reward(texts), dtype=torch.float64)
+    expect_flat = float(flat_groups(rewards, group_size=G).double().mean())
+    assert tr._metrics["train"]["setpo/flat_group_fraction"][-1] == pytest.approx(expect_flat)
+
+
+def test_unknown_term_or_units_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="setpo_diversity"):
+        SetPOConfig(**_common(tmp_path), setpo_diversity="entropy")
+    with pytest.raises(ValueError, match="setpo_lambda_units"):
+        SetPOConfig(**_common(tmp_path), setpo_lambda_units="sigma")
+
+
 def test_unscorable_rows_keep_zero_advantage(tiny, tmp_path):
     tok, model = tiny
     tr = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=odd_none_reward,

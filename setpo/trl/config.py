@@ -8,7 +8,10 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from setpo.diversity import DIVERSITY_TERMS
 from setpo.presets import PRESETS, AlgorithmPreset
+
+LAMBDA_UNITS = ("absolute", "term_std")
 
 # The presets' loss aggregation -> TRL's loss_type of the same aggregation.
 TRL_LOSS_TYPE = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
@@ -51,6 +54,13 @@ class SetPOConfig(GRPOConfig):
         the trainer is plain GRPOTrainer.
     setpo_correct_reward: a response counts as correct for ``setpo/distinct_correct`` when its total
         (weighted) reward is at least this.
+    setpo_diversity: the diversity term d added as λ·d: "setpo" (the paper's leave-one-out marginal s) or
+        "pairwise" (the local baseline: minus the mean similarity to the rest of the group), by name in
+        ``setpo.diversity.DIVERSITY_TERMS``.
+    setpo_lambda_units: "absolute" (the paper: λ·d as is) or "term_std", an opt-in of ours: d is divided by its
+        standard deviation over the generation batch, so that λ is in units of the term's own spread (with an
+        embedder that puts every response at cosine 0.9, s spans ~0.01 and an absolute λ has to be re-tuned
+        for each embedder; in these units it does not). A batch whose d has no spread (std < 1e-6) adds nothing.
     """
 
     learning_rate: float = field(default=_GRPO["learning_rate"], metadata={"help": "AdamW learning rate."})
@@ -66,6 +76,9 @@ class SetPOConfig(GRPOConfig):
     embedder_batch_size: int = field(default=64, metadata={"help": "Texts per embedder forward pass."})
     setpo_log_diversity: bool = field(default=True, metadata={"help": "Log diversity metrics even when λ = 0."})
     setpo_correct_reward: float = field(default=1.0, metadata={"help": "Reward at which a response is correct."})
+    setpo_diversity: str = field(default="setpo", metadata={"help": "Diversity term: 'setpo' or 'pairwise'."})
+    setpo_lambda_units: str = field(default="absolute",
+                                    metadata={"help": "'absolute' (the paper) or 'term_std' (λ in units of d's std)."})
 
     def __post_init__(self):
         super().__post_init__()
@@ -74,6 +87,10 @@ class SetPOConfig(GRPOConfig):
         if self.setpo_lambda != 0 and self.num_generations < 3:
             raise ValueError(f"SetPO needs num_generations >= 3 (the leave-one-out set needs two members), "
                              f"got {self.num_generations}")
+        if self.setpo_diversity not in DIVERSITY_TERMS:
+            raise ValueError(f"setpo_diversity must be one of {sorted(DIVERSITY_TERMS)}, got {self.setpo_diversity!r}")
+        if self.setpo_lambda_units not in LAMBDA_UNITS:
+            raise ValueError(f"setpo_lambda_units must be one of {LAMBDA_UNITS}, got {self.setpo_lambda_units!r}")
         if self.embedder_batch_size < 1:
             raise ValueError(f"embedder_batch_size must be >= 1, got {self.embedder_batch_size}")
 

@@ -31,9 +31,11 @@ GRPO and DAPO) is TRL's "dapo", and "seq-mean-token-mean" (GSPO) is TRL's "grpo"
 
 Logged per step (TRL's ``_metrics``; they reach ``trainer.state.log_history`` and any reporter):
 ``setpo/s_mean``, ``setpo/s_std``, ``setpo/lambda_s_over_adv`` (mean |λ s| / mean |Ā|),
-``setpo/pairwise_similarity`` (mean off-diagonal kernel within groups) and ``setpo/distinct_correct``
+``setpo/pairwise_similarity`` (mean off-diagonal kernel within groups), ``setpo/distinct_correct``
 (mean number of distinct correct responses per group; "correct" is total reward >= ``setpo_correct_reward``
-and "distinct" is by the trainer's ``solution_key``, the stripped text by default).
+and "distinct" is by the trainer's ``solution_key``, the stripped text by default) and
+``setpo/flat_group_fraction`` (groups whose rewards are all equal: GRPO's advantage is 0 there, so λ·s is the
+whole signal). s statistics are of the raw term, before ``setpo_lambda_units`` rescales it.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from setpo.completions import completion_text
-from setpo.diversity import diversity_marginals
+from setpo.advantages import flat_groups
+from setpo.diversity import DIVERSITY_TERMS
 from setpo.embed import Embedder, load_embedder
 from setpo.metrics import mean_pairwise_similarity
 from setpo.trl.config import SetPOConfig
@@ -139,20 +142,24 @@ class SetPOTrainer(GRPOTrainer):
             return output  # only possible in eval with num_generations_eval < 3; s is undefined there
 
         emb, texts = gather_embeddings(self.accelerator, self.embedder, completions)  # (N_all, d)
-        s = diversity_marginals(emb, group_size=group_size)                    # (N_all,)
+        s = DIVERSITY_TERMS[self.args.setpo_diversity](emb, group_size=group_size)   # (N_all,)
         # Rows no reward function could score get no advantage from TRL; keep them that way.
         unscorable = torch.isnan(rewards_per_func).all(dim=1).to(s.device)
         s = s.masked_fill(unscorable, 0.0)
+        term = s
+        if self.args.setpo_lambda_units == "term_std":  # opt-in: λ in units of the term's spread in this batch
+            spread = float(s.std()) if s.numel() > 1 else 0.0
+            term = s / spread if spread >= 1e-6 else torch.zeros_like(s)
 
         adv = output["advantages"]
         n_local = adv.shape[0]
         pi = self.accelerator.process_index
         lam = self.args.setpo_lambda
-        lam_s_local = lam * s[pi * n_local:(pi + 1) * n_local].to(adv.dtype)
+        lam_s_local = lam * term[pi * n_local:(pi + 1) * n_local].to(adv.dtype)
         base_abs = adv.abs().mean()
         if lam != 0:
             output["advantages"] = adv + lam_s_local
-            self._patch_logged_advantages(lam * s.cpu())
+            self._patch_logged_advantages(lam * term.cpu())
 
         # Metrics, computed on the gathered batch (identical on every process).
         weights = self.reward_weights.to(rewards_per_func.device)
@@ -168,6 +175,9 @@ class SetPOTrainer(GRPOTrainer):
         m["setpo/lambda_s_over_adv"].append(float(ratio[0] / ratio[1]) if float(ratio[1]) > 0 else float("nan"))
         m["setpo/pairwise_similarity"].append(stats["pairwise_similarity"])
         m["setpo/distinct_correct"].append(stats["distinct_correct"])
+        # groups whose rewards are all equal: GRPO's advantage is 0 there and λ·s is the whole signal
+        flat = flat_groups(total.double(), group_size=group_size)
+        m["setpo/flat_group_fraction"].append(float(flat.double().mean()))
         self.last_setpo_batch = {"texts": all_texts, "rewards": total.cpu(), "s": s.cpu(),
                                  "emb": emb.float().cpu(), "group_size": group_size, "mode": mode}
         return output
