@@ -11,8 +11,15 @@ import pytest
 from plotly.subplots import make_subplots
 
 from setpo.studies import explain
-from setpo.studies.figures import (line_grid, plotly_to_png, project_2d, run_record, save_figure, save_table,
-                                   trajectory_figure)
+from setpo.studies.figures import (
+    line_grid,
+    plotly_to_png,
+    project_2d,
+    run_record,
+    save_figure,
+    save_table,
+    trajectory_figure,
+)
 from setpo.studies.notebook_runs import clean_outputs
 
 

@@ -129,7 +129,8 @@ def write_results(cfg: CountdownLMConfig, summary: dict, out_dir: str | Path, re
     from setpo.studies.countdown import results_markdown
     from setpo.studies.figures import embedder_name, save_table
 
-    table = results_markdown(cfg, summary).replace(f"embedder {cfg.embedder}.", f"embedder {embedder_name(cfg.embedder)}.")
+    real_name = f"embedder {embedder_name(cfg.embedder)}."
+    table = results_markdown(cfg, summary).replace(f"embedder {cfg.embedder}.", real_name)
     path = save_table(table, Path(out_dir) / "fig3_countdown_results",
                       {**record, "results": summary},
                       note=f"Made by `{record['command']}`; configuration, seeds and versions in "

@@ -10,7 +10,7 @@ drawn from that same Figure, and a run record; plus the builders that several st
   (``make figures`` sets it, so committed notebooks hold small images, not megabytes of JavaScript).
 - Builders: ``line_grid`` (panels of curves: pass@k, training curves, sweeps) and ``trajectory_figure`` (one
   embedding-trajectory figure for the toy, Countdown and math studies), with ``project_2d`` /
-  ``project_texts`` for the 2-D maps. The static renderer lives in ``setpo.studies.static_render``.
+  ``project_texts`` for the 2-D maps. The static renderer (``plotly_to_png``) lives in ``setpo.studies.static_render``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from setpo.studies.static_render import plotly_to_png, static_figure  # noqa: F401  (re-exported)
+from setpo.studies.static_render import plotly_to_png
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 STATIC_ENV = "SETPO_STATIC_FIGURES"
@@ -189,7 +189,6 @@ def project_2d(x: np.ndarray, method: str = "umap", seed: int = 0) -> np.ndarray
         return centred @ vt[:2].T
     if method == "umap":
         import torch
-
         import umap  # imported here: it compiles with numba on first use, which takes a while
 
         threads = torch.get_num_threads()  # numba's start-up can change torch's thread count; keep it
@@ -338,7 +337,8 @@ def trajectory_figure(frame, title: str = "", background: np.ndarray | None = No
         fig.update_yaxes(showticklabels=False, row=1, col=col)
     for si, step in enumerate(steps):  # legend keys (filled circles whatever the first point's shape); no points
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"step {step}", legendgroup=f"step{step}",
-                                 customdata=[], marker=dict(symbol="circle", size=8, color=_stage_colour(si, len(steps)))),
+                                 customdata=[],
+                                 marker=dict(symbol="circle", size=8, color=_stage_colour(si, len(steps)))),
                       row=1, col=1)
     if has_correct:  # legend keys for the marker fill; they hold no points
         for ok in (True, False):

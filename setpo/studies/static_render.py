@@ -137,7 +137,8 @@ def _scatter(ax, tr, default_colour, colourbars):
             colours = [_colour(c) or line_colour for c in _as_list(m.color, n)]
         sizes = np.asarray(_as_list(m.size if m.size is not None else 6, n), dtype=float)
         symbols = [s or "circle" for s in _as_list(m.symbol, n)]
-        edge = _colour(m.line.color) if m.line and m.line.color and not isinstance(m.line.color, (list, tuple)) else None
+        single_edge = m.line and m.line.color and not isinstance(m.line.color, (list, tuple))
+        edge = _colour(m.line.color) if single_edge else None
         alpha = (1.0 if m.opacity is None else m.opacity) * opacity
         for sym in dict.fromkeys(symbols):
             idx = [i for i, s in enumerate(symbols) if s == sym]

@@ -281,8 +281,8 @@ def _parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument("--model-path", required=True, help="local base model directory (MODEL_PATH)")
         sp.add_argument("--train-file", required=True,
-                        help="training data (TRAIN_FILE): verl parquet or raw GSM8K/MATH parquet/jsonl; comma-separated "
-                             "list allowed")
+                        help="training data (TRAIN_FILE): verl parquet or raw GSM8K/MATH parquet/jsonl; "
+                             "comma-separated list allowed")
         sp.add_argument("--val-file", required=True, help="validation data (VAL_FILE), as --train-file")
         sp.add_argument("--embedding-model", default=d["embedding_model"].default,
                         help="local sentence-transformers dir (paper: Qwen3-Embedding-0.6B), 'default' or 'hash'")
