@@ -31,20 +31,11 @@ FIGURES_DIR = ROOT / "figures"        # committed: written only by `setpo figure
 # ---- commands -----------------------------------------------------------------------------------------
 
 def run_notebook(name: str, out_dir: Path, smoke: bool = False, **params) -> Path:
-    """Execute notebooks/<name>.ipynb headless with papermill; figures go to out_dir (passed as the notebook's
-    OUT_DIR parameter, always explicitly), the executed notebook to runs/notebooks/."""
-    import papermill
+    """Execute notebooks/<name>.ipynb headless (``setpo.studies.notebook_runs``); figures go to out_dir (passed
+    as the notebook's OUT_DIR, always explicitly), the executed notebook to runs/notebooks/."""
+    from setpo.studies.notebook_runs import execute_notebook
 
-    src = ROOT / "notebooks" / f"{name}.ipynb"
-    if not src.exists():
-        raise FileNotFoundError(f"no notebook {src}")
-    out_dir = Path(out_dir).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    executed = ROOT / "runs" / "notebooks" / f"{name}{'.smoke' if smoke else ''}.ipynb"
-    executed.parent.mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(str(src), str(executed), cwd=str(src.parent), progress_bar=False,
-                               parameters={"SMOKE": smoke, "OUT_DIR": str(out_dir), **params})
-    return executed
+    return execute_notebook(name, Path(out_dir), smoke=smoke, **params)
 
 
 def cmd_demo(args) -> None:
@@ -69,7 +60,9 @@ def cmd_figures(args) -> None:
     for i, name in enumerate(args.names, 1):
         print(f"== [{i}/{len(args.names)}] notebooks/{name}.ipynb -> {out_dir} ...", flush=True)
         t0 = time.time()
-        executed = run_notebook(name, out_dir)
+        # writing the committed figures also saves the notebook back with its (static-image) outputs
+        executed = run_notebook(name, out_dir, save_to_notebook=out_dir.resolve() == FIGURES_DIR.resolve(),
+                                log_output=True)
         print(f"   done in {time.time() - t0:.0f} s (executed copy: {executed})", flush=True)
     print(f"== {len(args.names)} notebooks in {time.time() - t_all:.0f} s", flush=True)
 

@@ -93,12 +93,14 @@ def test_only_figures_writes_the_committed_figures(monkeypatch, tmp_path, capsys
     assert Path(cli.parse_args(["figures"]).out_dir) == ROOT / "figures"
     assert "runs/" in (ROOT / ".gitignore").read_text().split()
     calls = []
-    import papermill
+    from setpo.studies import notebook_runs
 
-    monkeypatch.setattr(papermill, "execute_notebook", lambda src, dst, **kw: calls.append(kw["parameters"]))
+    monkeypatch.setattr(notebook_runs, "execute_notebook",
+                        lambda name, out_dir, **kw: calls.append((Path(out_dir).resolve(), kw)) or tmp_path / "x")
     monkeypatch.setattr(cli, "ROOT", ROOT)
     cli.main(["figures", "01_toy_mode_collapse", "--out-dir", str(tmp_path)])
-    assert calls == [{"SMOKE": False, "OUT_DIR": str(tmp_path.resolve())}]  # always passed explicitly
+    # OUT_DIR always passed explicitly; a scratch folder does not save the notebook back
+    assert calls == [(tmp_path.resolve(), {"smoke": False, "save_to_notebook": False, "log_output": True})]
     out = capsys.readouterr().out
     assert "[1/1] notebooks/01_toy_mode_collapse.ipynb" in out and "done in" in out
 

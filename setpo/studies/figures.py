@@ -416,11 +416,3 @@ def toy_trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, promp
                                   "mode, stars: correct modes), and each mode's probability mass")
     return fig, {"figure": fig, "frame": frame, "stars": stars, "correct": correct, "labels": list(runs),
                  "background": xy_all}
-
-
-def toy_trajectory_png(data: dict, mode_curves: dict | None, path: Path) -> Path:
-    """The static twin of Figure 1: the same Figure as its HTML (``data["figure"]``), drawn by ``plotly_to_png``.
-
-    mode_curves is unused (the Figure already holds the mode-mass row); kept for callers that pass it.
-    """
-    return plotly_to_png(data["figure"], path)

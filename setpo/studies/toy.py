@@ -329,29 +329,21 @@ def summary_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> l
 DEMO_VARIANTS = {"GRPO": {"setpo": False}, "SetPO+GRPO": {"setpo": True}}
 
 
-def mode_mass_curves(runs: dict[str, ToyRun]) -> dict[str, tuple[list[int], list[list[float]]]]:
-    """label -> (steps, per-step mode masses) of each run, for the mode-mass-over-training plots."""
-    return {label: ([h["step"] for h in r.history], [h["mode_mass"] for h in r.history]) for label, r in runs.items()}
-
-
 def write_figure1(results: dict[str, list[ToyRun]], out_dir: Path, projection: str, command: str):
     """Figure 1 from each variant's first seed: .html, .png and a .json record of config, seeds and table.
 
     Returns (plotly figure, html path, png path). Used by `make demo` and notebook 01 alike.
     """
-    from setpo.studies.figures import save_plotly, toy_trajectory_figure, toy_trajectory_png
+    from setpo.studies.figures import run_record, save_figure, toy_trajectory_figure
 
     first = {label: runs[0] for label, runs in results.items()}
-    fig, data = toy_trajectory_figure(first, method=projection)
-    stem = Path(out_dir) / "fig1_toy_mode_collapse"
-    html, png = save_plotly(fig, stem), toy_trajectory_png(data, mode_mass_curves(first), stem)
+    fig, _ = toy_trajectory_figure(first, method=projection)
     runs = next(iter(results.values()))
-    write_json(stem.with_suffix(".json"), {
-        "command": command, "config": asdict(runs[0].config), "seeds": [r.config.seed for r in runs],
-        "variants": {label: {k: getattr(rs[0].config, k) for k in ("algo", "setpo", "lam")}
-                     for label, rs in results.items()},
-        "projection": projection,
-        "rows": coverage_rows(results)})
+    html, png = save_figure(fig, Path(out_dir) / "fig1_toy_mode_collapse", run_record(
+        command, config=asdict(runs[0].config), seeds=[r.config.seed for r in runs],
+        uses={"projection": projection},
+        variants={label: {k: getattr(rs[0].config, k) for k in ("algo", "setpo", "lam")} for label, rs in results.items()},
+        projection=projection, rows=coverage_rows(results)))
     return fig, html, png
 
 
