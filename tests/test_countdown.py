@@ -239,6 +239,20 @@ def test_random_text_never_raises(body):
         ("(-2-3)*4", "-((2+3)*4)"),
         ("10 - 3 * (-2)", "10 + 3 * 2"),
         (" 3 +\n4 ", "4+3"),
+        # a sign moves between the factors of a product and out into the sum around it
+        ("9-(5-2)*3", "9+(2-5)*3"),
+        ("3-(2-5)*7", "(5-2)*7+3"),
+        ("3+(2-5)*(-7)", "(5-2)*7+3"),
+        ("4*(3-5)", "-(4*(5-3))"),
+        ("(2-5)*(3-7)", "(5-2)*(7-3)"),
+        ("(2-5)/(3-7)", "(5-2)/(7-3)"),  # numerator and denominator both flipped
+        ("(2-5)/(7-3)", "-(5-2)/(7-3)"),
+        ("9-8/(2-5)", "9+8/(5-2)"),  # a denominator's sign
+        ("6/(-3)+1", "1-6/3"),
+        ("(1-7+2)*3", "-((7-1-2)*3)"),  # a sum with more terms, its value decides the orientation
+        ("5-7*(3-3)", "5+7*(3-3)"),  # a factor that is its own negation takes any sign
+        ("5-(3-3)/7", "(3-3)/7+5"),
+        ("(2+3-5)*4", "-((5-2-3)*4)"),  # a zero-valued factor: fewer negative terms, then text
     ],
 )
 def test_canonical_form_merges(a, b):
@@ -253,8 +267,13 @@ def test_canonical_form_merges(a, b):
         ("8/4", "4/8"),
         ("2*(3+4)", "2*3+4"),
         ("(1+2)*4", "1*4+2*4"),  # no distributivity (and different numbers)
-        ("9-(5-2)*3", "9+(2-5)*3"),  # a mixed sum as a factor keeps its orientation
         ("1*2", "2/1"),
+        ("(5-2)*7", "(2-5)*7"),  # a sum that is a factor is oriented, but values still differ
+        ("9-(5-2)*3", "9+(5-2)*3"),
+        ("(2-5)/(3-7)", "(5-2)/(3-7)"),
+        ("5+0", "5-0"),  # no identities
+        ("(3-3)*7", "(3-3)/7"),  # no cancellation: a zero factor still multiplies or divides
+        ("(2+3-5)*4", "(5-2-3)*4"),  # negating a whole expression is no rearrangement, even of a 0
     ],
 )
 def test_canonical_form_keeps_different_solutions_apart(a, b):

@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from envs.countdown.canonical import _add, _div, _leaf, _mul, _sub
+from envs.countdown.canonical import _UNSET, _add, _div, _leaf, _mul, _sub
 from envs.countdown.verifier import TOLERANCE, _check_instance, make_prompt, score_answer
 
 # --------------------------------------------------------------------------------------------------
@@ -54,6 +54,8 @@ def solve(numbers: Sequence[int], target, limit: int | None = None) -> list[str]
             if a != 0:
                 combos.append((b / a, _div(y, x)))
             for item in combos:
+                if item[1]._value is _UNSET:  # the canonical node's value is known: spare recomputing it
+                    item[1]._value = item[0]
                 search(tuple(sorted(rest + (item,), key=lambda p: p[1].text)))
                 if full():
                     return

@@ -289,8 +289,8 @@ def distinct_correct_solutions(answers, numbers, target, *, extract: bool = True
     numbers, target: the problem.
     Returns {canonical form: how many answers had it} over the answers that score 1.0, sorted by
     canonical form; ``len()`` of it is the problem's number of distinct correct solutions ("modes").
-    Two answers are the same solution when they are equal up to commutativity and associativity (see
-    ``envs.countdown.canonical_form``).
+    Two answers are the same solution when they are equal up to commutativity, associativity and moving
+    signs and inverses around (``3-(2-5)*7 == (5-2)*7+3``; see ``envs.countdown.canonical``).
     """
     if isinstance(answers, str):
         raise ValueError("answers must be a sequence of strings, got a single string")
