@@ -23,31 +23,82 @@ def g(x: torch.Tensor) -> torch.Tensor:
     return -torch.log1p(x)
 
 
-def _cosine_kernel(e: torch.Tensor, name: str = "emb") -> torch.Tensor:
-    """Kernel of (..., G, d) embeddings, validating them on the way at O(G·d) cost.
+#: Rows gathered per chunk when groups must be collected from a shuffled index on the CPU: the gathered block
+#: stays in the cache while the matmul reads it (copying the whole input first costs more than the matmul).
+_GATHER_CHUNK_BYTES = 1 << 21
 
-    The cosine is scale-free, so each row is first divided by its largest absolute entry: rows scaled by
-    1e-30 or 1e20 give the same kernel as unit rows instead of underflowing to "zero-norm" or overflowing
-    their squared norm (after the division every squared norm lies in [1, d]). That division also validates:
-    a NaN or infinity makes its row's max NaN or inf, and only truly zero rows have max 0. Then one matmul
-    forms the Gram matrix, normalised by its own diagonal.
-    """
+
+def _check_layout(e: torch.Tensor, name: str) -> None:
     if e.shape[-1] == 0:
         raise ValueError(f"{name} has no features (shape {tuple(e.shape)}): the cosine needs d >= 1")
     if e.shape[-2] == 0:
         raise ValueError(f"{name} is empty (shape {tuple(e.shape)}): there is no rollout to compare")
-    row_max = e.abs().amax(-1, keepdim=True)                     # (..., G, 1)
+
+
+def _gram(e: torch.Tensor, groups: Groups | None) -> torch.Tensor:
+    """Gram matrices of the groups: (B, G_max, G_max) from (N, d) rows and ``groups``, or of e's own last two
+    dimensions when groups is None. Contiguous groups are a view; groups from a shuffled index are gathered
+    a cache-sized chunk at a time (no padded copy of the input), padding slots repeating a real row."""
+    if groups is None:
+        return e @ e.transpose(-1, -2)
+    b, gmax, d = groups.num_groups, groups.max_size, e.shape[-1]
+    if groups.contiguous:
+        x = e.reshape(b, gmax, d)
+        return torch.bmm(x, x.transpose(1, 2))
+    slots = groups.slots()
+    per_chunk = b if e.device.type != "cpu" else max(1, _GATHER_CHUNK_BYTES // (gmax * d * e.element_size()))
+    if per_chunk >= b:
+        x = e.index_select(0, slots.view(-1)).view(b, gmax, d)
+        return torch.bmm(x, x.transpose(1, 2))
+    out = e.new_empty(b, gmax, gmax)
+    buf = e.new_empty(per_chunk * gmax, d)
+    for b0 in range(0, b, per_chunk):
+        rows = slots[b0:b0 + per_chunk].reshape(-1)
+        x = torch.index_select(e, 0, rows, out=buf[: rows.numel()]).view(-1, gmax, d)
+        torch.bmm(x, x.transpose(1, 2), out=out[b0:b0 + per_chunk])
+    return out
+
+
+def _rescaled_rows(e: torch.Tensor, name: str) -> torch.Tensor:
+    """e with each row divided by its largest absolute entry (validating it: NaN, infinities and zero rows
+    are errors). The cosine is scale-free, so this changes no kernel value, and afterwards every squared norm
+    lies in [1, d]: rows scaled by 1e-30 or 1e20 neither underflow to "zero-norm" nor overflow."""
+    row_max = e.abs().amax(-1, keepdim=True)
     if not bool(torch.isfinite(row_max).all()):
         check_finite(e, name)
     if bool((row_max == 0).any()):
         rows = (row_max.reshape(-1) == 0).nonzero().flatten().tolist()
         raise ValueError(f"{name} has zero-norm rows (all entries 0), where the cosine is undefined (rows {rows[:10]})")
-    u = e / row_max
-    gram = u @ u.transpose(-1, -2)
-    inv = gram.diagonal(dim1=-2, dim2=-1).rsqrt()
-    k = (gram * inv[..., :, None] * inv[..., None, :]).clamp_(0.0, 1.0)
+    return e / row_max
+
+
+def _kernel(e: torch.Tensor, groups: Groups | None = None, name: str = "emb") -> torch.Tensor:
+    """Cosine kernel of the groups of e (see ``_gram``), validating e at no cost beyond the matmul.
+
+    The input is read once, by the matmul that forms the Gram matrices. Its diagonal holds every row's squared
+    norm, which a NaN or infinity in the row makes NaN or inf and a zero row makes 0; the input is scanned
+    (and rescaled) only when some squared norm lies outside [tiny/eps, max/16], i.e. when a row is bad or so
+    small or large that its products under- or overflow. Then the rows are divided by their largest absolute
+    entry (``_rescaled_rows``, which names a bad row) and the Gram matrices formed again, so any non-zero
+    scale of a row gives the kernel of the unit row. The Gram matrix is normalised in place by its diagonal.
+    """
+    _check_layout(e, name)
+    gram = _gram(e, groups)
+    diag = gram.diagonal(dim1=-2, dim2=-1)
+    fi = torch.finfo(gram.dtype)
+    lo, hi = torch.aminmax(diag)
+    if not (float(lo) >= fi.tiny / fi.eps and float(hi) <= fi.max / 16):  # also False for NaN
+        gram = _gram(_rescaled_rows(e, name), groups)
+        diag = gram.diagonal(dim1=-2, dim2=-1)
+    inv = diag.rsqrt()
+    k = gram.mul_(inv[..., :, None]).mul_(inv[..., None, :]).clamp_(0.0, 1.0)
     k.diagonal(dim1=-2, dim2=-1).fill_(1.0)  # exactly 1, not 1 ± rounding
     return k
+
+
+def _cosine_kernel(e: torch.Tensor, name: str = "emb") -> torch.Tensor:
+    """Kernel of (..., G, d) embeddings (see ``_kernel``)."""
+    return _kernel(e, None, name)
 
 
 def _as_embeddings(emb, ndims=(2,), name: str = "emb") -> torch.Tensor:
@@ -90,8 +141,10 @@ def kernel_marginals(k: torch.Tensor, valid: torch.Tensor | None = None) -> torc
         D(Ω∖{o_i}) = 1/(n-1) · Σ_{j≠i} g((R_j - k_ji) / (n-2)).
     """
     b, gmax, _ = k.shape
+    if valid is None:  # every group full: no mask, a handful of tensor operations (see below)
+        return _full_group_marginals(k)
     keep = pair_mask(valid, gmax, k.device)
-    n = k.new_full((b, 1), gmax) if valid is None else valid.sum(-1, keepdim=True).to(k.dtype)
+    n = valid.sum(-1, keepdim=True).to(k.dtype)
 
     k_off = k * keep                                             # k_jz for z ≠ j, zero elsewhere
     r = k_off.sum(-1)                                            # (B, G)     R_j
@@ -99,8 +152,22 @@ def kernel_marginals(k: torch.Tensor, valid: torch.Tensor | None = None) -> torc
     # reduced[b, i, j] = g(m̂(o_j; Ω∖{o_i})) = g((R_j - k_ji) / (n-2))
     reduced = g((r[:, None, :] - k_off.transpose(-1, -2)) / (n - 2)[:, :, None])
     d_loo = (reduced * keep).sum(-1) / (n - 1)                   # (B, G)     D(Ω∖{o_i})
-    s = d_full - d_loo
-    return s if valid is None else s * valid
+    return (d_full - d_loo) * valid
+
+
+def _full_group_marginals(k: torch.Tensor) -> torch.Tensor:
+    """``kernel_marginals`` for B full groups of n: the same formulas, with the self term removed by
+    ``R_j = Σ_z k_jz - 1`` (k_jj is exactly 1) and the i = j term of D(Ω∖{o_i}) zeroed on the diagonal,
+    instead of masks. At TRL's sizes each tensor operation costs about as much as the arithmetic."""
+    n = k.shape[-1]
+    if n < 3:
+        raise ValueError(f"leave-one-out marginals need groups of at least 3 rollouts, got {n}")
+    r = k.sum(-1).sub_(1.0)                                      # (B, G)     R_j
+    full = torch.log1p(r * (1.0 / (n - 1))).mean(-1, keepdim=True)  # (B, 1)  -D(Ω)
+    # loo[b, i, j] = -g(m̂(o_j; Ω∖{o_i})) = log1p((R_j - k_ji) / (n-2)); its diagonal is not a term
+    loo = torch.log1p(torch.sub(r[:, None, :], k.transpose(-1, -2)).mul_(1.0 / (n - 2)))
+    loo.diagonal(dim1=-2, dim2=-1).zero_()
+    return loo.sum(-1).mul_(1.0 / (n - 1)).sub_(full)           # D(Ω) - D(Ω∖{o_i})
 
 
 def set_diversity(emb) -> float:
@@ -146,11 +213,12 @@ def diversity_marginals(emb, index=None, *, group_size: int | None = None) -> to
     Returns s: (N,) tensor on emb's device. Every group needs at least 3 rollouts.
     """
     e = _as_embeddings(emb)
-    groups = Groups.build(e.shape[0], index, group_size, device=e.device)
+    return _marginals(e, Groups.build(e.shape[0], index, group_size, device=e.device))
+
+
+def _marginals(e: torch.Tensor, groups: Groups) -> torch.Tensor:
     groups.require_min_size(3, "the leave-one-out diversity marginal")
-    # Padded slots are filled with 1.0 so their norm is not zero; kernel_marginals masks them out.
-    k = _cosine_kernel(groups.pad(e, fill=1.0))
-    return groups.unpad(kernel_marginals(k, groups.valid()))
+    return groups.unpad(kernel_marginals(_kernel(e, groups), groups.valid()))
 
 
 def pairwise_similarity_penalty(emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
@@ -162,9 +230,12 @@ def pairwise_similarity_penalty(emb, index=None, *, group_size: int | None = Non
     least 2 rollouts. Returns (N,) values in [-1, 0].
     """
     e = _as_embeddings(emb)
-    groups = Groups.build(e.shape[0], index, group_size, device=e.device)
+    return _pairwise(e, Groups.build(e.shape[0], index, group_size, device=e.device))
+
+
+def _pairwise(e: torch.Tensor, groups: Groups) -> torch.Tensor:
     groups.require_min_size(2, "the pairwise similarity penalty")
-    k = _cosine_kernel(groups.pad(e, fill=1.0))
+    k = _kernel(e, groups)
     valid = groups.valid()
     keep = pair_mask(valid, k.shape[-1], k.device)
     n = k.new_full((k.shape[0], 1), k.shape[-1]) if valid is None else valid.sum(-1, keepdim=True).to(k.dtype)
@@ -174,3 +245,6 @@ def pairwise_similarity_penalty(emb, index=None, *, group_size: int | None = Non
 #: Diversity terms d_i that can be added to a base advantage as Ā_i + λ·d_i, by name: SetPO's leave-one-out
 #: marginal, and the local pairwise penalty it is compared with. Each is fn(emb, index, group_size=) -> (N,).
 DIVERSITY_TERMS = {"setpo": diversity_marginals, "pairwise": pairwise_similarity_penalty}
+#: The same terms over already-checked (N, d) embeddings and built ``Groups`` (setpo_advantages builds the
+#: groups once for the term and the base advantage).
+_TERMS_ON_GROUPS = {"setpo": _marginals, "pairwise": _pairwise}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Set
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -56,7 +55,7 @@ def as_tensor(x, *, name: str, device=None, dtype=None) -> torch.Tensor:
         t = t.to(dtype)
     elif not t.is_floating_point() or t.dtype in _HALF:
         t = t.to(torch.float32 if t.dtype in _HALF else torch.get_default_dtype())
-    if device is not None:
+    if device is not None and t.device != torch.device(device):
         t = t.to(device)
     return t
 
@@ -159,7 +158,6 @@ def _hashable(u) -> bool:
     return True
 
 
-@dataclass(frozen=True)
 class Groups:
     """How N rows split into B groups.
 
@@ -168,24 +166,43 @@ class Groups:
     sizes:    (B,) long, rows per group.
     contiguous: True when rows are already laid out as B consecutive blocks of equal size, so that
         padding is a free ``reshape``.
+    equal_sizes: True when every group has ``max_size`` rows (then no slot is padding: ``valid()`` is None).
+
+    For contiguous groups the three tensors are made only when first asked for: the estimator never needs
+    them there, and at TRL's usual sizes (a few hundred rows) each tensor operation costs as much as the
+    arithmetic, so building them would be most of the call.
     """
 
-    group_id: torch.Tensor
-    position: torch.Tensor
-    sizes: torch.Tensor
-    contiguous: bool
+    __slots__ = ("num_rows", "num_groups", "max_size", "contiguous", "equal_sizes", "device", "_group_id",
+                 "_position", "_sizes", "_slots")
+
+    def __init__(self, num_rows: int, num_groups: int, max_size: int, contiguous: bool, equal_sizes: bool,
+                 device=None, group_id=None, position=None, sizes=None):
+        self.num_rows, self.num_groups, self.max_size = num_rows, num_groups, max_size
+        self.contiguous, self.equal_sizes, self.device = contiguous, equal_sizes, device
+        self._group_id, self._position, self._sizes, self._slots = group_id, position, sizes, None
+
+    def __repr__(self) -> str:
+        return (f"Groups(num_rows={self.num_rows}, num_groups={self.num_groups}, max_size={self.max_size}, "
+                f"contiguous={self.contiguous}, equal_sizes={self.equal_sizes})")
 
     @property
-    def num_groups(self) -> int:
-        return int(self.sizes.numel())
+    def group_id(self) -> torch.Tensor:
+        if self._group_id is None:
+            self._group_id = torch.arange(self.num_rows, device=self.device) // self.max_size
+        return self._group_id
 
     @property
-    def max_size(self) -> int:
-        return int(self.sizes.max())
+    def position(self) -> torch.Tensor:
+        if self._position is None:
+            self._position = torch.arange(self.num_rows, device=self.device) % self.max_size
+        return self._position
 
     @property
-    def num_rows(self) -> int:
-        return int(self.group_id.numel())
+    def sizes(self) -> torch.Tensor:
+        if self._sizes is None:
+            self._sizes = torch.full((self.num_groups,), self.max_size, device=self.device)
+        return self._sizes
 
     @classmethod
     def build(cls, n_rows: int, index=None, group_size: int | None = None, *, device=None) -> "Groups":
@@ -197,27 +214,34 @@ class Groups:
             g = n_rows if group_size is None else check_int(group_size, "group_size", minimum=1)
             if n_rows % g != 0:
                 raise ValueError(f"group_size={g} does not divide the number of rows ({n_rows})")
-            b = n_rows // g
-            rows = torch.arange(n_rows, device=device)
-            return cls(rows // g, rows % g, torch.full((b,), g, device=device), True)
+            return cls(n_rows, n_rows // g, g, True, True, device)
         codes = _factorize(index)
         if codes.shape[0] != n_rows:
             raise ValueError(f"index has length {codes.shape[0]} but there are {n_rows} rows")
-        gid = torch.as_tensor(codes, dtype=torch.long, device=device)
-        sizes = torch.bincount(gid)
-        rows = torch.arange(n_rows, device=device)
-        g = int(sizes[0])
-        if bool((sizes == g).all()) and torch.equal(gid, rows // g):
+        # group structure on the host (the ids are host data anyway), then one copy of each tensor to device
+        sizes = np.bincount(codes)
+        b, g = len(sizes), int(sizes.max())
+        equal = bool(sizes.min() == g)
+        if equal and bool((codes == np.arange(n_rows) // g).all()):
             # verl's usual layout (each uid's rollouts side by side, equal counts): padding is a free reshape.
-            return cls(gid, rows % g, sizes, True)
+            return cls(n_rows, b, g, True, True, device)
         # Position of each row inside its group: rank among rows of the same group, by row order.
-        order = torch.sort(gid, stable=True).indices
-        starts = torch.cumsum(sizes, 0) - sizes
-        position = torch.empty_like(gid)
-        position[order] = rows - starts[gid[order]]
-        return cls(gid, position, sizes, False)
+        order = np.argsort(codes, kind="stable")
+        starts = np.cumsum(sizes) - sizes
+        position = np.empty_like(codes)
+        position[order] = np.arange(n_rows) - starts[codes[order]]
+
+        def to(a):
+            return torch.as_tensor(a, dtype=torch.long).to(device)
+
+        return cls(n_rows, b, g, False, equal, device, to(codes), to(position), to(sizes))
 
     def require_min_size(self, minimum: int, what: str) -> None:
+        if self.contiguous:  # one size for all: no tensor needed
+            if self.max_size < minimum:
+                raise ValueError(f"{what} needs every group to have at least {minimum} rollouts; "
+                                 f"group 0 (in order of first appearance) has {self.max_size}")
+            return
         small = self.sizes < minimum
         if bool(small.any()):
             g = int(small.nonzero()[0])
@@ -226,11 +250,25 @@ class Groups:
                 f"group {g} (in order of first appearance) has {int(self.sizes[g])}"
             )
 
+    def slots(self) -> torch.Tensor:
+        """(B, G_max) long: the row in each padded slot. Padding slots name row 0 (any real row would do:
+        they are masked out, and a real row keeps them finite and non-zero)."""
+        if self._slots is None:
+            if self.contiguous:
+                self._slots = torch.arange(self.num_rows, device=self.device).view(self.num_groups, self.max_size)
+            else:
+                slots = torch.zeros(self.num_groups, self.max_size, dtype=torch.long, device=self.device)
+                slots[self.group_id, self.position] = torch.arange(self.num_rows, device=self.device)
+                self._slots = slots
+        return self._slots
+
     def pad(self, x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
         """(N, ...) rows -> (B, G_max, ...) padded groups."""
         b, gmax = self.num_groups, self.max_size
         if self.contiguous:
             return x.reshape(b, gmax, *x.shape[1:])
+        if self.equal_sizes:  # no padding slot: one gather
+            return x[self.slots()]
         out = x.new_full((b, gmax, *x.shape[1:]), fill)
         out[self.group_id, self.position] = x
         return out
@@ -243,7 +281,7 @@ class Groups:
 
     def valid(self) -> torch.Tensor | None:
         """(B, G_max) bool mask of real rows; None when every group is full."""
-        if self.contiguous:
+        if self.equal_sizes:
             return None
         slots = torch.arange(self.max_size, device=self.sizes.device)
         return slots[None, :] < self.sizes[:, None]
