@@ -22,6 +22,7 @@ from envs.countdown import (
     CountdownEnv,
     CountdownInstance,
     canonical_form,
+    distinct_correct_solutions,
     export_parquet,
     extract_answer,
     generate_instances,
@@ -337,6 +338,173 @@ def test_canonical_form_is_invariant_idempotent_and_value_preserving():
             assert score_answer(ans(form), leaves, int(value)) == 1.0, (text, form)
 
 
+# Sign and inverse rearrangements (what a person calls the same solution), for the property tests.
+# A tree is an int, ("neg", x) or (op, left, right); rendered with every binary operation in
+# parentheses and a unary minus as a bare "-" (no parentheses of its own: "2*-3", "--(1+2)").
+
+_trees = st.recursive(
+    st.integers(0, 9),
+    lambda kids: st.one_of(st.tuples(st.sampled_from("+-*/"), kids, kids), kids.map(lambda x: ("neg", x))),
+    max_leaves=6,
+)
+
+
+def _text(tree) -> str:
+    if isinstance(tree, int):
+        return str(tree)
+    if tree[0] == "neg":
+        return "-" + _text(tree[1])
+    op, left, right = tree
+    return f"({_text(left)}{op}{_text(right)})"
+
+
+def _tree_value(tree):
+    """Exact value of a tree, None after a division by zero."""
+    if isinstance(tree, int):
+        return Fraction(tree)
+    if tree[0] == "neg":
+        v = _tree_value(tree[1])
+        return None if v is None else -v
+    op, left, right = tree
+    a, b = _tree_value(left), _tree_value(right)
+    if a is None or b is None or (op == "/" and b == 0):
+        return None
+    return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[op]
+
+
+def _tree_of(text: str):
+    """The tree of an expression text (test-side parser, independent of the verifier's)."""
+    import ast
+
+    def walk(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.UnaryOp):
+            return ("neg", walk(node.operand))
+        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
+        return (op, walk(node.left), walk(node.right))
+
+    return walk(ast.parse(text, mode="eval").body)
+
+
+def _leaves_of(tree) -> list[int]:
+    if isinstance(tree, int):
+        return [tree]
+    return [v for kid in tree[1:] for v in _leaves_of(kid)]
+
+
+def _neg(x):
+    """-x as a person writes it: drop a double minus, turn a-b round into b-a, else a unary minus."""
+    if isinstance(x, tuple) and x[0] == "neg":
+        return x[1]
+    if isinstance(x, tuple) and x[0] == "-":
+        return ("-", x[2], x[1])
+    return ("neg", x)
+
+
+def _rearrange(tree, rng: random.Random):
+    """A random value-preserving sign/inverse rearrangement of tree (plus commuting), bottom-up.
+
+    At a product or quotient a sign moves between the two factors or out of it (x*y -> (-x)*(-y),
+    -((-x)*y), -(x*(-y)), likewise for /); at a sum or difference a term's sign flips with the operator
+    (x+y -> x-(-y), x-y -> x+(-y), -(y-x)); a unary minus is pushed into a difference (-(a-b) -> b-a)
+    or a sum (-(x+y) -> -x-y); + and * commute. No distributivity, no cancellation.
+    """
+    if isinstance(tree, int):
+        return tree
+    if tree[0] == "neg":
+        inner = _rearrange(tree[1], rng)
+        if isinstance(inner, tuple) and inner[0] == "+" and rng.random() < 0.5:
+            return ("-", _neg(inner[1]), inner[2])
+        return _neg(inner) if rng.random() < 0.7 else ("neg", inner)
+    op, left, right = tree
+    left, right = _rearrange(left, rng), _rearrange(right, rng)
+    if op in "+*" and rng.random() < 0.5:
+        left, right = right, left
+    roll = rng.random()
+    if op in "*/":
+        if roll < 0.25:
+            return (op, _neg(left), _neg(right))
+        if roll < 0.5:
+            return _neg((op, _neg(left), right))
+        if roll < 0.75:
+            return _neg((op, left, _neg(right)))
+    elif op == "+" and roll < 0.4:
+        return ("-", left, _neg(right))
+    elif op == "-" and roll < 0.3:
+        return ("+", left, _neg(right))
+    elif op == "-" and roll < 0.6:
+        return _neg(("-", right, left))
+    return (op, left, right)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_trees, st.randoms(use_true_random=False))
+def test_canonical_form_is_invariant_under_sign_and_inverse_rearrangements(tree, rng):
+    text = _text(tree)
+    form = canonical_form(text)
+    assert form is not None, text
+    for _ in range(3):
+        moved = _rearrange(tree, rng)
+        assert _tree_value(moved) == _tree_value(tree)  # the rearrangement itself keeps the value
+        assert canonical_form(_text(moved)) == form, (text, _text(moved))
+    assert canonical_form(form) == form
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_trees)
+def test_canonical_form_keeps_the_value_so_different_values_never_share_a_form(tree):
+    """The form has the expression's value (so two forms that are equal have equal values) and numbers."""
+    form = canonical_form(_text(tree))
+    back = _tree_of(form)
+    assert sorted(_leaves_of(back)) == sorted(_leaves_of(tree))
+    value = _tree_value(tree)
+    if value is None:  # no value (a division by zero), never a correct answer: 2/(5/0) folds to 2*0/5
+        return
+    assert _tree_value(back) == value, (_text(tree), form)
+    if value.denominator == 1:
+        assert score_answer(ans(form), _leaves_of(tree), int(value)) == 1.0, (_text(tree), form)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(_trees, _trees)
+def test_two_expressions_with_different_values_never_share_a_form(a, b):
+    # Small leaves and few of them make shared forms common enough to exercise the implication.
+    fa, fb = canonical_form(_text(a)), canonical_form(_text(b))
+    va, vb = _tree_value(a), _tree_value(b)
+    if fa == fb and va is not None and vb is not None:
+        assert va == vb, (_text(a), _text(b), fa)
+
+
+def test_every_expression_over_four_numbers_groups_by_value():
+    """Exhaustively: all expressions over [2, 3, 3, 5] (with and without a sign moved): one value a form.
+
+    Expressions that divide by zero have no value and are left out (never a correct answer)."""
+    import itertools
+
+    def trees(leaves):
+        if len(leaves) == 1:
+            yield leaves[0]
+            return
+        for cut in range(1, len(leaves)):
+            for left in trees(leaves[:cut]):
+                for right in trees(leaves[cut:]):
+                    for op in "+-*/":
+                        yield (op, left, right)
+
+    rng = random.Random(0)
+    value_of: dict[str, Fraction] = {}
+    for order in set(itertools.permutations([2, 3, 3, 5])):
+        for tree in trees(list(order)):
+            value = _tree_value(tree)
+            if value is None:
+                continue
+            for variant in (tree, _rearrange(tree, rng)):
+                form = canonical_form(_text(variant))
+                assert value_of.setdefault(form, value) == value, (_text(variant), form)
+    assert len(value_of) > 500
+
+
 # ----------------------------------------------------------------------------------------------------
 # Solver and generator
 # ----------------------------------------------------------------------------------------------------
@@ -352,6 +520,76 @@ def test_solver_finds_known_solutions():
     assert len(solve([1, 2, 3, 4], 24, limit=2)) == 2
     with pytest.raises(ValueError, match="limit"):
         solve([1, 2], 3, limit=0)
+
+
+# Hand-counted instances: the solutions a person counts, each group written the ways a person might
+# write it (the first of each group as the solver prints it). The groups were made by hand from the
+# full list of expressions the solver finds up to commutativity and associativity alone (the old count,
+# in the comment), joining those that differ only by where a sign or an inverse sits.
+_HAND_COUNTED = [
+    # [2, 3, 5, 7] -> 24, the issue's example: 4 up to commutativity and associativity, 3 to a person.
+    ([2, 3, 5, 7], 24, [
+        ["(5-2)*7+3", "3-(2-5)*7", "3+(2-5)*(-7)", "7*(5-2)+3"],  # 7 times 3, plus 3
+        ["2+3*5+7"],
+        ["3*7+5-2", "5+7*3-2"],  # 21, plus 5 minus 2 (no distributivity: not the first one)
+    ]),
+    # [5, 5, 6, 7] -> 8: 2 before, 1 now; the sign sits in a denominator.
+    ([5, 5, 6, 7], 8, [
+        ["5+6/(7-5)", "5-6/(5-7)", "5+(-6)/(5-7)", "5-(-6)/(7-5)"],
+    ]),
+    # [1, 4, 7, 7] -> 2: 4 before, 3 now; a quotient of two differences, both turned round.
+    ([1, 4, 7, 7], 2, [
+        ["(7-1)/(7-4)", "(1-7)/(4-7)", "-(1-7)/(7-4)"],
+        ["4-1-7/7", "4-(1+7/7)"],
+        ["4/(1+7/7)"],
+    ]),
+    # [3, 4, 7, 7] -> 14: 6 before, 4 now; multiplying or dividing by 4-3 = 1 stay two solutions
+    # (no identities), but the sign of 3-4 moved out of the product or quotient is one.
+    ([3, 4, 7, 7], 14, [
+        ["(4-3)*(7+7)"],
+        ["(4-3)*7+7", "7-(3-4)*7"],
+        ["(7+7)/(4-3)", "-(7+7)/(3-4)"],
+        ["7+7/(4-3)", "7-7/(3-4)"],
+    ]),
+    # [4, 5, 6, 7] -> 4: 5 before, 3 now; a product of two differences, and a sign in a denominator.
+    ([4, 5, 6, 7], 4, [
+        ["(6-4)*(7-5)", "(4-6)*(5-7)"],
+        ["6+7-4-5", "6-(4+5-7)"],
+        ["6-4/(7-5)", "6+4/(5-7)"],
+    ]),
+    # [1, 1, 1, 5] -> 1: 4 before, 2 now; 1-1 is its own negation, so adding or subtracting
+    # (1-1)*5 is one solution; multiplying or dividing by 5 stay two (no cancellation).
+    ([1, 1, 1, 5], 1, [
+        ["(1-1)*5+1", "1-(1-1)*5", "1+5*(1-1)"],
+        ["(1-1)/5+1", "1-(1-1)/5"],
+    ]),
+]
+
+
+@pytest.mark.parametrize("numbers, target, groups", _HAND_COUNTED)
+def test_solver_counts_solutions_as_a_person_does(numbers, target, groups):
+    for group in groups:
+        forms = {canonical_form(text) for text in group}
+        assert forms == {group[0]}, group  # every way of writing it has the form the solver prints
+        for text in group:
+            assert score_answer(ans(text), numbers, target) == 1.0, text
+    assert solve(numbers, target) == sorted(group[0] for group in groups)
+    every_writing = [ans(text) for group in groups for text in group]
+    counts = distinct_correct_solutions(every_writing, numbers, target)
+    assert counts == {group[0]: len(group) for group in sorted(groups)}
+
+
+def test_solver_and_distinct_correct_solutions_agree():
+    """solve lists each solution once, as its own canonical form; rewriting the solver's solutions
+    with signs moved around never makes distinct_correct_solutions count a new one."""
+    rng = random.Random(5)
+    instances = generate_instances(30, seed=11, number_range=(1, 12), target_range=(1, 30))
+    for inst in instances:
+        sols = solve(inst.numbers, inst.target)
+        assert sols and all(canonical_form(s) == s for s in sols), inst
+        rewritten = [_text(_rearrange(_tree_of(s), rng)) for s in sols for _ in range(3)]
+        counts = distinct_correct_solutions(sols + rewritten, inst.numbers, inst.target, extract=False)
+        assert counts == {s: 4 for s in sols}, inst
 
 
 def test_generated_instances_are_solvable_and_solutions_score_one():

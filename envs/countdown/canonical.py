@@ -24,7 +24,9 @@ as a sign times a multiset of factors with exponents ±1:
   ``a*1 != a/1``), and a sum that is not a factor keeps its orientation (``a-b != b-a``: different
   values). Equal numbers are interchangeable.
 
-Hence two expressions with different values never share a canonical form, and the count of distinct
+Hence two expressions with different values never share a canonical form (an expression that divides
+by zero has no value and is never a correct answer; its form may lose the zero divisor:
+``2/(5/(3-3)) -> 2*(3-3)/5``), and the count of distinct
 solutions is the count a person makes: for [2, 3, 5, 7] -> 24, ``(5-2)*7+3``, ``3-(2-5)*7`` and
 ``3+(2-5)*(-7)`` are one solution.
 
@@ -52,7 +54,7 @@ class _Expr:
     orientation of a sum needs it and then kept.
     """
 
-    __slots__ = ("kind", "items", "text", "odd", "_value")
+    __slots__ = ("_value", "items", "kind", "odd", "text")
 
     def __init__(self, kind: str, items, text: str, odd: bool = False):
         self.kind, self.items, self.text, self.odd, self._value = kind, items, text, odd, _UNSET
