@@ -26,16 +26,16 @@ as a sign times a multiset of factors with exponents ±1:
 
 Hence two expressions with different values never share a canonical form (an expression that divides
 by zero has no value and is never a correct answer; its form may lose the zero divisor:
-``2/(5/(3-3)) -> 2*(3-3)/5``), and the count of distinct
-solutions is the count a person makes: for [2, 3, 5, 7] -> 24, ``(5-2)*7+3``, ``3-(2-5)*7`` and
-``3+(2-5)*(-7)`` are one solution.
+``2/(5/(3-3)) -> 2*(3-3)/5``), and the count of distinct solutions is the count a person makes: for
+[2, 3, 5, 7] -> 24, ``(5-2)*7+3``, ``3-(2-5)*7`` and ``3+(2-5)*(-7)`` are one solution.
 
 The canonical string lists a sum's positive terms first, then its negative ones, and a product's
 numerator factors first, then its denominators, each group sorted by text, with no spaces and only the
 parentheses a factor that is a sum needs (a negative product that is the whole expression is written
 ``-(5-2)*7``). It parses back to itself and scores 1.0 when the expression does (a solver solution is a
-valid answer). Building it costs time linear in the number of nodes times the cost of sorting and
-exact arithmetic on the (length-capped) answer.
+valid answer). Time is bounded as the answer is (``MAX_ANSWER_CHARS``): each operation sorts and joins
+its operands' texts, and a sum with terms of both signs that becomes a factor has its exact value
+computed once.
 """
 
 from __future__ import annotations

@@ -23,9 +23,11 @@ def solve(numbers: Sequence[int], target, limit: int | None = None) -> list[str]
     Enumerates every expression tree that uses each number once, by repeatedly replacing two pool
     entries with their sum, either difference, product or either quotient (skipping division by zero),
     with exact ``Fraction`` values; pools already seen (same multiset of canonical subexpressions) are not
-    expanded twice. Distinct means distinct canonical form (module docstring). Solutions are returned in
-    sorted order; with ``limit`` the search stops once that many have been found (which ones is then
-    deterministic but not the sorted prefix). Four numbers take a few tens of milliseconds.
+    expanded twice. Distinct means distinct canonical form (``envs.countdown.canonical``: equal up to
+    commutativity, associativity and moving signs and inverses around, so ``3-(2-5)*7`` and
+    ``(5-2)*7+3`` are one solution). Solutions are returned in sorted order; with ``limit`` the search
+    stops once that many have been found (which ones is then deterministic but not the sorted prefix).
+    Four numbers take a few tens of milliseconds.
     """
     numbers, target = _check_instance(numbers, target)
     if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
