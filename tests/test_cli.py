@@ -60,7 +60,7 @@ def test_setpo_cli_refuses_bad_arguments_up_front(argv, match, capsys, no_work):
     (["--smoke", "--set", "rl_save_steps=3"], "rl_save_steps"),
     (["--smoke", "--set", "no_such_field=1"], "no_such_field"),
     (["--smoke", "--set", "rl_steps"], "FIELD=VALUE"),
-    (["--full", "--set", "group_sizes=[2]"], "group sizes"),
+    (["--full", "--set", "main_group_size=2"], "group sizes"),
     (["--smoke", "--full"], "not allowed"),
 ])
 def test_countdown_cli_refuses_bad_arguments_before_sft(argv, match, capsys, no_work):
@@ -81,7 +81,7 @@ def test_good_arguments_reach_the_work(monkeypatch):
     seen = {}
     monkeypatch.setattr(countdown, "run_study", lambda cfg, stages: seen.update(cfg=cfg, stages=stages))
     assert countdown.main(["--smoke", "--out", "/tmp/x", "--stages", "rl,eval", "--set", "rl_steps=4",
-                           'embedder="hash"']) == 0
+                           'paper_embedder="hash"']) == 0
     assert seen["cfg"].rl_steps == 4 and seen["cfg"].out == "/tmp/x" and seen["stages"] == ["rl", "eval"]
     args = cli.parse_args(["sweep", "--lams", "0", "0.5", "--seeds", "2"])
     assert args.lams == [0.0, 0.5] and args.seeds == 2

@@ -78,18 +78,46 @@ def test_evaluate_samples_pass_at_k_and_diversity():
 
 def test_config_validation_and_runs():
     cfg = CountdownLMConfig()
-    names = [r.name for r in cfg.runs()]
-    assert len(names) == len(set(names)) == 3 * 2 * 2 + 3 * 2  # (GRPO, 2 SetPO) x G x beta, + GSPO, DAPO
-    assert {r.lam for r in cfg.runs()} == {0.0, 0.5, 5.0}
-    assert all(r.baseline in cfg.runs() for r in cfg.runs())
-    one = CountdownLMConfig(setpo_lambdas=(0.5,))
-    assert len(one.runs()) == 2 * 2 * 2 + 2 * 2
-    with pytest.raises(ValueError, match="setpo_lambdas"):
-        CountdownLMConfig(setpo_lambdas=(0.0,))
+    search = cfg.search_runs()
+    assert search[0] == cfg.paper_run() and search[0].lam == 0.5 and search[0].units == "absolute"
+    assert len(search) == 1 + len(cfg.search_embedders) * len(cfg.search_lambdas)
+    assert all(r.seed == cfg.rl_seeds[0] and r.group_size == 7 and r.beta == 0.001 for r in search)
+    chosen, pairwise = search[-1], cfg.pairwise_runs(search[-1].embedder)[0]
+    runs = cfg.final_runs(chosen, pairwise)
+    names = [r.name for r in runs]
+    assert len(names) == len(set(names)) == 4 * len(cfg.rl_seeds) + 2 * len(cfg.other_cells)
+    for seed in cfg.rl_seeds:  # every method of the main cell has every seed, so differences pair up
+        assert {r.variant for r in runs if r.seed == seed and r.group_size == 7 and r.beta == 0.001} == {
+            "GRPO", chosen.variant, cfg.paper_run().variant, pairwise.variant}
+    assert pairwise.method == "Pairwise+GRPO" and chosen.method == "SetPO+GRPO"
+    with pytest.raises(ValueError, match="search_lambdas"):
+        CountdownLMConfig(search_lambdas=(0.0,))
     with pytest.raises(ValueError, match="group sizes"):
-        CountdownLMConfig(group_sizes=(2,))
+        CountdownLMConfig(main_group_size=2)
+    with pytest.raises(ValueError, match="rl_seeds"):
+        CountdownLMConfig(rl_seeds=(0, 0))
     with pytest.raises(ValueError, match="preset"):
         CountdownLMConfig(extra_presets=("ppo",))
+
+
+def test_selection_respects_the_pass1_floor():
+    from setpo.studies.countdown import select_on_validation
+
+    cfg = CountdownLMConfig()
+    ev = lambda p1, pn: {"accuracy": p1, "pass_at_k": [p1, pn], "average_modes": 1.0}  # noqa: E731
+    a, b, c = (cfg.main_cell(lam=lam, embedder="hash", units="term_std") for lam in (0.3, 1.0, 3.0))
+    best, sel = select_on_validation(cfg, ev(0.30, 0.60), {a: ev(0.29, 0.62), b: ev(0.25, 0.70), c: ev(0.30, 0.62)})
+    assert best == a and sel["qualified"] and not sel["candidates"][b.name]["qualifies"]  # b loses 5 points of pass@1
+    best, sel = select_on_validation(cfg, ev(0.50, 0.60), {b: ev(0.25, 0.70), c: ev(0.30, 0.62)})
+    assert best == b and not sel["qualified"]  # none qualifies: the best pass@n, flagged
+
+
+def test_paired_differences_and_intervals():
+    from setpo.studies.countdown_results import mean_ci
+
+    ci = mean_ci([0.1, 0.2, 0.3])
+    assert ci["mean"] == pytest.approx(0.2) and ci["hi"] - ci["mean"] == pytest.approx(4.303 * 0.1 / 3 ** 0.5)
+    assert mean_ci([0.5])["lo"] is None
 
 
 class Interrupt(TrainerCallback):
@@ -115,13 +143,20 @@ def smoke_study(tmp_path_factory):
 def test_smoke_study_end_to_end(smoke_study):
     cfg, out, logs = smoke_study
     summary = json.loads((out / "results.json").read_text())
-    assert {r["run"] for r in summary["rows"]} == {"sft"} | {r.name for r in cfg.runs()}
-    for row in summary["rows"]:
+    runs = [RLRun(**r["run"]) for r in summary["runs"] if r["run"]]
+    assert {r.seed for r in runs} == set(cfg.rl_seeds) and {r.method for r in runs} >= {"GRPO", "SetPO+GRPO",
+                                                                                           "Pairwise+GRPO"}
+    assert sum(r["primary"] for r in summary["runs"]) == len(cfg.rl_seeds)  # the chosen SetPO, every seed
+    assert {p["variant"] for p in summary["paired"]} == {r.variant for r in runs if r.lam}
+    assert all(p["passn"]["n"] == len(cfg.rl_seeds) for p in summary["paired"])
+    for row in summary["runs"]:
         curve = row["pass_curve"]
         assert len(curve) == cfg.eval_samples and all(0 <= x <= 1 for x in curve)
         assert all(x <= y + 1e-12 for x, y in zip(curve, curve[1:]))  # pass@k grows with k
-    assert "| SetPO+GRPO (λ=0.5) | 3 | 0.001 |" in (out / "results.md").read_text()
-    for run in cfg.runs():
+    assert "Paired differences against GRPO" in (out / "results.md").read_text()
+    assert json.loads((out / "selection.json").read_text())["chosen"] in {r.name for r in runs}
+    assert set(json.loads((out / "diagnostics.json").read_text())) == {"hash"}
+    for run in runs:
         hist = json.loads((out / "rl" / run.name / "log_history.json").read_text())
         steps = [h for h in hist if "setpo/s_mean" in h]
         assert steps and all("setpo/distinct_correct" in h for h in steps)
@@ -131,7 +166,7 @@ def test_smoke_study_end_to_end(smoke_study):
     # a second call finds everything done and only re-reads the cached evaluations
     logs2 = []
     run_study(cfg, log=logs2.append)
-    assert not any(line.startswith("[sft]") or line.startswith("[rl] ") and "lambda" in line for line in logs2)
+    assert not any(line.startswith("[sft]") or line.startswith("[rl] ") and "seed=" in line for line in logs2)
     with pytest.raises(ValueError, match="different config"):
         run_study(replace(cfg, rl_steps=3), log=lambda *_: None)
 
@@ -140,7 +175,7 @@ def test_rl_run_checkpoints_and_resumes(smoke_study, tmp_path):
     cfg, out, _ = smoke_study
     cfg = replace(cfg, out=str(tmp_path), rl_steps=4, rl_save_steps=2)
     data = make_data(cfg)
-    run = RLRun("grpo", 3, 0.001, 0.5)
+    run = RLRun("grpo", 3, 0.001, 0.5, embedder="hash")
     run_dir = tmp_path / run.name
     with pytest.raises(KeyboardInterrupt):
         run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=lambda *_: None, callbacks=[Interrupt(3)])
@@ -166,8 +201,8 @@ def test_save_steps_must_fall_on_generation_boundaries():
 
 def test_config_types_are_checked_up_front():
     for bad, field in [(dict(rl_steps="abc"), "rl_steps"), (dict(sft_lr="x"), "sft_lr"), (dict(rl_steps=0), "rl_steps"),
-                       (dict(group_sizes=[3, "7"]), "group_sizes"), (dict(eval_top_p=0), "eval_top_p"),
-                       (dict(model={"hidden": 3}), "model"), (dict(kl_betas=[float("nan")]), "kl_betas")]:
+                       (dict(rl_seeds=[0, "1"]), "rl_seeds"), (dict(eval_top_p=0), "eval_top_p"),
+                       (dict(model={"hidden": 3}), "model"), (dict(main_beta=float("nan")), "beta")]:
         with pytest.raises(ValueError, match=field):
             CountdownLMConfig.smoke(**bad)
 

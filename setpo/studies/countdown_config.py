@@ -1,0 +1,316 @@
+"""The Countdown study's configuration: every setting in one dataclass, and the RL runs it implies.
+
+Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.studies.countdown``):
+
+- The *main cell* is the paper's G = 7, KL β = 0.001. Every method runs there over ``rl_seeds`` (paired: same
+  warm start, same seed, so differences are paired); the other cells (``other_cells``) run GRPO and the chosen
+  SetPO+GRPO with the first seed only.
+- Methods: GRPO; SetPO+GRPO as the paper has it (``paper_embedder``, λ = ``paper_lambda`` = 0.5, absolute);
+  SetPO+GRPO chosen on the validation split; and the local pairwise penalty (``setpo.diversity``'s second
+  registered term) with its λ chosen the same way, so the notebook can show what set-level credit adds.
+- The validation search runs in the main cell with the first seed and scores each candidate on the
+  validation split at T = 1: candidates are ``search_embedders`` × ``search_lambdas`` with λ in units of the
+  term's batch spread (``setpo_lambda_units="term_std"``, our opt-in), plus the paper-faithful run. The one
+  chosen has the highest validation pass@``eval_samples`` among those whose pass@1 is at most
+  ``max_pass1_loss`` below GRPO's (none qualifying: the highest pass@k, flagged). The test split is only ever
+  evaluated after every run has finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from setpo.presets import PRESETS
+from setpo.records import read_json, write_json
+from setpo.studies.tiny_models import ModelSize
+
+STEPS_PER_GENERATION = 2  # optimizer steps per generated batch (TRL's steps_per_generation)
+BASELINE_EMBEDDER = "hash"  # λ = 0 runs embed only to log diversity curves; hashing is cheap and weight-free
+
+
+def _short(embedder: str) -> str:
+    return {"default": "minilm", "centered:default": "minilm-centred"}.get(embedder, embedder.replace(":", ""))
+
+
+@dataclass(frozen=True)
+class RLRun:
+    """One RL run from the warm start. lam = 0 is the plain baseline of ``preset``."""
+
+    preset: str = "grpo"           # a key of setpo.presets.PRESETS: clip range, ratio level, aggregation
+    group_size: int = 7
+    beta: float = 0.001
+    lam: float = 0.0
+    seed: int = 0
+    embedder: str = BASELINE_EMBEDDER
+    term: str = "setpo"            # "setpo" (the paper's marginal) or "pairwise" (the local baseline)
+    units: str = "absolute"        # "absolute" (the paper) or "term_std" (λ in units of the term's spread)
+
+    @property
+    def method(self) -> str:
+        base = self.preset.upper()
+        if not self.lam:
+            return base
+        return f"{'SetPO' if self.term == 'setpo' else 'Pairwise'}+{base}"
+
+    @property
+    def variant(self) -> str:
+        """The method with its settings, without the seed: runs of one variant differ only by seed."""
+        if not self.lam:
+            return self.method
+        return f"{self.method} (λ={self.lam:g}{'σ' if self.units == 'term_std' else ''}, {_short(self.embedder)})"
+
+    @property
+    def setting(self) -> str:
+        return f"{self.preset.upper()} G={self.group_size} β={self.beta:g}"
+
+    @property
+    def baseline(self) -> "RLRun":
+        return RLRun(self.preset, self.group_size, self.beta, 0.0, self.seed)
+
+    @property
+    def name(self) -> str:
+        base = f"{self.preset}_G{self.group_size}_b{self.beta:g}_s{self.seed}"
+        if not self.lam:
+            return base
+        return f"{base}_{self.term}{self.lam:g}{'sd' if self.units == 'term_std' else ''}_{_short(self.embedder)}"
+
+    def with_seed(self, seed: int) -> "RLRun":
+        return RLRun(**{**asdict(self), "seed": seed})
+
+
+@dataclass
+class CountdownLMConfig:
+    """Every setting of the Countdown study, recorded in ``<out>/config.json``.
+
+    Data: ``n_train`` / ``n_val`` / ``n_test`` problems (disjoint), ``num_numbers`` numbers per problem in
+    ``number_range``, targets in ``target_range``, drawn with ``seed``. Model: ``model``. SFT: ``sft_*``.
+    RL: ``rl_*``, the cells and methods above. Evaluation: ``eval_samples`` per problem, top-p ``eval_top_p``;
+    every run at T = 1, and the warm start and the main cell's first seed also at ``eval_temperatures``.
+    Probes: ``probe_samples`` samples on ``n_probe`` validation problems every ``probe_every`` RL steps.
+    """
+
+    out: str = "runs/countdown"
+    seed: int = 0
+    threads: int = 2
+    # data
+    n_train: int = 3000
+    n_val: int = 100
+    n_test: int = 200
+    num_numbers: tuple[int, ...] = (3, 4)
+    number_range: tuple[int, int] = (1, 20)
+    target_range: tuple[int, int] = (1, 50)
+    # model
+    model: ModelSize = field(default_factory=ModelSize)
+    # supervised warm start
+    sft_solutions_per_problem: int = 4
+    sft_epochs: float = 3.0
+    sft_lr: float = 2e-3
+    sft_batch_size: int = 64
+    # RL
+    rl_steps: int = 100
+    rl_prompts_per_step: int = 16
+    rl_lr: float = 1e-4
+    rl_temperature: float = 1.0
+    rl_max_completion_length: int = 24
+    rl_save_steps: int = 20        # a multiple of STEPS_PER_GENERATION (checkpoints at generation boundaries)
+    main_group_size: int = 7
+    main_beta: float = 0.001
+    rl_seeds: tuple[int, ...] = (0, 1, 2)
+    other_cells: tuple[tuple[int, float], ...] = ((3, 0.001),)
+    paper_embedder: str = "default"
+    paper_lambda: float = PRESETS["countdown"].lam
+    # validation search (main cell, first seed, validation split, T = 1)
+    search_embedders: tuple[str, ...] = ("default", "centered:default", "hash")
+    search_lambdas: tuple[float, ...] = (0.5,)
+    pairwise_lambdas: tuple[float, ...] = (0.5,)
+    max_pass1_loss: float = 0.02
+    extra_presets: tuple[str, ...] = ()
+    # evaluation
+    eval_samples: int = 64
+    eval_temperatures: tuple[float, ...] = (0.5, 1.0)
+    eval_top_p: float = 0.9
+    eval_batch_sequences: int = 1024
+    n_probe: int = 3
+    probe_samples: int = 16
+    probe_every: int = 10
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            unknown = set(self.model) - {f.name for f in fields(ModelSize)}
+            if unknown:
+                raise ValueError(f"model: unknown fields {sorted(unknown)}; known: {[f.name for f in fields(ModelSize)]}")
+            self.model = ModelSize(**self.model)
+        for name in ("num_numbers", "number_range", "target_range", "rl_seeds", "search_embedders", "search_lambdas",
+                     "pairwise_lambdas", "extra_presets", "eval_temperatures"):
+            value = getattr(self, name)
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"{name} must be a list, got {value!r}")
+            setattr(self, name, tuple(value))
+        if not isinstance(self.other_cells, (list, tuple)) or any(
+                not isinstance(c, (list, tuple)) or len(c) != 2 for c in self.other_cells):
+            raise ValueError(f"other_cells must be a list of [G, beta] pairs, got {self.other_cells!r}")
+        self.other_cells = tuple((c[0], float(c[1]) if isinstance(c[1], int) and not isinstance(c[1], bool)
+                                  else c[1]) for c in self.other_cells)
+        _check_types(self)
+        _check_types(self.model, "model.")
+        for name in ("threads", "n_train", "n_val", "n_test", "sft_solutions_per_problem", "sft_batch_size",
+                     "rl_steps", "rl_prompts_per_step", "rl_max_completion_length", "rl_save_steps", "eval_samples",
+                     "eval_batch_sequences", "n_probe", "probe_samples", "probe_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("sft_epochs", "sft_lr", "rl_lr", "rl_temperature", "paper_lambda"):
+            if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive finite number, got {getattr(self, name)}")
+        for name in ("search_lambdas", "pairwise_lambdas"):
+            if not getattr(self, name) or any(not math.isfinite(v) or v <= 0 for v in getattr(self, name)):
+                raise ValueError(f"{name} must be non-empty positive finite numbers, got {getattr(self, name)}")
+        if not self.rl_seeds or len(set(self.rl_seeds)) != len(self.rl_seeds):
+            raise ValueError(f"rl_seeds must be distinct and non-empty, got {self.rl_seeds}")
+        if not self.search_embedders or any(not e.strip() for e in self.search_embedders + (self.paper_embedder,)):
+            raise ValueError("search_embedders and paper_embedder must name embedders")
+        if not 0 <= self.max_pass1_loss <= 1:
+            raise ValueError(f"max_pass1_loss must be in [0, 1], got {self.max_pass1_loss}")
+        if not 0 < self.eval_top_p <= 1:
+            raise ValueError(f"eval_top_p must be in (0, 1], got {self.eval_top_p}")
+        if any(not math.isfinite(t) or t <= 0 for t in self.eval_temperatures):
+            raise ValueError(f"eval_temperatures must be positive finite numbers, got {self.eval_temperatures}")
+        betas = (self.main_beta, *(b for _, b in self.other_cells))
+        if any(not math.isfinite(b) or b < 0 for b in betas):
+            raise ValueError(f"KL betas must be finite numbers >= 0, got {betas}")
+        for name in ("number_range", "target_range"):
+            lo, hi = getattr(self, name)
+            if not 1 <= lo <= hi:
+                raise ValueError(f"{name} must be (low, high) with 1 <= low <= high, got {getattr(self, name)}")
+        if self.rl_save_steps % STEPS_PER_GENERATION:
+            raise ValueError(f"rl_save_steps must be a multiple of {STEPS_PER_GENERATION} (the optimizer steps that "
+                             f"share one generated batch: a checkpoint between them cannot be resumed exactly), "
+                             f"got {self.rl_save_steps}")
+        for g in (self.main_group_size, *(g for g, _ in self.other_cells)):
+            if g < 3:
+                raise ValueError(f"SetPO needs group sizes >= 3, got {g}")
+            if self.rl_prompts_per_step * g % STEPS_PER_GENERATION:
+                raise ValueError(f"rl_prompts_per_step * G must be a multiple of {STEPS_PER_GENERATION} (one batch "
+                                 f"feeds {STEPS_PER_GENERATION} optimizer steps), got {self.rl_prompts_per_step} * {g}")
+        for p in self.extra_presets:
+            if p not in PRESETS:
+                raise ValueError(f"unknown preset {p!r} in extra_presets; known: {sorted(PRESETS)}")
+        if self.n_val < self.n_probe:
+            raise ValueError("need n_val >= n_probe")
+
+    @classmethod
+    def smoke(cls, out: str = "runs/countdown_smoke", **kw) -> "CountdownLMConfig":
+        """Toy size: the whole pipeline in well under a minute (tests, notebook SMOKE mode)."""
+        base = dict(out=out, n_train=48, n_val=4, n_test=4, model=ModelSize(32, 1, 2, 1, 64, 48),
+                    sft_epochs=1.0, sft_batch_size=32, rl_steps=2, rl_prompts_per_step=2, rl_save_steps=2,
+                    main_group_size=3, rl_seeds=(0, 1), other_cells=(), paper_embedder="hash",
+                    search_embedders=("hash",), search_lambdas=(1.0,), pairwise_lambdas=(1.0,),
+                    eval_samples=8, eval_temperatures=(1.0,), n_probe=1, probe_samples=4, probe_every=1)
+        return cls(**{**base, **kw})
+
+    # ---- the runs the study makes -------------------------------------------------------------------------
+
+    def main_cell(self, **kw) -> RLRun:
+        """A run in the main cell with the first seed; keywords set lam, embedder, term, units, preset."""
+        return RLRun(**{"group_size": self.main_group_size, "beta": self.main_beta, "seed": self.rl_seeds[0], **kw})
+
+    def paper_run(self) -> RLRun:
+        return self.main_cell(lam=self.paper_lambda, embedder=self.paper_embedder)
+
+    def search_runs(self) -> list[RLRun]:
+        """The SetPO candidates of the validation search (the paper-faithful run among them)."""
+        runs = [self.paper_run()]
+        runs += [self.main_cell(lam=lam, embedder=e, units="term_std")
+                 for e in self.search_embedders for lam in self.search_lambdas]
+        return runs
+
+    def pairwise_runs(self, embedder: str) -> list[RLRun]:
+        """The pairwise-penalty candidates, with the embedder the SetPO search chose."""
+        return [self.main_cell(lam=lam, embedder=embedder, term="pairwise", units="term_std")
+                for lam in self.pairwise_lambdas]
+
+    def final_runs(self, chosen: RLRun, pairwise: RLRun) -> list[RLRun]:
+        """Every run the test split evaluates: the main cell's methods over every seed, then the other cells
+        (GRPO and the chosen SetPO, first seed), then the extra presets (first seed)."""
+        variants = [self.main_cell(), chosen, self.paper_run(), pairwise]
+        runs = [v.with_seed(s) for s in self.rl_seeds for v in dict.fromkeys(variants)]
+        for g, beta in self.other_cells:
+            base = RLRun("grpo", g, beta, 0.0, self.rl_seeds[0])
+            runs += [base, RLRun(**{**asdict(chosen), "group_size": g, "beta": beta, "seed": self.rl_seeds[0]})]
+        for preset in self.extra_presets:
+            runs += [self.main_cell(preset=preset), RLRun(**{**asdict(chosen), "preset": preset})]
+        return list(dict.fromkeys(runs))
+
+
+def _check_types(obj, prefix: str = "") -> None:
+    """A ValueError naming the first field of a config dataclass whose value has the wrong type (``--set
+    rl_steps=abc`` fails here, before any work, not when the RL stage reads it)."""
+    hints = typing.get_type_hints(type(obj))
+
+    def ok(value, hint) -> bool:
+        if hint is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        if hint is float:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if hint is str:
+            return isinstance(value, str)
+        if typing.get_origin(hint) is tuple:
+            args = typing.get_args(hint)
+            if len(args) == 2 and args[1] is Ellipsis:
+                return all(ok(v, args[0]) for v in value)
+            return len(value) == len(args) and all(ok(v, a) for v, a in zip(value, args))
+        return isinstance(value, hint) if isinstance(hint, type) else True
+
+    for f in fields(obj):
+        value, hint = getattr(obj, f.name), hints[f.name]
+        if not ok(value, hint):
+            raise ValueError(f"{prefix}{f.name} must be {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+# Fields that do not change any result: where the folder is seen from, how many threads run, how often
+# checkpoints are written. Everything else must match to reuse a folder.
+RESULT_NEUTRAL_FIELDS = ("out", "threads", "rl_save_steps")
+
+
+def load_config(out: str | Path) -> CountdownLMConfig:
+    """The config a study was run with (``<out>/config.json``)."""
+    path = Path(out) / "config.json"
+    saved = read_json(path, f"restore it or delete {Path(out)} to start over")
+    if saved.get("rl_save_steps", 0) % STEPS_PER_GENERATION:  # a folder from before the rule; result-neutral
+        saved["rl_save_steps"] += STEPS_PER_GENERATION - saved["rl_save_steps"] % STEPS_PER_GENERATION
+    return CountdownLMConfig(**saved)
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+    """Fields whose values differ between two configs (as JSON), result-neutral fields left out."""
+    return sorted(k for k in set(old) | set(new) if k not in RESULT_NEUTRAL_FIELDS and old.get(k) != new.get(k))
+
+
+def claim_folder(cfg: CountdownLMConfig) -> None:
+    """Write ``<out>/config.json`` for a new study, or check that the folder's study has the same config.
+
+    Refuses (ValueError naming the differing fields) a folder made with another config, and a folder holding
+    results but no config.json (nothing says which config made them).
+    """
+    out = Path(cfg.out)
+    cfg_path = out / "config.json"
+    new = json.loads(json.dumps(asdict(cfg)))
+    if cfg_path.exists():
+        old = read_json(cfg_path, f"delete {out} to start over")
+        differ = config_differences(old, new)
+        if differ:
+            raise ValueError(f"{cfg_path} holds a different config (fields {differ}: "
+                             + ", ".join(f"{k}={old.get(k)!r} there, {new.get(k)!r} now" for k in differ)
+                             + "); use another --out or delete that folder")
+        return
+    made = [p.name for p in (out / "sft", out / "rl", out / "eval", out / "results.json") if p.exists()]
+    if made:
+        raise ValueError(f"{out} holds results ({', '.join(made)}) but no config.json, so nothing says which "
+                         "config made them; use another --out or delete that folder")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(cfg_path, new)
+
+
