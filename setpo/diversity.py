@@ -140,7 +140,7 @@ def kernel_marginals(k: torch.Tensor, valid: torch.Tensor | None = None) -> torc
         D(Ω)       = 1/n     · Σ_j     g(R_j / (n-1))
         D(Ω∖{o_i}) = 1/(n-1) · Σ_{j≠i} g((R_j - k_ji) / (n-2)).
     """
-    b, gmax, _ = k.shape
+    gmax = k.shape[-1]
     if valid is None:  # every group full: no mask, a handful of tensor operations (see below)
         return _full_group_marginals(k)
     keep = pair_mask(valid, gmax, k.device)
