@@ -84,8 +84,9 @@ show_table(table)
 
 # %% [markdown]
 # ## pass@k curves
-# The main cell at T = 1 (mean over seeds; bands span the seeds), the first seed at T = 0.5, and the other cell;
-# dotted grey: the warm start. pass@1 is accuracy; pass@64 is "solved by at least one of 64 samples", the
+# The main cell at T = 1 (mean over seeds; bands span the seeds), and the other cell; dotted grey: the warm
+# start. (The paper also reports T = 0.5; add it to `eval_temperatures` to evaluate the warm start and the main
+# cell's first seed there too: on 2 cores each such evaluation costs about as much as an RL run.) pass@1 is accuracy; pass@64 is "solved by at least one of 64 samples", the
 # number diversity should lift.
 
 # %%
