@@ -52,6 +52,8 @@ MAX_STEPS = -1                     # > 0 stops each run early
 EVAL_K = 64                        # Pass@1 is reported as avg@EVAL_K
 EVAL_LIMIT = None                  # evaluate the first N validation problems only
 PROJECTION = "umap"                # "umap" or "pca"
+PASSK_FILE = None                  # e.g. ".../aime24.parquet" (AIME-style: problem, answer); None: generated problems
+PASSK_MAX = 256                    # pass@k up to this k, from PASSK_MAX samples per problem
 
 # %%
 import tempfile
@@ -75,11 +77,12 @@ if SMOKE:
     PROJECTION = "pca"
 elif MODEL_PATH is None:
     cfg = ml.MathRunConfig.cpu_demo(algo=ALGO, lam=SETPO_LAMBDA, embedder=EMBEDDING_MODEL_PATH,
-                                    train_file=TRAIN_FILE, val_file=VAL_FILE, run_dir=RUN_DIR)
+                                    train_file=TRAIN_FILE, val_file=VAL_FILE, run_dir=RUN_DIR,
+                                    passk_file=PASSK_FILE)
 else:
     cfg = ml.MathRunConfig(model_path=MODEL_PATH, embedder=EMBEDDING_MODEL_PATH, train_file=TRAIN_FILE,
                            val_file=VAL_FILE, algo=ALGO, lam=SETPO_LAMBDA, max_steps=MAX_STEPS, eval_k=EVAL_K,
-                           eval_limit=EVAL_LIMIT, run_dir=RUN_DIR)
+                           eval_limit=EVAL_LIMIT, run_dir=RUN_DIR, passk_file=PASSK_FILE, passk_max=PASSK_MAX)
 TINY = cfg.model_path is None
 if TINY:
     display(Markdown(
@@ -145,6 +148,25 @@ table = ml.results_table(results, cfg.eval_k, note="Tiny random model: these num
 show_table(table)
 save_table(table, out / "qwen_math_results",
            {**record, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"} for k, r in results.items()}})
+
+# %% [markdown]
+# ## Pass@k at large budgets, against the base model
+# RL with a 0/1 reward tends to sharpen what the base model already does: pass@1 rises while pass@k at large
+# k can fall *below* the base model's, because the policy stops producing the rarer solutions. The paper
+# reports that on AIME24 SetPO stays above the base model even at large sampling budgets. Here each of the
+# three models (the base model, the baseline, SetPO) draws n = `PASSK_MAX` (256) samples per problem of an
+# AIME-style file (`PASSK_FILE`; 30 problems for AIME24) at T = 0.5, top-p 0.9, and pass@k is the unbiased
+# estimator (Chen et al. 2021) at every k ≤ n from those samples. The tiny CPU demo runs the same code on
+# generated problems with a small n.
+
+# %%
+passk_problems = ml.load_passk_problems(cfg)
+passk = ml.evaluate_pass_at_k(cfg, {"base model": model_path, **finals}, passk_problems, cache_dir=cfg.run_dir)
+passk_fig = ml.pass_at_k_figure(passk, title=f"Base model vs {ALGO.upper()} vs SetPO+{ALGO.upper()}{NOTE}")
+html, png = save_figure(passk_fig, out / "qwen_math_pass_at_k",
+                        {**record, "pass_at_k": {k: r["pass_at_k"] for k, r in passk.items()}})
+show(passk_fig, png)
+show_table(ml.pass_at_k_table(passk))
 
 # %% [markdown]
 # ## Where the responses go

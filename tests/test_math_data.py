@@ -269,3 +269,29 @@ def test_vllm_work_goes_to_fresh_processes(monkeypatch):
     cfg = ml.MathRunConfig(use_vllm=True, algo="gspo")
     assert ml.train_runs(cfg, [], [], log=lambda *_: None) == {"GSPO": "GSPO", "SetPO+GSPO": "SetPO+GSPO"}
     assert calls == [("train_run", "GSPO"), ("train_run", "SetPO+GSPO")]
+
+
+def test_pass_at_k_curves_table_and_figure():
+    """The large-budget comparison of notebook 04: one curve per model from its pass@k list, the base model
+    dashed grey, powers of two marked on a log axis, and a table at the k that were sampled."""
+    from setpo.studies import math as ml
+
+    results = {name: {"pass_at_k": [min(1.0, p * k) for k in range(1, 17)], "n_problems": 30}
+               for name, p in (("base model", 0.02), ("GRPO", 0.05), ("SetPO+GRPO", 0.04))}
+    fig = ml.pass_at_k_figure(results, title="t")
+    names = [t.name for t in fig.data]
+    assert names == ["base model", "GRPO", "SetPO+GRPO"]
+    assert fig.data[0].line.dash == "dash" and list(fig.data[1].x) == list(range(1, 17))
+    assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 8, 16] and fig.layout.xaxis.type == "log"
+    table = ml.pass_at_k_table(results)
+    assert "pass@1 | pass@4 | pass@16 |" in table and "pass@64" not in table and "| GRPO | 5.0 | 20.0 | 80.0 |" in table
+
+
+def test_pass_at_k_problems_and_settings():
+    from setpo.studies import math as ml
+
+    cfg = ml.MathRunConfig.cpu_demo(smoke=True)
+    assert cfg.passk_max == 4 and len(ml.load_passk_problems(cfg)) == 2
+    assert ml.MathRunConfig().passk_max == 256
+    with pytest.raises(ValueError, match="passk_max"):
+        ml.MathRunConfig(passk_max=0)

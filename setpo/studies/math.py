@@ -62,6 +62,11 @@ class MathRunConfig:
     n_probe, probe_samples, probe_every: responses to the first n_probe validation questions sampled every
         probe_every steps at the rollout temperature, for the embedding-trajectory figure.
     run_dir: where models, checkpoints, logs and evaluations go.
+    passk_file: PASSK_FILE, a local AIME-style file (e.g. AIME24's 30 problems) for the large-budget pass@k
+        comparison of the base model, the baseline and SetPO; None generates ``passk_limit`` problems.
+    passk_max: the largest k (the paper's large budget: 256); n = passk_max samples per problem at
+        T = eval_temperature, top-p eval_top_p, and pass@k for k = 1..passk_max by the unbiased estimator.
+    passk_limit: keep the first N pass@k problems (None: all of the file; 30 generated ones without a file).
     """
 
     model_path: str | None = None
@@ -93,6 +98,9 @@ class MathRunConfig:
     probe_every: int = 20
     seed: int = 0
     run_dir: str = "runs/qwen_math"
+    passk_file: str | None = None
+    passk_max: int = 256
+    passk_limit: int | None = None
 
     def __post_init__(self):
         from setpo.presets import get_preset
@@ -103,7 +111,8 @@ class MathRunConfig:
         if (self.prompts_per_step * self.num_generations) % self.micro_batch:
             raise ValueError(f"prompts_per_step * num_generations ({self.prompts_per_step * self.num_generations}) "
                              f"must be a multiple of micro_batch ({self.micro_batch})")
-        for name in ("eval_k", "probe_samples", "probe_every", "save_steps", "prompts_per_step", "n_probe"):
+        for name in ("eval_k", "probe_samples", "probe_every", "save_steps", "prompts_per_step", "n_probe",
+                     "passk_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -115,7 +124,7 @@ class MathRunConfig:
                     micro_batch=6, max_steps=2 if smoke else 30, save_steps=1 if smoke else 10,
                     eval_k=2 if smoke else 8, eval_limit=4 if smoke else 32, train_limit=32 if smoke else 256,
                     val_limit=8 if smoke else 64, n_probe=2 if smoke else 4, probe_samples=3 if smoke else 8,
-                    probe_every=1 if smoke else 10)
+                    probe_every=1 if smoke else 10, passk_max=4 if smoke else 32, passk_limit=2 if smoke else 16)
         return cls(**{**base, **overrides})
 
     @property
@@ -338,6 +347,63 @@ def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     return result
 
 
+def load_passk_problems(cfg: MathRunConfig) -> list[MathProblem]:
+    """The pass@k problems: PASSK_FILE (an AIME-style file), or generated ones (seeded apart from train/val)."""
+    if cfg.passk_file:
+        return load_math_problems(cfg.passk_file, limit=cfg.passk_limit)
+    return smoke_problems(cfg.passk_limit or 30, seed=cfg.seed + 2)
+
+
+def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], problems: Sequence[MathProblem],
+                       cache_dir: str | Path | None = None) -> dict[str, dict]:
+    """pass@k for k = 1..passk_max of each model (label -> model folder; e.g. the base model, GRPO, SetPO).
+
+    n = passk_max samples per problem (``evaluate_avg_at_k`` with eval_k = passk_max, every problem), so each
+    curve is the unbiased estimator at every k from one set of samples. Cached per model in ``cache_dir``.
+    Returns label -> ``evaluate_avg_at_k``'s result (``pass_at_k[k-1]`` is pass@k).
+    """
+    from dataclasses import replace
+
+    pcfg = replace(cfg, eval_k=cfg.passk_max, eval_limit=None)
+    out = {}
+    for label, model_dir in models.items():
+        name = label.replace("+", "_").replace(" ", "_")
+        cache = None if cache_dir is None else Path(cache_dir) / f"passk_{name}.json"
+        out[label] = evaluate_avg_at_k(pcfg, model_dir, problems, cache=cache)
+    return out
+
+
+def pass_at_k_figure(results: Mapping[str, dict], title: str = ""):
+    """pass@k against k (log scale, powers of two marked) for each model, the base model in grey, dashed."""
+    from setpo.studies.figures import BASELINE_COLOUR, SETPO_COLOURS, line_grid
+
+    lines, i = [], 0
+    for label, r in results.items():
+        ks = list(range(1, len(r["pass_at_k"]) + 1))
+        if label.lower().startswith("base"):
+            style = {"color": "#7f7f7f", "dash": "dash"}
+        else:
+            style = {"color": BASELINE_COLOUR if i == 0 else SETPO_COLOURS[(i - 1) % 4]}
+            i += 1
+        lines.append({"x": ks, "y": r["pass_at_k"], "name": label, **style})
+    k_max = max(len(r["pass_at_k"]) for r in results.values())
+    ticks = [2 ** j for j in range(k_max.bit_length()) if 2 ** j <= k_max]
+    n = next(iter(results.values()))["n_problems"]
+    return line_grid([{"title": f"pass@k on {n} problems (n = {k_max} samples each)", "lines": lines}], cols=1,
+                     x_title="k (samples)", y_title="pass@k", log_x=True, x_ticks=ticks, title=title,
+                     panel_px=(640, 400))
+
+
+def pass_at_k_table(results: Mapping[str, dict], ks: Sequence[int] = (1, 4, 16, 64, 256)) -> str:
+    """pass@k in % per model (rows) at the given k (columns, those within the sampled n), as markdown."""
+    k_max = min(len(r["pass_at_k"]) for r in results.values())
+    ks = [k for k in ks if k <= k_max] or [k_max]
+    rows = ["| model | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
+    for label, r in results.items():
+        rows.append(f"| {label} | " + " | ".join(f"{100 * r['pass_at_k'][k - 1]:.1f}" for k in ks) + " |")
+    return "\n".join(rows)
+
+
 def read_probes(path: str | Path) -> list[dict]:
     """The records a run's probe callback wrote (``probes.jsonl``)."""
     p = Path(path)
@@ -416,6 +482,7 @@ def figure_record(cfg: MathRunConfig, command: str = "notebooks/04_qwen_math_gpu
             "model": cfg.model_path or "tiny random Qwen2 (setpo.studies.tiny_models; numbers mean nothing)",
             "train data": cfg.train_file or "generated (envs.math.smoke_problems)",
             "validation data": cfg.val_file or "generated (envs.math.smoke_problems)",
+            "pass@k data": cfg.passk_file or "generated (envs.math.smoke_problems)",
             "generation": "vLLM" if uses_vllm(cfg) else "transformers generate"}
     return run_record(command, config=vars(cfg), seeds=[cfg.seed], uses=uses, **extra)
 
