@@ -15,13 +15,30 @@ round), ``ROUNDS`` times, in one process; the ratio is median SetPO step time ov
 Target: <= 1.05. Embedders: all-MiniLM-L6-v2 (the default; a 22M-parameter transformer, 20x this policy, so
 here it is a visible share of a step, unlike next to a 1.5B-7B policy) and the hashed n-gram embedder.
 
-Usage: ``.venv/bin/python benchmarks/trl_step.py`` (about 4 minutes); the table goes to runs/bench/trl_step.md.
+The paper's size ratios (issue 13). The rows above put a ~1M-parameter policy next to a 22M-parameter
+embedder, the opposite of the paper (Qwen2.5-Math-1.5B or 7B policy, Qwen3-Embedding-0.6B embedder: 2.6:1 and
+12.8:1 in parameters, nominally 2.5:1 and 11.7:1). Two more rows keep those ratios with randomly initialised
+models scaled down to what two CPU cores run in minutes (``benchmarks/paper_shapes.py``: the paper's configs'
+proportions at a smaller width, a 2048-word vocabulary; random weights cost the compute of trained ones):
+a Qwen3-shaped embedder of ~1.05M parameters beside Qwen2-shaped policies of ~2.6M and ~12.3M, responses of
+``PAPER_RESPONSE_TOKENS`` tokens (random weights rarely stop early), 4 prompts x G = 6 per step, KL 1e-4, λ =
+0.05, one CPU thread (as above: a second OpenMP thread waiting for a busy core on a shared machine makes a
+small model's decoding many times slower), GRPO and SetPO interleaved in one process. Targets: ratio <= 1.10 at 2.5:1 and <= 1.05 at 11.7:1.
+
+Every configuration is one row of ``runs/bench/trl_step.json`` (``policy_params``, ``embedder_params``,
+``grpo_s``, ``setpo_s``, ``ratio``); the table with PASS / FAIL goes to runs/bench/trl_step.md.
+
+Usage: ``.venv/bin/python benchmarks/trl_step.py`` (about 8 minutes), ``--only paper`` for the paper-ratio
+rows alone (about 4 minutes), ``--only countdown`` for the others.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
+import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,9 +47,20 @@ import torch
 
 from setpo.records import write_bench_report
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paper_shapes as ps  # noqa: E402 - after the path entry above
+
 STEPS, WARMUP, ROUNDS = 8, 2, 2
 MAX_RATIO = 1.05  # the target: a SetPO step at most 5% slower than GRPO's
 PROMPTS_PER_STEP, G, THREADS = 16, 7, 1
+
+#: (label, policy (hidden, layers, heads), target ratio): the paper's two policy:embedder parameter ratios
+PAPER_ROWS = [("2.5:1 (1.5B : 0.6B)", (128, 7, 4), 1.10), ("11.7:1 (7B : 0.6B)", (288, 7, 6), 1.05)]
+PAPER_VOCAB, PAPER_RESPONSE_TOKENS = 2048, 128
+PAPER_EMBEDDER = ps.QWEN3_EMBEDDING_0_6B.scaled(hidden=128, layers=4, heads=4, kv_heads=2, vocab=PAPER_VOCAB)
+PAPER_STEP = ps.StepSetting(prompts_per_step=4, num_generations=6, micro_batch=24,
+                            max_completion_length=PAPER_RESPONSE_TOKENS, prompt_length=32, steps=2, warmup=1,
+                            rounds=2, beta=1e-4, lam=0.05, threads=THREADS)
 
 
 def _trainer(kind: str, model, tok, dataset, out: str, embedder):
@@ -74,7 +102,7 @@ def _time(policy_dir: str, tok, data, embedders: dict, tmp: str) -> dict[str, li
     return times
 
 
-def main() -> str:
+def countdown_rows() -> tuple[list[dict], float]:
     from datasets import Dataset
 
     from envs.countdown import generate_instances
@@ -98,21 +126,75 @@ def main() -> str:
         warm = run_sft(cfg, make_data(cfg), Path(tmp) / "sft", log=lambda *_: None)
         for name, policy in (("fresh", f"{tmp}/fresh"), ("warm", str(warm))):
             results[name] = _time(policy, tok, data, embedders, tmp)
-    n_params = sum(p.numel() for p in fresh.parameters()) / 1e6
-    lines = [f"One TRL optimizer step (generation, reward, advantages, embedding, loss, backward): Countdown "
-             f"policy {n_params:.2f}M params, {PROMPTS_PER_STEP} prompts x G={G}, beta=0.001, {THREADS} CPU "
-             f"thread; median over {STEPS - WARMUP} steps x {ROUNDS} interleaved rounds per configuration.", "",
-             "| policy | configuration | median step (s) | ratio to GRPO | target | met |", "|---|---|---|---|---|---|"]
+    policy_params = ps.n_params(fresh)
+    emb_params = {"SetPO+GRPO, MiniLM-L6 embedder": ps.n_params(embedders["SetPO+GRPO, MiniLM-L6 embedder"].model),
+                  "SetPO+GRPO, hashed n-gram embedder": 0}
+    rows = []
     for name, times in results.items():
         med = {k: statistics.median(v) for k, v in times.items()}
         for k in times:
-            label = "GRPO (TRL GRPOTrainer)" if k == "grpo" else k
-            ratio = med[k] / med["grpo"]
-            verdict = "-" if k == "grpo" else ("PASS" if ratio <= MAX_RATIO else "FAIL")
-            lines.append(f"| {name} | {label} | {med[k]:.3f} | {ratio:.3f} | "
-                         f"{'-' if k == 'grpo' else f'<= {MAX_RATIO:g}'} | {verdict} |")
+            if k == "grpo":
+                continue
+            rows.append({"configuration": f"Countdown policy ({name}), {k}", "policy_params": policy_params,
+                         "embedder_params": emb_params[k], "param_ratio": None, "grpo_s": round(med["grpo"], 4),
+                         "setpo_s": round(med[k], 4), "ratio": round(med[k] / med["grpo"], 4),
+                         "target": MAX_RATIO})
+    return rows, policy_params / 1e6
+
+
+def paper_rows() -> list[dict]:
+    """SetPO/GRPO step time at the paper's policy:embedder parameter ratios, scaled down (module docstring)."""
+    tok = ps.word_tokenizer(PAPER_VOCAB)
+    embedder = ps.RandomEmbedder(PAPER_EMBEDDER, device="cpu", micro_batch=24)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, (hidden, layers, heads), target in PAPER_ROWS:
+            shape = ps.QWEN25_MATH_1_5B.scaled(hidden=hidden, layers=layers, heads=heads, kv_heads=2,
+                                               vocab=PAPER_VOCAB)
+            folder = Path(tmp) / f"policy_{hidden}x{layers}"
+            ps.build_policy(shape, tok, folder, save_dtype=torch.float32)
+            res = ps.step_times(folder, tok, embedder, PAPER_STEP, device="cpu")
+            embed_s = ps.embed_seconds(embedder, PAPER_STEP.prompts_per_step * PAPER_STEP.num_generations,
+                                       PAPER_RESPONSE_TOKENS, PAPER_VOCAB)
+            rows.append({"configuration": f"paper ratio {label}", "policy_params": res["policy_params"],
+                         "embedder_params": embedder.params,
+                         "param_ratio": round(res["policy_params"] / embedder.params, 2),
+                         "grpo_s": res["grpo_s"], "setpo_s": res["setpo_s"], "ratio": res["ratio"],
+                         "embed_s_alone": round(embed_s, 4), "target": target,
+                         "grpo_steps": res["grpo_steps"], "setpo_steps": res["setpo_steps"]})
+    return rows
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", choices=["countdown", "paper"], help="run one family of rows")
+    args, _ = ap.parse_known_args(argv)  # under `setpo bench` (runpy) sys.argv is the CLI's
+    rows, header = [], []
+    if args.only != "paper":
+        countdown, m_params = countdown_rows()
+        rows += countdown
+        header.append(f"Countdown rows: notebook 03's policy ({m_params:.2f}M params), {PROMPTS_PER_STEP} prompts x "
+                      f"G={G}, 24-token completions, beta=0.001, {THREADS} CPU thread; median over {STEPS - WARMUP} "
+                      f"steps x {ROUNDS} interleaved rounds per configuration.")
+    if args.only != "countdown":
+        rows += paper_rows()
+        st = PAPER_STEP
+        header.append(f"Paper-ratio rows: random Qwen2-shaped policies beside a random Qwen3-shaped embedder "
+                      f"(benchmarks/paper_shapes.py), {st.prompts_per_step} prompts x G={st.num_generations}, "
+                      f"{st.max_completion_length}-token responses, beta={st.beta}, lambda={st.lam}, "
+                      f"{st.threads} CPU thread; median over {st.steps} steps x {st.rounds} interleaved rounds.")
+    lines = [*header, "", "One TRL optimizer step (generation, reward, advantages, embedding, loss, backward).", "",
+             "| configuration | policy params | embedder params | GRPO step (s) | SetPO step (s) | ratio | target "
+             "| met |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        r["met"] = "PASS" if r["ratio"] <= r["target"] else "FAIL"
+        lines.append(f"| {r['configuration']} | {r['policy_params'] / 1e6:.2f}M | "
+                     f"{r['embedder_params'] / 1e6:.2f}M | {r['grpo_s']:.3f} | {r['setpo_s']:.3f} | {r['ratio']:.3f} | "
+                     f"<= {r['target']:g} | {r['met']} |")
     table = "\n".join(lines)
-    write_bench_report("trl_step", table)
+    out = write_bench_report("trl_step", table)
+    out.with_suffix(".json").write_text(json.dumps({"rows": rows}, indent=1))
     return table
 
 
