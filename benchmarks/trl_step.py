@@ -23,13 +23,15 @@ proportions at a smaller width, a 2048-word vocabulary; random weights cost the 
 a Qwen3-shaped embedder of ~1.05M parameters beside Qwen2-shaped policies of ~2.6M and ~12.3M, responses of
 ``PAPER_RESPONSE_TOKENS`` tokens (random weights rarely stop early), 4 prompts x G = 6 per step, KL 1e-4, λ =
 0.05, one CPU thread (as above: a second OpenMP thread waiting for a busy core on a shared machine makes a
-small model's decoding many times slower), GRPO and SetPO interleaved in one process. Targets: ratio <= 1.10 at 2.5:1 and <= 1.05 at 11.7:1.
+small model's decoding many times slower), GRPO and SetPO interleaved in one process. Targets: ratio <= 1.10
+at 2.5:1 and <= 1.05 at 11.7:1. The JSON also records the embedder's time alone on one step's responses
+(``embed_s_alone``).
 
 Every configuration is one row of ``runs/bench/trl_step.json`` (``policy_params``, ``embedder_params``,
 ``grpo_s``, ``setpo_s``, ``ratio``); the table with PASS / FAIL goes to runs/bench/trl_step.md.
 
 Usage: ``.venv/bin/python benchmarks/trl_step.py`` (about 8 minutes), ``--only paper`` for the paper-ratio
-rows alone (about 4 minutes), ``--only countdown`` for the others.
+rows alone (about 3 minutes), ``--only countdown`` for the others.
 """
 
 from __future__ import annotations
