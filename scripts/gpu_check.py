@@ -2,9 +2,9 @@
 
 For a bare CUDA machine: torch, transformers, sentence-transformers, accelerate, pandas and pyarrow installed,
 no internet. Everything else the check needs (TRL, datasets, verl's core without Ray, gymnasium, math-verify,
-...) is gathered beforehand into a wheel folder: about 6 MB (prepare refuses more than 60 MB).
+...) is gathered beforehand into a wheel folder: about 7 MB (prepare refuses more than 60 MB).
 
-  1. On a machine with internet, once (same Python minor version as the GPU machine, or --python-version):
+  1. On a machine with internet, once (wheels for Python 3.11 and 3.12, the versions TRL and verl support):
          python scripts/gpu_check.py prepare --wheels runs/gpu_wheels
   2. Copy the repository (with runs/gpu_wheels) to the GPU machine and run, in under 8 minutes:
          python scripts/gpu_check.py all --wheels runs/gpu_wheels --out runs/gpu_check
@@ -85,28 +85,30 @@ def elapsed() -> float:
 # ------------------------------------------------------------------------------------------------ prepare
 
 
-def prepare(wheels: Path, python_version: str | None = None, platform_tag: str | None = None) -> int:
-    """Download (pip download --no-deps) every wheel the check needs into ``wheels``; check the total size."""
+#: The GPU machine's Python is not known in advance: compiled wheels are fetched for each of these.
+PYTHON_VERSIONS = ("3.11", "3.12")  # TRL 1.16 needs >= 3.11, verl 0.9.1 < 3.13
+
+
+def prepare(wheels: Path, python_versions=PYTHON_VERSIONS, platform_tag: str | None = None) -> int:
+    """Download (pip download --no-deps) every wheel the check needs into ``wheels``, for each Python version
+    (compiled wheels differ by version; pure ones are shared), build the sdist-only ones, check the size."""
     wheels.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    target = []
-    if python_version:
-        target += ["--python-version", python_version, "--implementation", "cp"]
-    if platform_tag:
-        target += ["--platform", platform_tag]
-    cmd = [*pip, "download", "--no-deps", "--only-binary=:all:", "-d", str(wheels), *target, *WHEELS]
-    print("+", " ".join(cmd), flush=True)
-    if subprocess.run(cmd).returncode:
-        return 1
-    cmd = [*pip, "wheel", "--no-deps", "-w", str(wheels), *SDIST_WHEELS]
+    for version in python_versions:
+        target = ["--python-version", version, "--implementation", "cp",
+                  *(["--platform", platform_tag] if platform_tag else [])]
+        cmd = [*pip, "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(wheels), *target, *WHEELS]
+        print("+", " ".join(cmd), flush=True)
+        if subprocess.run(cmd).returncode:
+            return 1
+    cmd = [*pip, "wheel", "-q", "--no-deps", "-w", str(wheels), *SDIST_WHEELS]
     print("+", " ".join(cmd), flush=True)
     if subprocess.run(cmd).returncode:
         return 1
     files = sorted(wheels.glob("*.whl"))
     total = sum(f.stat().st_size for f in files)
-    manifest = {"python": python_version or platform.python_version(),
-                "files": {f.name: f.stat().st_size for f in files}, "total_mb": round(total / 2**20, 2),
-                "why": {**WHEELS, **SDIST_WHEELS}}
+    manifest = {"python_versions": list(python_versions), "files": {f.name: f.stat().st_size for f in files},
+                "total_mb": round(total / 2**20, 2), "why": {**WHEELS, **SDIST_WHEELS}}
     (wheels / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"{len(files)} wheels, {total / 2**20:.1f} MB in {wheels} (limit {MAX_WHEELS_MB} MB)")
     if total > MAX_WHEELS_MB * 2**20:
@@ -116,21 +118,21 @@ def prepare(wheels: Path, python_version: str | None = None, platform_tag: str |
 
 
 def install(wheels: Path) -> int:
-    """pip install --no-index --no-deps every wheel in ``wheels`` (after checking the base packages)."""
+    """pip install --no-index --no-deps the pinned packages from ``wheels`` (pip picks the wheel that fits
+    this Python), after checking that the base packages are there."""
     import importlib.util
 
     missing = [p for p in BASE_PACKAGES if importlib.util.find_spec(p) is None]
     if missing:
         print(f"missing base packages (install them first): {', '.join(missing)}", file=sys.stderr)
         return 2
-    files = sorted(str(f) for f in wheels.glob("*.whl"))
-    if not files:
+    if not any(wheels.glob("*.whl")):
         print(f"no wheels in {wheels}; run `python scripts/gpu_check.py prepare --wheels {wheels}` on a machine "
               "with internet first", file=sys.stderr)
         return 2
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-index",
-           "--find-links", str(wheels), "--no-deps", *files]
-    print("+", " ".join(cmd[:9]), f"... ({len(files)} wheels)", flush=True)
+           "--find-links", str(wheels), "--no-deps", *WHEELS, *SDIST_WHEELS]
+    print("+", " ".join(cmd[:9]), f"... ({len(WHEELS) + len(SDIST_WHEELS)} packages)", flush=True)
     return subprocess.run(cmd).returncode
 
 
@@ -530,7 +532,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--wheels", default=str(ROOT / "runs" / "gpu_wheels"),
                     help="the wheel folder prepare fills and install / all install from (default runs/gpu_wheels)")
-    ap.add_argument("--python-version", help="prepare: download wheels for this Python (e.g. 3.12; default: this one)")
+    ap.add_argument("--python-versions", nargs="+", default=list(PYTHON_VERSIONS),
+                    help="prepare: the Python versions to fetch compiled wheels for (default: 3.11 3.12)")
     ap.add_argument("--platform", help="prepare: pip's --platform tag (e.g. manylinux_2_28_x86_64)")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "runs" / "gpu_check"),
                     help="folder for gpu_check.json and gpu_check.md (default: $OUT or runs/gpu_check)")
@@ -544,7 +547,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     wheels = Path(args.wheels)
     if command == "prepare":
-        return prepare(wheels, args.python_version, args.platform)
+        return prepare(wheels, args.python_versions, args.platform)
     if command == "install":
         return install(wheels)
     if command == "all":
