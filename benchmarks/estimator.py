@@ -98,6 +98,7 @@ def main() -> None:
     torch.manual_seed(0)
     rows = []
     for b, g, d in SHAPES:
+        print(f"  (B, G, d) = ({b}, {g}, {d}) ...", flush=True)
         rewards, emb = make_inputs(b, g, d)
         grouped = emb.reshape(b, g, d)
         perm = torch.randperm(b * g)

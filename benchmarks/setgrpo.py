@@ -98,6 +98,7 @@ def lm_rows(repeats: int = 7) -> list[dict]:
     """GRPO advantages vs SetGRPO coefficients (calibrated once beforehand) at LM batch shapes."""
     rows = []
     for b, g, d in LM_SHAPES:
+        print(f"  language-model shape (B, G, d) = ({b}, {g}, {d}) ...", flush=True)
         gen = torch.Generator().manual_seed(b + g + d)
         quality = torch.rand(b * g, 1, generator=gen)
         scores = (quality + 0.1 * torch.randn(b * g, 2, generator=gen)).clamp(0, 1)

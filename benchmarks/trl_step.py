@@ -96,6 +96,7 @@ def _time(policy_dir: str, tok, data, embedders: dict, tmp: str) -> dict[str, li
     times: dict[str, list[float]] = {k: [] for k in kinds}
     for r in range(ROUNDS):
         for kind in kinds if r % 2 == 0 else kinds[::-1]:  # alternate to cancel drift on a shared machine
+            print(f"  round {r + 1}/{ROUNDS}: {kind} ...", flush=True)  # each trainer runs for a while
             tr = _trainer("grpo" if kind == "grpo" else "setpo", copy.deepcopy(base), tok, data, tmp,
                           embedders.get(kind))
             tr.remove_callback(PrinterCallback)
@@ -153,6 +154,7 @@ def paper_rows() -> list[dict]:
         for label, (hidden, layers, heads), target in PAPER_ROWS:
             shape = ps.QWEN25_MATH_1_5B.scaled(hidden=hidden, layers=layers, heads=heads, kv_heads=2,
                                                vocab=PAPER_VOCAB)
+            print(f"  paper ratio {label}: building the policy and timing GRPO and SetPO ...", flush=True)
             folder = Path(tmp) / f"policy_{hidden}x{layers}"
             ps.build_policy(shape, tok, folder, save_dtype=torch.float32)
             res = ps.step_times(folder, tok, embedder, PAPER_STEP, device="cpu")
