@@ -190,7 +190,6 @@ def training_curves(out: str | Path, runs: Sequence[RLRun]):
     return pd.DataFrame(rows)
 
 
-
 def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int = 0, method: str = "pca",
                 seed: int = 0):
     """Probe samples of the given runs on one validation problem, embedded and projected to 2-D together.
@@ -204,17 +203,10 @@ def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int =
     import pandas as pd
 
     from setpo.studies.figures import project_texts
+    from setpo.trl.training import read_records  # the probe file's reader, tolerant of a cut-short last line
 
-    rows = []
-    for run in runs:
-        path = Path(out) / "rl" / run.name / "probes.jsonl"
-        if not path.exists():
-            continue
-        with open(path) as f:
-            for line in f:
-                r = json.loads(line)
-                if r["problem"] == problem:
-                    rows.append({"run": run.name, "method": run.variant, **r})
+    rows = [{"run": run.name, "method": run.variant, **r} for run in runs
+            for r in read_records(Path(out) / "rl" / run.name / "probes.jsonl") if r["problem"] == problem]
     df = pd.DataFrame(rows)
     if df.empty:
         raise ValueError(f"no probe samples for problem {problem} in {out} for runs {[r.name for r in runs]}")
