@@ -17,12 +17,13 @@ scale or offset of the rewards (``flat_groups``).
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 
 from setpo.diversity import _TERMS_ON_GROUPS, DIVERSITY_TERMS, _as_embeddings
-from setpo.groups import Groups, as_tensor, check_finite, check_real
+from setpo.groups import Groups, as_tensor, check_finite, check_real, const
 
 Estimator = Callable[[torch.Tensor, "torch.Tensor | None", float], torch.Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
@@ -65,9 +66,10 @@ def _group_stats(r: torch.Tensor, valid: torch.Tensor | None):
 def grpo(r: torch.Tensor, valid: torch.Tensor | None, eps: float) -> torch.Tensor:
     """GRPO: (r_i - mean) / (std + eps), unbiased std as in verl and TRL."""
     if valid is None:  # the same numbers in fewer tensor operations (each costs microseconds at TRL's sizes)
-        c = r - r.mean(-1, keepdim=True)
-        std = torch.linalg.vector_norm(c, dim=-1, keepdim=True).mul_((r.shape[1] - 1) ** -0.5)
-        return c.div_(std.add_(eps))
+        n = r.shape[1]
+        c = r - r.sum(-1, keepdim=True).div_(const(n, r))
+        std = torch.linalg.vector_norm(c, dim=-1, keepdim=True).mul_(const((n - 1) ** -0.5, r))
+        return c.div_(std.add_(const(eps, r)))
     _, _, mean, std = _group_stats(r, valid)
     return (r - mean) / (std + eps)
 
@@ -100,22 +102,24 @@ def _rewards_and_groups(rewards, index, group_size, device=None, check: bool = T
 FLAT_ULPS = 16
 
 
-def _flat(padded: torch.Tensor, valid: torch.Tensor | None, check: bool = False) -> torch.Tensor:
-    """(B,) bool: the group has no spread up to rounding (see ``FLAT_ULPS``).
+def _flat(padded: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) bool: the group has no spread up to rounding (see ``FLAT_ULPS``); and (B,) the spreads max - min.
 
-    check: also refuse NaN and infinities. The spread max - min of a group is finite exactly when all its
-    rewards are (NaN propagates through max and min; inf - x, x + inf and inf - inf are not finite), so this
-    costs one check of B numbers instead of a pass over the rewards."""
+    A spread is finite exactly when all the group's rewards are (NaN propagates through max and min;
+    inf - x, x + inf and inf - inf are not finite), so the spreads also answer "any NaN or infinity?"."""
     if valid is None:
         bottom, top = torch.aminmax(padded, dim=-1)
     else:
         top = padded.masked_fill(~valid, float("-inf")).amax(-1)
         bottom = padded.masked_fill(~valid, float("inf")).amin(-1)
     spread = top - bottom
-    if check and not bool(spread.isfinite().all()):
-        check_finite(padded if valid is None else padded[valid], "rewards")
     size = torch.maximum(top, -bottom)  # = max(|top|, |bottom|), as top >= bottom
-    return spread <= FLAT_ULPS * torch.finfo(padded.dtype).eps * size
+    return spread <= size.mul_(const(FLAT_ULPS * torch.finfo(padded.dtype).eps, size)), spread
+
+
+def _spread_limit(dtype: torch.dtype, group_size: int) -> float:
+    """Largest spread whose squared deviations, summed over a group, cannot overflow ``dtype``."""
+    return math.sqrt(torch.finfo(dtype).max / (4 * group_size))
 
 
 def _check_estimator(estimator) -> None:
@@ -144,9 +148,18 @@ def _base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float
     groups.require_min_size(2, f"the {estimator!r} advantage")
     valid = groups.valid()
     padded = groups.pad(r)
-    flat = _flat(padded, valid, check=True)  # first: it refuses NaN and infinities
-    adv = ADVANTAGE_ESTIMATORS[estimator](padded, valid, eps)
-    adv = adv.masked_fill_(flat[:, None], 0.0)
+    flat, spread = _flat(padded, valid)
+    # One number answers two questions: any NaN or infinity (then the sum is not finite, unless finite
+    # spreads overflowed it: look at each reward), and can a group's squared deviations overflow.
+    total = float(spread.sum())
+    if not math.isfinite(total):
+        check_finite(padded if valid is None else padded[valid], "rewards")
+    wide = total > _spread_limit(padded.dtype, groups.max_size)
+    if wide and padded.dtype == torch.float64:
+        raise ValueError(f"rewards spread over more than {_spread_limit(torch.float64, groups.max_size):.3g} "
+                         f"within a group, where squared deviations overflow float64: rescale them")
+    adv = ADVANTAGE_ESTIMATORS[estimator](padded.double() if wide else padded, valid, eps).to(padded.dtype)
+    adv = adv.masked_fill_(flat.unsqueeze(1), 0.0)
     return groups.unpad(adv if valid is None else adv * valid)
 
 
@@ -187,7 +200,7 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
 def flat_groups(rewards, index=None, *, group_size: int | None = None) -> torch.Tensor:
     """(N,) bool: rows whose group's rewards have no spread up to rounding (``FLAT_ULPS``)."""
     r, groups = _rewards_and_groups(rewards, index, group_size)
-    return _flat(groups.pad(r), groups.valid())[groups.group_id]
+    return _flat(groups.pad(r), groups.valid())[0][groups.group_id]
 
 
 def groups_with_signal(rewards, index=None, *, group_size: int | None = None) -> torch.Tensor:

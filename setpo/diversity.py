@@ -13,9 +13,11 @@ D on every reduced set (O(G³)) and is the reference the tests hold the closed f
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from setpo.groups import Groups, as_tensor, check_finite
+from setpo.groups import Groups, as_tensor, check_finite, const
 
 
 def g(x: torch.Tensor) -> torch.Tensor:
@@ -77,23 +79,30 @@ def _kernel(e: torch.Tensor, groups: Groups | None = None, name: str = "emb") ->
 
     The input is read once, by the matmul that forms the Gram matrices. Its diagonal holds every row's squared
     norm, which a NaN or infinity in the row makes NaN or inf and a zero row makes 0; the input is scanned
-    (and rescaled) only when some squared norm lies outside [tiny/eps, max/16], i.e. when a row is bad or so
-    small or large that its products under- or overflow. Then the rows are divided by their largest absolute
-    entry (``_rescaled_rows``, which names a bad row) and the Gram matrices formed again, so any non-zero
-    scale of a row gives the kernel of the unit row. The Gram matrix is normalised in place by its diagonal.
+    (and rescaled) only when some inverse norm 1/|e_i| lies outside ``_inverse_norm_range``, i.e. when a row
+    is bad or so small or large that its products under- or overflow. Then the rows are divided by their
+    largest absolute entry (``_rescaled_rows``, which names a bad row) and the Gram matrices formed again, so
+    any non-zero scale of a row gives the kernel of the unit row. The Gram matrix is normalised in place.
     """
     _check_layout(e, name)
     gram = _gram(e, groups)
-    diag = gram.diagonal(dim1=-2, dim2=-1)
-    fi = torch.finfo(gram.dtype)
-    lo, hi = torch.aminmax(diag)
-    if not (float(lo) >= fi.tiny / fi.eps and float(hi) <= fi.max / 16):  # also False for NaN
+    inv = gram.diagonal(dim1=-2, dim2=-1).rsqrt()                # 1/|e_i|; NaN, inf or 0 for a bad row
+    lo, hi = torch.aminmax(inv)
+    smallest, largest = _inverse_norm_range(gram.dtype)
+    if not (float(lo) >= smallest and float(hi) <= largest):     # also False for NaN
         gram = _gram(_rescaled_rows(e, name), groups)
-        diag = gram.diagonal(dim1=-2, dim2=-1)
-    inv = diag.rsqrt()
-    k = gram.mul_(inv[..., :, None]).mul_(inv[..., None, :]).clamp_(0.0, 1.0)
+        inv = gram.diagonal(dim1=-2, dim2=-1).rsqrt()
+    k = gram.mul_(inv.unsqueeze(-1)).mul_(inv.unsqueeze(-2)).clamp_(0.0, 1.0)
     k.diagonal(dim1=-2, dim2=-1).fill_(1.0)  # exactly 1, not 1 ± rounding
     return k
+
+
+@functools.lru_cache(maxsize=None)
+def _inverse_norm_range(dtype: torch.dtype) -> tuple[float, float]:
+    """Where 1/|e| may lie for the Gram matrix of unscaled rows to be exact: squared norms in
+    [tiny/eps, max/16], so that no product of two entries underflows and no sum of them overflows."""
+    fi = torch.finfo(dtype)
+    return (fi.max / 16) ** -0.5, (fi.tiny / fi.eps) ** -0.5
 
 
 def _cosine_kernel(e: torch.Tensor, name: str = "emb") -> torch.Tensor:
@@ -158,16 +167,18 @@ def kernel_marginals(k: torch.Tensor, valid: torch.Tensor | None = None) -> torc
 def _full_group_marginals(k: torch.Tensor) -> torch.Tensor:
     """``kernel_marginals`` for B full groups of n: the same formulas, with the self term removed by
     ``R_j = Σ_z k_jz - 1`` (k_jj is exactly 1) and the i = j term of D(Ω∖{o_i}) zeroed on the diagonal,
-    instead of masks. At TRL's sizes each tensor operation costs about as much as the arithmetic."""
+    instead of masks. At TRL's sizes each tensor operation costs about as much as the arithmetic, hence
+    in-place operations and constants made once (``const``)."""
     n = k.shape[-1]
     if n < 3:
         raise ValueError(f"leave-one-out marginals need groups of at least 3 rollouts, got {n}")
-    r = k.sum(-1).sub_(1.0)                                      # (B, G)     R_j
-    full = torch.log1p(r * (1.0 / (n - 1))).mean(-1, keepdim=True)  # (B, 1)  -D(Ω)
+    r = k.sum(-1).sub_(const(1.0, k))                                               # (B, G)  R_j
+    # -D(Ω) = 1/n · Σ_j log1p(R_j / (n-1))                                                     (B, 1)
+    full = torch.log1p(r * const(1 / (n - 1), k)).sum(-1, keepdim=True).div_(const(n, k))
     # loo[b, i, j] = -g(m̂(o_j; Ω∖{o_i})) = log1p((R_j - k_ji) / (n-2)); its diagonal is not a term
-    loo = torch.log1p(torch.sub(r[:, None, :], k.transpose(-1, -2)).mul_(1.0 / (n - 2)))
+    loo = torch.sub(r.unsqueeze(-2), k.transpose(-1, -2)).mul_(const(1 / (n - 2), k)).log1p_()
     loo.diagonal(dim1=-2, dim2=-1).zero_()
-    return loo.sum(-1).mul_(1.0 / (n - 1)).sub_(full)           # D(Ω) - D(Ω∖{o_i})
+    return loo.sum(-1).mul_(const(1 / (n - 1), k)).sub_(full)                      # D(Ω) - D(Ω∖{o_i})
 
 
 def set_diversity(emb) -> float:

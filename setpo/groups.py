@@ -10,6 +10,7 @@ This module also holds the input checks every public function shares (``as_tenso
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Mapping, Set
@@ -58,6 +59,23 @@ def as_tensor(x, *, name: str, device=None, dtype=None) -> torch.Tensor:
     if device is not None and t.device != torch.device(device):
         t = t.to(device)
     return t
+
+
+def const(value: float, like: torch.Tensor) -> torch.Tensor:
+    """``value`` as a 0-d tensor of ``like``'s dtype and device, made once and reused.
+
+    Use it for the constants of elementwise operations on hot paths: a Python float there is first turned
+    into a tensor and converted to the operand's dtype, two extra operations that cost about as much as the
+    arithmetic itself on a few thousand numbers (TRL's usual sizes). Same rounding: the float is converted
+    to ``like``'s dtype either way. Never modify the result in place: it is shared.
+    """
+    return _const(float(value), like.dtype, like.device)
+
+
+@functools.lru_cache(maxsize=1024)
+def _const(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
+        return torch.tensor(value, dtype=dtype, device=device)
 
 
 def check_finite(t: torch.Tensor, name: str) -> None:

@@ -140,3 +140,43 @@ def test_pairwise_penalty_bounds():
     assert torch.allclose(pairwise_similarity_penalty(torch.ones(3, 2)), -torch.ones(3))  # all the same
     with pytest.raises(ValueError, match="at least 2"):
         pairwise_similarity_penalty(torch.eye(3), index=[0, 0, 1])
+
+
+def test_spreads_that_overflow_their_sum_are_still_accepted():
+    # The NaN/inf check looks at the sum of the groups' spreads first; finite spreads whose sum overflows
+    # float32 must fall back to looking at each reward, not be refused.
+    r = torch.tensor([3e38, 0.0, 3e38, 0.0])
+    adv = group_advantages(r, group_size=2)
+    assert torch.isfinite(adv).all() and adv[0] > 0 > adv[1]
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        group_advantages(torch.tensor([3e38, 0.0, float("inf"), 0.0]), group_size=2)
+
+
+def test_shared_constants_work_in_and_out_of_inference_mode():
+    # The estimator's constants are made once and reused; made first under inference_mode they must still
+    # serve a later call whose inputs need gradients (an inference tensor cannot be saved for backward).
+    from setpo.groups import const
+
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    with torch.inference_mode():
+        emb = torch.randn(6, 4, generator=gen, dtype=torch.float64) + 1.0
+        ref = setpo_advantages(rewards, emb, group_size=3, lam=0.5)
+        assert not const(0.125, emb).is_inference()
+    leaf = emb.clone().requires_grad_(True)
+    adv = setpo_advantages(rewards, leaf, group_size=3, lam=0.5)
+    adv.sum().backward()
+    assert torch.equal(adv.detach(), ref) and torch.isfinite(leaf.grad).all()
+    assert const(0.125, emb) is const(0.125, emb) and const(0.125, emb).dtype == torch.float64
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo"])
+def test_huge_rewards_are_not_silently_zeroed(estimator):
+    # Squared deviations of float32 rewards above ~1e19 overflow: the group must be computed wider, not
+    # come back as 0 (GRPO's std would be inf).
+    r = torch.tensor([1e20, 0.0, 0.0, 2.0, 1.0, 0.0])
+    got = group_advantages(r, group_size=3, estimator=estimator)
+    expect = group_advantages(r.double(), group_size=3, estimator=estimator).float()
+    assert got.dtype == torch.float32 and torch.equal(got, expect) and got[0] > 0
+    with pytest.raises(ValueError, match="rescale"):
+        group_advantages(torch.tensor([1e200, 0.0, 1.0], dtype=torch.float64), estimator=estimator)
