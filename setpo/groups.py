@@ -123,15 +123,9 @@ def _is_nan(u) -> bool:
     return isinstance(u, (float, np.floating)) and u != u
 
 
-def _factorize(index) -> np.ndarray:
-    """Map group ids to 0..B-1, numbered in order of first appearance.
-
-    Ids keep their identity as Python's ``==`` and ``hash`` define it: 1 and 1.0 (and True) are one group,
-    1 and '1' are two. Numeric arrays and tensors are factorised by numpy without a Python loop; lists and
-    object arrays (verl's uid column) go through a dict, one pass over the rows, so that numpy never casts
-    mixed ids to one type (it would turn 1 into '1'). Tuples are valid ids. NaN is not (NaN != NaN, so it
-    could not name a group); neither are unhashable ids.
-    """
+def _index_ids(index) -> np.ndarray | list:
+    """The group ids of ``index``, checked: a 1-D numpy array (tensors become one), or a list for any other
+    sequence (so that numpy never casts mixed ids to one type: it would turn 1 into '1')."""
     if isinstance(index, torch.Tensor):
         if index.is_complex():
             raise ValueError("index must hold group ids, got a complex tensor")
@@ -145,27 +139,75 @@ def _factorize(index) -> np.ndarray:
             # verl stores uids in a 1-D object array; a 2-D array here is almost always a mistake.
             raise ValueError(f"index must be one-dimensional, got shape {index.shape} (for tuple ids pass a "
                              f"list of tuples or a 1-D object array)")
-        if index.dtype.kind in "biufcUS":
-            if index.dtype.kind in "fc" and bool(np.isnan(index).any()):
-                raise ValueError("index contains NaN, which cannot name a group (NaN != NaN)")
-            _, first, inverse = np.unique(index, return_index=True, return_inverse=True)
-            return np.argsort(np.argsort(first))[inverse.reshape(-1)]
-        ids_seq = index.tolist()
-    else:
-        try:
-            ids_seq = list(index)
-        except TypeError:
-            raise ValueError(f"index must be a sequence of group ids, one per row, got {type(index).__name__}"
-                             ) from None
-    ids: dict = {}
+        if index.dtype.kind in "fc" and bool(np.isnan(index).any()):
+            raise ValueError("index contains NaN, which cannot name a group (NaN != NaN)")
+        return index
     try:
-        out = np.fromiter((ids.setdefault(u, len(ids)) for u in ids_seq), dtype=np.int64, count=len(ids_seq))
+        return list(index)
+    except TypeError:
+        raise ValueError(f"index must be a sequence of group ids, one per row, got {type(index).__name__}"
+                         ) from None
+
+
+def _block_count(ids) -> int | None:
+    """B when the rows form B consecutive blocks of equal size with distinct ids (verl's usual layout: each
+    uid's rollouts side by side), else None. One vectorised pass over the ids, no sort and no dict: for a
+    numpy array only (lists go through ``_factorize``), and anything unusual (NaN, unhashable or oddly
+    comparing ids) answers None and is left to ``_factorize`` to number or to refuse."""
+    if not isinstance(ids, np.ndarray):
+        return None
+    n = ids.shape[0]
+    try:
+        starts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+        b = starts.shape[0] + 1
+        if n % b or not np.array_equal(starts, np.arange(1, b) * (n // b)):
+            return None
+        firsts = ids[:: n // b].tolist()
+        if len(set(firsts)) != b or any(_is_nan(u) for u in firsts):
+            return None
+    except (TypeError, ValueError):
+        return None
+    return b
+
+
+def _factorize(ids) -> tuple[np.ndarray, np.ndarray]:
+    """Number the groups 0..B-1 in order of first appearance, and rank each row inside its group by row
+    order. Returns (codes, position), each (N,) int64.
+
+    Ids keep their identity as Python's ``==`` and ``hash`` define it: 1 and 1.0 (and True) are one group,
+    1 and '1' are two. Numeric and string arrays are numbered by one stable sort, without a Python loop;
+    lists and object arrays (verl's uid column) go through a dict, one pass over the rows. Tuples are valid
+    ids. NaN is not (NaN != NaN, so it could not name a group); neither are unhashable ids.
+    """
+    n = len(ids)
+    if isinstance(ids, np.ndarray) and ids.dtype.kind in "biufcUS":
+        order = np.argsort(ids, kind="stable")              # rows grouped by id, in row order inside a group
+        sorted_ids = ids[order]
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(sorted_ids[1:], sorted_ids[:-1], out=new[1:])
+        starts = np.flatnonzero(new)                        # where each id's run begins, ids in sorted order
+        code_of_run = np.empty(starts.shape[0], dtype=np.int64)
+        code_of_run[np.argsort(order[starts], kind="stable")] = np.arange(starts.shape[0])  # by first row
+        run = np.cumsum(new) - 1
+        codes, position = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        codes[order] = code_of_run[run]
+        position[order] = np.arange(n) - starts[run]
+        return codes, position
+    seq = ids.tolist() if isinstance(ids, np.ndarray) else ids
+    first: dict = {}
+    try:
+        codes = np.fromiter((first.setdefault(u, len(first)) for u in seq), dtype=np.int64, count=n)
     except TypeError as err:
-        bad = next((u for u in ids_seq if not _hashable(u)), None)
+        bad = next((u for u in seq if not _hashable(u)), None)
         raise ValueError(f"index ids must be hashable (str, int, tuple, ...), got {bad!r:.60}") from err
-    if any(_is_nan(u) for u in ids):  # over the distinct ids only
+    if any(_is_nan(u) for u in first):  # over the distinct ids only
         raise ValueError("index contains NaN, which cannot name a group (NaN != NaN)")
-    return out
+    order = np.argsort(codes, kind="stable")
+    sizes = np.bincount(codes)
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n) - (np.cumsum(sizes) - sizes)[codes[order]]
+    return codes, position
 
 
 def _hashable(u) -> bool:
@@ -185,20 +227,24 @@ class Groups:
     contiguous: True when rows are already laid out as B consecutive blocks of equal size, so that
         padding is a free ``reshape``.
     equal_sizes: True when every group has ``max_size`` rows (then no slot is padding: ``valid()`` is None).
+    min_size: the smallest group's size, a Python int.
 
-    For contiguous groups the three tensors are made only when first asked for: the estimator never needs
-    them there, and at TRL's usual sizes (a few hundred rows) each tensor operation costs as much as the
-    arithmetic, so building them would be most of the call.
+    For contiguous groups the tensors are made only when first asked for: the estimator never needs them
+    there, and at TRL's usual sizes (a few hundred rows) each tensor operation costs as much as the
+    arithmetic, so building them would be most of the call. Otherwise they are worked out on the host (the
+    ids are host data anyway) and copied to the device once.
     """
 
-    __slots__ = ("num_rows", "num_groups", "max_size", "contiguous", "equal_sizes", "device", "_group_id",
-                 "_position", "_sizes", "_slots")
+    __slots__ = ("num_rows", "num_groups", "max_size", "min_size", "contiguous", "equal_sizes", "device",
+                 "_group_id", "_position", "_sizes", "_slots", "_slot_of_row")
 
     def __init__(self, num_rows: int, num_groups: int, max_size: int, contiguous: bool, equal_sizes: bool,
-                 device=None, group_id=None, position=None, sizes=None):
+                 device=None, group_id=None, position=None, sizes=None, min_size: int | None = None):
         self.num_rows, self.num_groups, self.max_size = num_rows, num_groups, max_size
+        self.min_size = max_size if min_size is None else min_size
         self.contiguous, self.equal_sizes, self.device = contiguous, equal_sizes, device
-        self._group_id, self._position, self._sizes, self._slots = group_id, position, sizes, None
+        self._group_id, self._position, self._sizes = group_id, position, sizes
+        self._slots = self._slot_of_row = None
 
     def __repr__(self) -> str:
         return (f"Groups(num_rows={self.num_rows}, num_groups={self.num_groups}, max_size={self.max_size}, "
@@ -233,51 +279,39 @@ class Groups:
             if n_rows % g != 0:
                 raise ValueError(f"group_size={g} does not divide the number of rows ({n_rows})")
             return cls(n_rows, n_rows // g, g, True, True, device)
-        codes = _factorize(index)
-        if codes.shape[0] != n_rows:
-            raise ValueError(f"index has length {codes.shape[0]} but there are {n_rows} rows")
-        # group structure on the host (the ids are host data anyway), then one copy of each tensor to device
+        ids = _index_ids(index)
+        if len(ids) != n_rows:
+            raise ValueError(f"index has length {len(ids)} but there are {n_rows} rows")
+        b = _block_count(ids)
+        if b is not None:  # verl's usual layout: padding is a free reshape, and no sort was needed to know
+            return cls(n_rows, b, n_rows // b, True, True, device)
+        codes, position = _factorize(ids)
         sizes = np.bincount(codes)
-        b, g = len(sizes), int(sizes.max())
-        equal = bool(sizes.min() == g)
-        if equal and bool((codes == np.arange(n_rows) // g).all()):
-            # verl's usual layout (each uid's rollouts side by side, equal counts): padding is a free reshape.
-            return cls(n_rows, b, g, True, True, device)
-        # Position of each row inside its group: rank among rows of the same group, by row order.
-        order = np.argsort(codes, kind="stable")
-        starts = np.cumsum(sizes) - sizes
-        position = np.empty_like(codes)
-        position[order] = np.arange(n_rows) - starts[codes[order]]
-
-        def to(a):
-            return torch.as_tensor(a, dtype=torch.long).to(device)
-
-        return cls(n_rows, b, g, False, equal, device, to(codes), to(position), to(sizes))
+        b, g, smallest = len(sizes), int(sizes.max()), int(sizes.min())
+        if isinstance(ids, list) and smallest == g and bool((codes == np.arange(n_rows) // g).all()):
+            return cls(n_rows, b, g, True, True, device)  # blocks after all (lists skip _block_count)
+        slot_of_row = codes * g + position                           # (N,) flat slot of each row
+        slots = np.zeros(b * g, dtype=np.int64)                      # padding slots name row 0 (see slots())
+        slots[slot_of_row] = np.arange(n_rows)
+        # one copy to the device for all five
+        host = torch.from_numpy(np.concatenate([codes, position, slot_of_row, sizes, slots])).to(device)
+        codes_t, position_t, slot_of_row_t, sizes_t, slots_t = host.split([n_rows, n_rows, n_rows, b, b * g])
+        groups = cls(n_rows, b, g, False, smallest == g, device, codes_t, position_t, sizes_t, smallest)
+        groups._slot_of_row, groups._slots = slot_of_row_t, slots_t.view(b, g)
+        return groups
 
     def require_min_size(self, minimum: int, what: str) -> None:
-        if self.contiguous:  # one size for all: no tensor needed
-            if self.max_size < minimum:
-                raise ValueError(f"{what} needs every group to have at least {minimum} rollouts; "
-                                 f"group 0 (in order of first appearance) has {self.max_size}")
+        if self.min_size >= minimum:
             return
-        small = self.sizes < minimum
-        if bool(small.any()):
-            g = int(small.nonzero()[0])
-            raise ValueError(
-                f"{what} needs every group to have at least {minimum} rollouts; "
-                f"group {g} (in order of first appearance) has {int(self.sizes[g])}"
-            )
+        g = 0 if self.contiguous else int((self.sizes < minimum).nonzero()[0])
+        raise ValueError(f"{what} needs every group to have at least {minimum} rollouts; "
+                         f"group {g} (in order of first appearance) has {int(self.sizes[g])}")
 
     def slots(self) -> torch.Tensor:
         """(B, G_max) long: the row in each padded slot. Padding slots name row 0 (any real row would do:
         they are masked out, and a real row keeps them finite and non-zero)."""
-        if self._slots is None:
-            if self.contiguous:
-                self._slots = torch.arange(self.num_rows, device=self.device).view(self.num_groups, self.max_size)
-            else:
-                slots = torch.zeros(self.num_groups, self.max_size, dtype=torch.long, device=self.device)
-                slots[self.group_id, self.position] = torch.arange(self.num_rows, device=self.device)
-                self._slots = slots
+        if self._slots is None:  # only contiguous groups get here: the others made theirs in build
+            self._slots = torch.arange(self.num_rows, device=self.device).view(self.num_groups, self.max_size)
         return self._slots
 
     def pad(self, x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
@@ -286,16 +320,14 @@ class Groups:
         if self.contiguous:
             return x.reshape(b, gmax, *x.shape[1:])
         if self.equal_sizes:  # no padding slot: one gather
-            return x[self.slots()]
-        out = x.new_full((b, gmax, *x.shape[1:]), fill)
-        out[self.group_id, self.position] = x
-        return out
+            return x.index_select(0, self._slots.view(-1)).view(b, gmax, *x.shape[1:])
+        out = x.new_full((b * gmax, *x.shape[1:]), fill)
+        return out.index_copy_(0, self._slot_of_row, x).view(b, gmax, *x.shape[1:])
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, G_max, ...) padded groups -> (N, ...) rows, in the original row order."""
-        if self.contiguous:
-            return x.reshape(self.num_rows, *x.shape[2:])
-        return x[self.group_id, self.position]
+        rows = x.reshape(self.num_rows if self.contiguous else self.num_groups * self.max_size, *x.shape[2:])
+        return rows if self.contiguous else rows.index_select(0, self._slot_of_row)
 
     def valid(self) -> torch.Tensor | None:
         """(B, G_max) bool mask of real rows; None when every group is full."""
