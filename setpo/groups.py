@@ -158,6 +158,8 @@ def _block_count(ids) -> int | None:
         return None
     n = ids.shape[0]
     try:
+        if n < 2 or ids[0] != ids[1]:  # blocks of one, or (nearly always) a shuffled index: not worth a pass
+            return None
         starts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
         b = starts.shape[0] + 1
         if n % b or not np.array_equal(starts, np.arange(1, b) * (n // b)):
