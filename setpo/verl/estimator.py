@@ -207,7 +207,9 @@ def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index
     if estimator == "grpo" and norm_adv_by_std_in_grpo:
         base = base / (1 + VERL_GRPO_EPS)  # verl: a lone response has mean 0 and std 1
     multi = size >= 2
-    if bool(multi.any()):
+    if bool(multi.all()):  # the usual case: no masked copies
+        base = group_advantages(r, ids, estimator=base_name, eps=VERL_GRPO_EPS).to(r.dtype)
+    elif bool(multi.any()):
         rows = multi.cpu().numpy()
         base[multi] = group_advantages(r[multi], ids[rows], estimator=base_name, eps=VERL_GRPO_EPS).to(r.dtype)
     s = torch.zeros_like(r)
@@ -216,7 +218,10 @@ def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index
         if emb is None:
             raise ValueError("lam > 0 needs the response embeddings")
         big = size >= 3
-        if bool(big.any()):
+        if bool(big.all()):  # the usual case: no masked copy of the embeddings (it costs as much as the matmul)
+            s_all = diversity_marginals(emb.to(r.device), ids)
+            s = s_all.to(torch.promote_types(r.dtype, s_all.dtype))
+        elif bool(big.any()):
             rows = big.cpu().numpy()
             s_big = diversity_marginals(emb.to(r.device)[big], ids[rows])
             s = s.to(torch.promote_types(r.dtype, s_big.dtype))
