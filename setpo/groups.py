@@ -324,7 +324,8 @@ class Groups:
         if self.equal_sizes:  # no padding slot: one gather
             return x.index_select(0, self._slots.view(-1)).view(b, gmax, *x.shape[1:])
         out = x.new_full((b * gmax, *x.shape[1:]), fill)
-        return out.index_copy_(0, self._slot_of_row, x).view(b, gmax, *x.shape[1:])
+        out[self._slot_of_row] = x  # index_put_, which has a deterministic CUDA kernel (index_copy_ has not)
+        return out.view(b, gmax, *x.shape[1:])
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, G_max, ...) padded groups -> (N, ...) rows, in the original row order."""
