@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import setpo
 from setpo.diversity import marginals_by_definition
@@ -44,6 +45,24 @@ def make_inputs(b, g, d, seed=0):
     emb = torch.randn(b * g, d, generator=gen)
     rewards = torch.randint(0, 2, (b * g,), generator=gen).float()
     return rewards, emb
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the ATen operations a call dispatches (views and host syncs included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def tensor_ops(fn) -> int:
+    with _CountOps() as counter:
+        fn()
+    return counter.count
 
 
 def definition_all_groups(emb, g):
@@ -88,7 +107,8 @@ def target_rows(rows: list[dict]) -> list[dict]:
     worst = max(rows, key=lambda r: r["shuffled / contiguous"])
     checks = [("setpo / floor <= 1.5 at (512, 16, 1024)", at[(512, 16, 1024)]["setpo / floor"], lambda v: v <= 1.5, ""),
               ("setpo / floor <= 3 at (64, 8, 384)", small["setpo / floor"], lambda v: v <= 3,
-               f"the same call at d = 1 alone takes {small['at d = 1 / floor']}x this floor"),
+               f"the same call at d = 1 alone takes {small['at d = 1 / floor']}x this floor "
+               f"({small['tensor ops per call']} tensor operations per call)"),
               ("shuffled uids / setpo <= 1.5, every shape", worst["shuffled / contiguous"], lambda v: v <= 1.5,
                f"at ({worst['B']}, {worst['G']}, {worst['d']}) shuffled - contiguous = "
                f"{worst['(shuffled - contiguous) / copy']} copies of the input; one copy = "
@@ -137,6 +157,7 @@ def main() -> None:
         rows.append({
             "B": b, "G": g, "d": d,
             **{f"{k} (ms)": round(v * 1e3, 3) for k, v in t.items()},
+            "tensor ops per call": tensor_ops(fns["setpo_advantages"]),
             "setpo / floor": round(t["setpo_advantages"] / t["matmul floor"], 2),
             "shuffled / contiguous": round(t["shuffled uids"] / t["setpo_advantages"], 2),
             "at d = 1 / floor": round(t["at d = 1"] / t["matmul floor"], 2),
