@@ -167,7 +167,7 @@ def _block_count(ids) -> int | None:
         firsts = ids[:: n // b].tolist()
         if len(set(firsts)) != b or any(_is_nan(u) for u in firsts):
             return None
-    except (TypeError, ValueError):
+    except Exception:  # ids whose comparison or hash fails: _factorize refuses them with a clear message
         return None
     return b
 

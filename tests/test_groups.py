@@ -73,6 +73,8 @@ def test_build_matches_the_reference(sizes, seed, kind, layout):
     np.array([True, True, False, False]),
     np.array([0, 0, 0, 1, 1, 1], dtype=object),
     np.array([1, 1.0, 2, True], dtype=object),              # 1 == 1.0 == True: one group of 3
+    np.array([None, None, "a", "a"], dtype=object),
+    np.array(["2026-01-01", "2026-01-01", "2026-01-02", "2026-01-02"], dtype="datetime64[D]"),
 ])
 def test_build_edge_layouts(index):
     check(index)
@@ -88,3 +90,7 @@ def test_blocks_are_recognised_without_sorting():
         Groups.build(4, np.array([float("nan"), float("nan"), 1.0, 1.0], dtype=object))
     with pytest.raises(ValueError, match="hashable"):
         Groups.build(2, [[1], [1]])
+    arrays = np.empty(2, dtype=object)
+    arrays[0], arrays[1] = np.zeros(2), np.zeros(2)          # == is elementwise: no block check, a clear error
+    with pytest.raises(ValueError, match="hashable"):
+        Groups.build(2, arrays)
