@@ -9,10 +9,12 @@ Every estimator is a pure function over a padded ``(B, G_max)`` reward matrix an
 (``None`` when all groups are full), returning advantages in the same layout.
 
 Precision: rewards, base advantages and Â stay in float32 or wider whatever the embeddings' dtype (a GPU
-embedder's bfloat16 holds 3 significant digits, enough for a cosine, not for a reward). A group whose rewards
-have no spread, up to rounding, carries no signal: its base advantage is exactly 0 for every estimator, not
-the ±1e-10 that the float mean of equal numbers can leave, so that it is treated the same way whatever the
-scale or offset of the rewards (``flat_groups``).
+embedder's bfloat16 holds 3 significant digits, enough for a cosine, not for a reward). float32 rewards spread
+so widely (beyond ~1e18) that their squared deviations would overflow are computed in float64; float64 ones
+beyond ~1e153 are refused (rescale them). A group whose rewards have no spread, up to rounding, carries no
+signal: its base advantage is exactly 0 for every estimator, not the ±1e-10 that the float mean of equal
+numbers can leave, so that it is treated the same way whatever the scale or offset of the rewards
+(``flat_groups``).
 """
 
 from __future__ import annotations
