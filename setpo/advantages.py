@@ -90,8 +90,8 @@ def rloo(r: torch.Tensor, valid: torch.Tensor | None, eps: float) -> torch.Tenso
     return r - (total - r) / (n - 1)
 
 
-def _rewards_and_groups(rewards, index, group_size, device=None, check: bool = True):
-    r = as_tensor(rewards, name="rewards", device=device)
+def _rewards_and_groups(rewards, index, group_size, check: bool = True):
+    r = as_tensor(rewards, name="rewards")
     if r.ndim != 1:
         raise ValueError(f"rewards must have shape (N,), got {tuple(r.shape)}")
     if check:

@@ -26,8 +26,6 @@ DEMO_DIR = ROOT / "runs" / "demo"     # scratch: smoke and interactive runs neve
 FIGURES_DIR = ROOT / "figures"        # committed: written only by `setpo figures` (`make figures`)
 
 
-# ---- argument checking shared by every command line of the package ------------------------------------
-
 # ---- commands -----------------------------------------------------------------------------------------
 
 def run_notebook(name: str, out_dir: Path, smoke: bool = False, **params) -> Path:

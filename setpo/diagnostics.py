@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from setpo.diversity import _as_embeddings, _cosine_kernel, diversity_marginals
+from setpo.diversity import _as_embeddings, _kernel, diversity_marginals, pair_mask
 from setpo.groups import Groups
 
 
@@ -77,12 +77,9 @@ def kernel_separation(emb, solution_ids: Sequence[Hashable], index=None, *,
     codes = {}
     labels = torch.tensor([codes.setdefault(s, len(codes)) for s in ids], device=e.device)
     groups = Groups.build(e.shape[0], index, group_size, device=e.device)
-    k = _cosine_kernel(groups.pad(e, fill=1.0))                                    # (B, G, G)
+    k = _kernel(e, groups)                                                         # (B, G, G)
     lab = groups.pad(labels[:, None].float(), fill=-1.0)[..., 0]                   # (B, G)
-    valid = groups.valid()
-    gmax = k.shape[-1]
-    upper = torch.ones(gmax, gmax, dtype=torch.bool, device=e.device).triu(1)
-    pairs = upper & (valid[:, :, None] & valid[:, None, :] if valid is not None else True)
+    pairs = pair_mask(groups.valid(), k.shape[-1], e.device).triu(1)               # each pair once
     same = (lab[:, :, None] == lab[:, None, :]) & pairs
     different = ~(lab[:, :, None] == lab[:, None, :]) & pairs
     k_same, k_diff = k[same], k[different]

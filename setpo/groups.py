@@ -226,6 +226,7 @@ class Groups:
     group_id: (N,) long, the group of each row, 0..B-1.
     position: (N,) long, the row's slot inside its group's padded row, 0..size-1.
     sizes:    (B,) long, rows per group.
+    Both per-row tensors derive from one, each row's flat slot group_id · G_max + position.
     contiguous: True when rows are already laid out as B consecutive blocks of equal size, so that
         padding is a free ``reshape``.
     equal_sizes: True when every group has ``max_size`` rows (then no slot is padding: ``valid()`` is None).
@@ -234,34 +235,41 @@ class Groups:
     For contiguous groups the tensors are made only when first asked for: the estimator never needs them
     there, and at TRL's usual sizes (a few hundred rows) each tensor operation costs as much as the
     arithmetic, so building them would be most of the call. Otherwise they are worked out on the host (the
-    ids are host data anyway) and copied to the device once.
+    ids are host data anyway) and copied to the device once. Every tensor is made at most once.
     """
 
     __slots__ = ("num_rows", "num_groups", "max_size", "min_size", "contiguous", "equal_sizes", "device",
-                 "_group_id", "_position", "_sizes", "_slots", "_slot_of_row")
+                 "_slot_of_row", "_group_id", "_position", "_sizes", "_slots", "_valid")
 
     def __init__(self, num_rows: int, num_groups: int, max_size: int, contiguous: bool, equal_sizes: bool,
-                 device=None, group_id=None, position=None, sizes=None, min_size: int | None = None):
+                 device=None, slot_of_row=None, sizes=None, slots=None, min_size: int | None = None):
         self.num_rows, self.num_groups, self.max_size = num_rows, num_groups, max_size
         self.min_size = max_size if min_size is None else min_size
         self.contiguous, self.equal_sizes, self.device = contiguous, equal_sizes, device
-        self._group_id, self._position, self._sizes = group_id, position, sizes
-        self._slots = self._slot_of_row = None
+        self._slot_of_row, self._sizes, self._slots = slot_of_row, sizes, slots
+        self._group_id = self._position = self._valid = None
 
     def __repr__(self) -> str:
         return (f"Groups(num_rows={self.num_rows}, num_groups={self.num_groups}, max_size={self.max_size}, "
                 f"contiguous={self.contiguous}, equal_sizes={self.equal_sizes})")
 
     @property
+    def slot_of_row(self) -> torch.Tensor:
+        """(N,) long: each row's slot in the flattened (B · G_max) padded layout."""
+        if self._slot_of_row is None:  # contiguous: row i sits in slot i
+            self._slot_of_row = torch.arange(self.num_rows, device=self.device)
+        return self._slot_of_row
+
+    @property
     def group_id(self) -> torch.Tensor:
         if self._group_id is None:
-            self._group_id = torch.arange(self.num_rows, device=self.device) // self.max_size
+            self._group_id = self.slot_of_row // self.max_size
         return self._group_id
 
     @property
     def position(self) -> torch.Tensor:
         if self._position is None:
-            self._position = torch.arange(self.num_rows, device=self.device) % self.max_size
+            self._position = self.slot_of_row % self.max_size
         return self._position
 
     @property
@@ -295,12 +303,10 @@ class Groups:
         slot_of_row = codes * g + position                           # (N,) flat slot of each row
         slots = np.zeros(b * g, dtype=np.int64)                      # padding slots name row 0 (see slots())
         slots[slot_of_row] = np.arange(n_rows)
-        # one copy to the device for all five
-        host = torch.from_numpy(np.concatenate([codes, position, slot_of_row, sizes, slots])).to(device)
-        codes_t, position_t, slot_of_row_t, sizes_t, slots_t = host.split([n_rows, n_rows, n_rows, b, b * g])
-        groups = cls(n_rows, b, g, False, smallest == g, device, codes_t, position_t, sizes_t, smallest)
-        groups._slot_of_row, groups._slots = slot_of_row_t, slots_t.view(b, g)
-        return groups
+        # one copy to the device for all three
+        host = torch.from_numpy(np.concatenate([slot_of_row, sizes, slots])).to(device)
+        slot_of_row_t, sizes_t, slots_t = host.split([n_rows, b, b * g])
+        return cls(n_rows, b, g, False, smallest == g, device, slot_of_row_t, sizes_t, slots_t.view(b, g), smallest)
 
     def require_min_size(self, minimum: int, what: str) -> None:
         if self.min_size >= minimum:
@@ -324,17 +330,19 @@ class Groups:
         if self.equal_sizes:  # no padding slot: one gather
             return x.index_select(0, self._slots.view(-1)).view(b, gmax, *x.shape[1:])
         out = x.new_full((b * gmax, *x.shape[1:]), fill)
-        out[self._slot_of_row] = x  # index_put_, which has a deterministic CUDA kernel (index_copy_ has not)
+        out[self.slot_of_row] = x  # index_put_, which has a deterministic CUDA kernel (index_copy_ has not)
         return out.view(b, gmax, *x.shape[1:])
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, G_max, ...) padded groups -> (N, ...) rows, in the original row order."""
         rows = x.reshape(self.num_rows if self.contiguous else self.num_groups * self.max_size, *x.shape[2:])
-        return rows if self.contiguous else rows.index_select(0, self._slot_of_row)
+        return rows if self.contiguous else rows.index_select(0, self.slot_of_row)
 
     def valid(self) -> torch.Tensor | None:
         """(B, G_max) bool mask of real rows; None when every group is full."""
         if self.equal_sizes:
             return None
-        slots = torch.arange(self.max_size, device=self.sizes.device)
-        return slots[None, :] < self.sizes[:, None]
+        if self._valid is None:
+            slots = torch.arange(self.max_size, device=self.sizes.device)
+            self._valid = slots[None, :] < self.sizes[:, None]
+        return self._valid

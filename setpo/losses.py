@@ -76,7 +76,6 @@ def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mea
         return (per_seq * has_tokens).sum() / has_tokens.sum().clamp_min(1.0)
     if mode == "seq-mean-token-sum-norm":
         return (loss_mat * mask).sum() / (loss_mat.shape[0] * (norm_len or loss_mat.shape[1]))
-    raise ValueError(f"unknown aggregation {mode!r}; choose one of {AGG_MODES}")
 
 
 def _clipped_surrogate(ratio, adv, clip_low, clip_high):

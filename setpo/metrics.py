@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from setpo.diversity import cosine_kernel, pair_mask
-from setpo.groups import Groups, as_tensor, check_int, check_real
+from setpo.diversity import _as_embeddings, _kernel, pair_mask
+from setpo.groups import Groups, check_int, check_real
 
 
 #: Above this many factors the exact integer form gives way to a vectorised sum of logs.
@@ -176,12 +176,10 @@ def mean_pairwise_similarity(emb, index=None, *, group_size: int | None = None, 
     Returns a float, the unweighted mean over groups (reduce=True), or the (B,) per-group means in order
     of each group's first row (reduce=False).
     """
-    e = as_tensor(emb, name="emb")
-    if e.ndim != 2:
-        raise ValueError(f"emb must have shape (N, d), got {tuple(e.shape)}")
+    e = _as_embeddings(emb)
     groups = Groups.build(e.shape[0], index, group_size, device=e.device)
     groups.require_min_size(2, "mean pairwise similarity")
-    k = cosine_kernel(groups.pad(e, fill=1.0))  # (B, G, G); padded rows get norm > 0, masked below
+    k = _kernel(e, groups)  # (B, G, G); padded slots repeat a real row and are masked below
     keep = pair_mask(groups.valid(), k.shape[-1], k.device)
     n = groups.sizes.to(k.dtype)
     per_group = (k * keep).sum((-1, -2)) / (n * (n - 1))

@@ -9,6 +9,8 @@ from setpo.groups import Groups, as_tensor, check_finite
 
 def _groups(n_rows: int, index, group_size, device) -> Groups:
     groups = Groups.build(n_rows, index, group_size, device=device)
+    if groups.min_size >= 2:
+        return groups
     small = groups.sizes < 2
     if bool(small.any()):
         g = int(small.nonzero()[0])

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from setpo.records import ROOT, write_text
 from setpo.studies.static_render import plotly_to_png
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 STATIC_ENV = "SETPO_STATIC_FIGURES"
 BASELINE_COLOUR, SETPO_COLOURS = "#1f77b4", ["#d62728", "#ff7f0e", "#9467bd", "#8c564b"]
 GROUP_SYMBOLS = ["circle", "square", "diamond", "triangle-up", "pentagon", "hexagon", "star", "triangle-down"]
@@ -120,9 +120,7 @@ def write_record(path: Path, record: Mapping | None, kind: str) -> Path:
     rec = dict(record) if record is not None else run_record(" ".join(sys.argv))
     rec = {"figure": path.stem, "files": [path.with_suffix(s).name for s in kind.split(",")], **rec}
     out = path.with_suffix(".json")
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(rec, indent=1, default=_jsonable) + "\n")
-    tmp.replace(out)
+    write_text(out, json.dumps(rec, indent=1, default=_jsonable) + "\n")
     return out
 
 
