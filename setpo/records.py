@@ -69,6 +69,27 @@ def write_json(path: Path, obj) -> None:
     write_text(path, json.dumps(obj, indent=1))
 
 
+def read_records(path: Path) -> list[dict]:
+    """The records of a JSONL file. A last line cut short (a kill mid-write) is dropped; a damaged line
+    elsewhere is a ValueError naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # no newline after it: the write was interrupted
+                break
+            raise ValueError(f"{path} line {i + 1} is damaged (not JSON); delete the file to record it again "
+                             "(or the run folder to start over)") from None
+    return out
+
+
 def read_json(path: Path, remedy: str = "delete it to start over"):
     """Read a JSON file; a damaged one (truncated, not JSON) is a ValueError naming the file and ``remedy``."""
     path = Path(path)

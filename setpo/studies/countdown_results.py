@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from setpo.records import read_records
 from setpo.studies.countdown_config import CountdownLMConfig, RLRun
 
 # two-sided 95% Student t quantiles by degrees of freedom (seeds - 1); a normal 1.96 beyond the table
@@ -203,7 +204,6 @@ def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int =
     import pandas as pd
 
     from setpo.studies.figures import project_texts
-    from setpo.trl.training import read_records  # the probe file's reader, tolerant of a cut-short last line
 
     rows = [{"run": run.name, "method": run.variant, **r} for run in runs
             for r in read_records(Path(out) / "rl" / run.name / "probes.jsonl") if r["problem"] == problem]

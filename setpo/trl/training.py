@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from setpo.records import write_json, write_text
+from setpo.records import read_records, write_json, write_text
 
 STAGING = ".checkpoint-staging"  # not matched by the Trainer's "checkpoint-*" globs
 
@@ -210,27 +210,6 @@ def _whole_run_history(state) -> list[dict]:
     summary = {"train_loss": sum(losses) / len(losses) if losses else None, "total_flos": state.total_flos,
                "epoch": state.epoch, "step": state.global_step}
     return steps + [summary]
-
-
-def read_records(path: Path) -> list[dict]:
-    """The records of a JSONL file. A last line cut short (a kill mid-write) is dropped; a damaged line
-    elsewhere is a ValueError naming the file and line."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    lines = path.read_text().split("\n")
-    out = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # no newline after it: the write was interrupted
-                break
-            raise ValueError(f"{path} line {i + 1} is damaged (not JSON); delete the file to record it again "
-                             "(or the run folder to start over)") from None
-    return out
 
 
 def probe_callback(sample: Callable[[Any, int], list[dict]], path: Path, every: int, at_end: bool = False):
