@@ -8,11 +8,27 @@
 - ``training``: a trainer run as a resumable study stage (checkpoints, records, probes of the policy).
 """
 
-from setpo.trl.config import TRL_LOSS_TYPE, SetPOConfig, SetPODAPOConfig, SetPOGSPOConfig, config_for
-from setpo.trl.rewards import countdown_reward, math_reward_func
-from setpo.trl.setgrpo_trainer import SetGRPOTrainer
-from setpo.trl.trainer import SetPOTrainer, gather_embeddings, group_diversity_stats
-from setpo.trl.training import last_checkpoint, probe_callback, quiet_libraries, train_resumable
+import importlib
+from typing import Any
+
+# Lazy exports: importing a light submodule (``setpo.trl.rewards``) must not pull in TRL and transformers.
+_SOURCES = {
+    "TRL_LOSS_TYPE": "config",
+    "SetPOConfig": "config",
+    "SetPODAPOConfig": "config",
+    "SetPOGSPOConfig": "config",
+    "config_for": "config",
+    "countdown_reward": "rewards",
+    "math_reward_func": "rewards",
+    "SetGRPOTrainer": "setgrpo_trainer",
+    "SetPOTrainer": "trainer",
+    "gather_embeddings": "trainer",
+    "group_diversity_stats": "trainer",
+    "last_checkpoint": "training",
+    "probe_callback": "training",
+    "quiet_libraries": "training",
+    "train_resumable": "training",
+}
 
 __all__ = [
     "TRL_LOSS_TYPE",
@@ -31,3 +47,13 @@ __all__ = [
     "quiet_libraries",
     "train_resumable",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
