@@ -293,10 +293,13 @@ def _random_tree(rng: random.Random, leaves: list[int]):
     return (rng.choice("+-*/"), _random_tree(rng, leaves[:cut]), _random_tree(rng, leaves[cut:]))
 
 
-def _render(tree, rng: random.Random, shuffle: bool) -> str:
-    """Fully parenthesised text; with shuffle, operands of + and * are swapped at random."""
+def _render(tree, rng: random.Random | None = None, shuffle: bool = False) -> str:
+    """Fully parenthesised text, a unary minus as a bare "-"; with shuffle, operands of + and * are swapped
+    at random (rng is only used then)."""
     if isinstance(tree, int):
         return str(tree)
+    if tree[0] == "neg":
+        return "-" + _render(tree[1], rng, shuffle)
     op, left, right = tree
     if shuffle and op in "+*" and rng.random() < 0.5:
         left, right = right, left
@@ -315,11 +318,17 @@ def _reassociate(tree, rng: random.Random):
 
 
 def _value(tree):
+    """Exact value of a tree, None after a division by zero."""
     if isinstance(tree, int):
         return Fraction(tree)
+    if tree[0] == "neg":
+        v = _value(tree[1])
+        return None if v is None else -v
     op, left, right = tree
     a, b = _value(left), _value(right)
-    return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[op] if a is not None and b is not None else None
+    if a is None or b is None:
+        return None
+    return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[op]  # the dict computes every entry
 
 
 def test_canonical_form_is_invariant_idempotent_and_value_preserving():
@@ -347,29 +356,6 @@ _trees = st.recursive(
     lambda kids: st.one_of(st.tuples(st.sampled_from("+-*/"), kids, kids), kids.map(lambda x: ("neg", x))),
     max_leaves=6,
 )
-
-
-def _text(tree) -> str:
-    if isinstance(tree, int):
-        return str(tree)
-    if tree[0] == "neg":
-        return "-" + _text(tree[1])
-    op, left, right = tree
-    return f"({_text(left)}{op}{_text(right)})"
-
-
-def _tree_value(tree):
-    """Exact value of a tree, None after a division by zero."""
-    if isinstance(tree, int):
-        return Fraction(tree)
-    if tree[0] == "neg":
-        v = _tree_value(tree[1])
-        return None if v is None else -v
-    op, left, right = tree
-    a, b = _tree_value(left), _tree_value(right)
-    if a is None or b is None or (op == "/" and b == 0):
-        return None
-    return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[op]
 
 
 def _tree_of(text: str):
@@ -441,13 +427,13 @@ def _rearrange(tree, rng: random.Random):
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(_trees, st.randoms(use_true_random=False))
 def test_canonical_form_is_invariant_under_sign_and_inverse_rearrangements(tree, rng):
-    text = _text(tree)
+    text = _render(tree)
     form = canonical_form(text)
     assert form is not None, text
     for _ in range(3):
         moved = _rearrange(tree, rng)
-        assert _tree_value(moved) == _tree_value(tree)  # the rearrangement itself keeps the value
-        assert canonical_form(_text(moved)) == form, (text, _text(moved))
+        assert _value(moved) == _value(tree)  # the rearrangement itself keeps the value
+        assert canonical_form(_render(moved)) == form, (text, _render(moved))
     assert canonical_form(form) == form
 
 
@@ -455,25 +441,25 @@ def test_canonical_form_is_invariant_under_sign_and_inverse_rearrangements(tree,
 @given(_trees)
 def test_canonical_form_keeps_the_value_so_different_values_never_share_a_form(tree):
     """The form has the expression's value (so two forms that are equal have equal values) and numbers."""
-    form = canonical_form(_text(tree))
+    form = canonical_form(_render(tree))
     back = _tree_of(form)
     assert sorted(_leaves_of(back)) == sorted(_leaves_of(tree))
-    value = _tree_value(tree)
+    value = _value(tree)
     if value is None:  # no value (a division by zero), never a correct answer: 2/(5/0) folds to 2*0/5
         return
-    assert _tree_value(back) == value, (_text(tree), form)
+    assert _value(back) == value, (_render(tree), form)
     if value.denominator == 1:
-        assert score_answer(ans(form), _leaves_of(tree), int(value)) == 1.0, (_text(tree), form)
+        assert score_answer(ans(form), _leaves_of(tree), int(value)) == 1.0, (_render(tree), form)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(_trees, _trees)
 def test_two_expressions_with_different_values_never_share_a_form(a, b):
     # Small leaves and few of them make shared forms common enough to exercise the implication.
-    fa, fb = canonical_form(_text(a)), canonical_form(_text(b))
-    va, vb = _tree_value(a), _tree_value(b)
+    fa, fb = canonical_form(_render(a)), canonical_form(_render(b))
+    va, vb = _value(a), _value(b)
     if fa == fb and va is not None and vb is not None:
-        assert va == vb, (_text(a), _text(b), fa)
+        assert va == vb, (_render(a), _render(b), fa)
 
 
 def test_every_expression_over_four_numbers_groups_by_value():
@@ -496,12 +482,12 @@ def test_every_expression_over_four_numbers_groups_by_value():
     value_of: dict[str, Fraction] = {}
     for order in set(itertools.permutations([2, 3, 3, 5])):
         for tree in trees(list(order)):
-            value = _tree_value(tree)
+            value = _value(tree)
             if value is None:
                 continue
             for variant in (tree, _rearrange(tree, rng)):
-                form = canonical_form(_text(variant))
-                assert value_of.setdefault(form, value) == value, (_text(variant), form)
+                form = canonical_form(_render(variant))
+                assert value_of.setdefault(form, value) == value, (_render(variant), form)
     assert len(value_of) > 500
 
 
@@ -587,7 +573,7 @@ def test_solver_and_distinct_correct_solutions_agree():
     for inst in instances:
         sols = solve(inst.numbers, inst.target)
         assert sols and all(canonical_form(s) == s for s in sols), inst
-        rewritten = [_text(_rearrange(_tree_of(s), rng)) for s in sols for _ in range(3)]
+        rewritten = [_render(_rearrange(_tree_of(s), rng)) for s in sols for _ in range(3)]
         counts = distinct_correct_solutions(sols + rewritten, inst.numbers, inst.target, extract=False)
         assert counts == {s: 4 for s in sols}, inst
 
