@@ -67,6 +67,20 @@ def _dataset():
     return Dataset.from_list([{"prompt": p} for p in PROMPTS])
 
 
+def _pair(tok, model, tmp_path, **setpo_kwargs):
+    """A λ = 0 SetPO trainer that logs no diversity (the GRPO baseline) and a SetPO trainer built with
+    setpo_kwargs and a HashedNgramEmbedder(64), each on a copy of model, both scored on the same batch.
+    Returns (base, setpo, base_out, setpo_out, the base's completion texts)."""
+    base = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward,
+                        args=SetPOConfig(**_common(tmp_path / "a"), setpo_lambda=0.0, setpo_log_diversity=False),
+                        train_dataset=_dataset(), processing_class=tok)
+    setpo = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward,
+                         args=SetPOConfig(**_common(tmp_path / "b"), **setpo_kwargs),
+                         train_dataset=_dataset(), processing_class=tok, embedder=HashedNgramEmbedder(64))
+    a, b = _score(base), _score(setpo)
+    return base, setpo, a, b, tok.batch_decode(a["completion_ids"], skip_special_tokens=True)
+
+
 def test_lambda_zero_is_trl_grpo_exactly(tiny, tmp_path):
     tok, model = tiny
     plain = GRPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward, args=GRPOConfig(**_common(tmp_path / "a")),
@@ -84,17 +98,9 @@ def test_lambda_zero_is_trl_grpo_exactly(tiny, tmp_path):
 
 
 def test_lambda_adds_exactly_lambda_times_marginals(tiny, tmp_path):
-    tok, model = tiny
     lam = 0.5
-    base = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward,
-                        args=SetPOConfig(**_common(tmp_path / "a"), setpo_lambda=0.0, setpo_log_diversity=False),
-                        train_dataset=_dataset(), processing_class=tok)
-    setpo = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward,
-                         args=SetPOConfig(**_common(tmp_path / "b"), setpo_lambda=lam),
-                         train_dataset=_dataset(), processing_class=tok, embedder=HashedNgramEmbedder(64))
-    a, b = _score(base), _score(setpo)
+    base, setpo, a, b, texts = _pair(*tiny, tmp_path, setpo_lambda=lam)
     assert torch.equal(a["completion_ids"], b["completion_ids"])
-    texts = tok.batch_decode(a["completion_ids"], skip_special_tokens=True)
     s = diversity_marginals(HashedNgramEmbedder(64)(texts), group_size=G)
     assert s.abs().max() > 0
     torch.testing.assert_close(b["advantages"], a["advantages"] + lam * s, rtol=0, atol=1e-6)
@@ -113,17 +119,8 @@ def test_diversity_term_and_lambda_units(tiny, tmp_path, term, units):
     from setpo.advantages import flat_groups
     from setpo.diversity import DIVERSITY_TERMS
 
-    tok, model = tiny
     lam = 0.3
-    base = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward,
-                        args=SetPOConfig(**_common(tmp_path / "a"), setpo_lambda=0.0, setpo_log_diversity=False),
-                        train_dataset=_dataset(), processing_class=tok)
-    tr = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward,
-                      args=SetPOConfig(**_common(tmp_path / "b"), setpo_lambda=lam, setpo_diversity=term,
-                                       setpo_lambda_units=units),
-                      train_dataset=_dataset(), processing_class=tok, embedder=HashedNgramEmbedder(64))
-    a, b = _score(base), _score(tr)
-    texts = tok.batch_decode(a["completion_ids"], skip_special_tokens=True)
+    _, tr, a, b, texts = _pair(*tiny, tmp_path, setpo_lambda=lam, setpo_diversity=term, setpo_lambda_units=units)
     d = DIVERSITY_TERMS[term](HashedNgramEmbedder(64)(texts), group_size=G)
     if units == "term_std":
         d = d / d.std()
