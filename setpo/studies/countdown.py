@@ -56,6 +56,7 @@ checkpoints, ``log_history.json``, ``probes.jsonl``: samples on fixed validation
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -64,7 +65,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -205,7 +206,7 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log
     from setpo.trl import train_resumable
 
     final = out_dir / "final"
-    if (final / "done.json").exists():
+    if finished(final):
         return final
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, cfg.model, seed=cfg.seed)
@@ -225,6 +226,11 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log
                     f"[sft]: {steps_per_epoch} steps per epoch, {cfg.sft_epochs:g} epochs")
     _clean_checkpoints(out_dir)
     return final
+
+
+def finished(final: Path) -> bool:
+    """Whether a stage's final folder is complete (``train_resumable`` writes ``done.json`` last)."""
+    return (Path(final) / "done.json").exists()
 
 
 def _clean_checkpoints(folder: Path) -> None:
@@ -275,7 +281,7 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
 
     final = out_dir / "final"
-    if (final / "done.json").exists():
+    if finished(final):
         return final
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer, model = load_trained(init_dir)
@@ -326,16 +332,19 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
 STAGES = ("sft", "rl", "eval")
 
 
-def resolve_embedder(spec: str, reference_texts: Sequence[str], cache: dict):
+def resolve_embedder(spec: str, reference_texts: Sequence[str] | Callable[[], Sequence[str]], cache: dict):
     """The embedder a run names, loaded once per study: "centered:<spec>" is ``<spec>`` minus its mean over
     ``reference_texts`` (the warm-start completions), ``setpo.embed.CenteredEmbedder``; anything else goes to
-    ``load_embedder``."""
+    ``load_embedder``. reference_texts may be a function returning them, called only when a "centered:"
+    embedder is built (the study's costs a solver pass over the training problems)."""
     from setpo.embed import CenteredEmbedder, load_embedder
 
     if spec not in cache:
         base, centred = (spec.partition(":")[2], True) if spec.startswith("centered:") else (spec, False)
         embedder = load_embedder(base)
-        cache[spec] = CenteredEmbedder(embedder, reference_texts) if centred else embedder
+        if centred:
+            embedder = CenteredEmbedder(embedder, reference_texts() if callable(reference_texts) else reference_texts)
+        cache[spec] = embedder
     return cache[spec]
 
 
@@ -358,8 +367,8 @@ def surface_variants(expression: str, n: int, rng: random.Random) -> list[str]:
     return out
 
 
-def diagnose_embedders(cfg: CountdownLMConfig, data: CountdownData, embedders: dict, reference: Sequence[str],
-                       max_problems: int = 40) -> dict:
+def diagnose_embedders(cfg: CountdownLMConfig, data: CountdownData, embedders: dict,
+                       reference: Sequence[str] | Callable[[], Sequence[str]], max_problems: int = 40) -> dict:
     """``setpo.diagnostics.diagnose_embedder`` for every embedder the study uses, on validation problems with
     at least 4 distinct solutions: up to 6 solutions each, 3 surface variants per solution."""
     from setpo.diagnostics import diagnose_embedder
@@ -408,14 +417,16 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) 
                                     for k in ("train", "val", "test")})
     sft_final = run_sft(cfg, data, out / "sft", log=log) if "sft" in stages else out / "sft" / "final"
     embedders: dict = {}
-    reference = warm_start_texts(cfg)
+    reference = functools.cache(lambda: warm_start_texts(cfg, data))  # only a "centered:" embedder needs it
 
     def train(run: RLRun) -> Path:
+        final = out / "rl" / run.name / "final"
         if "rl" not in stages:
-            return out / "rl" / run.name / "final"
+            return final
         t = time.time()
-        final = run_rl(cfg, run, data, sft_final, out / "rl" / run.name,
-                       embedder=resolve_embedder(run.embedder, reference, embedders), log=log)
+        if not finished(final):  # a finished run needs no embedder (run_rl would return at once)
+            final = run_rl(cfg, run, data, sft_final, out / "rl" / run.name,
+                           embedder=resolve_embedder(run.embedder, reference, embedders), log=log)
         log(f"[rl] {run.name} ready ({time.time() - t:.0f}s, study {time.time() - t0:.0f}s)")
         return final
 

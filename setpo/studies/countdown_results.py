@@ -372,8 +372,10 @@ def write_results(summary: dict, out_dir: str | Path, record: dict) -> tuple[str
     return table, path
 
 
-def warm_start_texts(cfg: CountdownLMConfig) -> list[str]:
-    """The warm-start completions, the reference a "centered:" embedder subtracts the mean of."""
+def warm_start_texts(cfg: CountdownLMConfig, data=None) -> list[str]:
+    """The warm-start completions, the reference a "centered:" embedder subtracts the mean of. data: the
+    study's ``CountdownData`` when at hand (None: made again from ``cfg``, the same problems)."""
     from setpo.studies.countdown import make_data, sft_examples
 
-    return [e["completion"] for e in sft_examples(make_data(cfg).train, cfg.sft_solutions_per_problem, cfg.seed)]
+    train = (data if data is not None else make_data(cfg)).train
+    return [e["completion"] for e in sft_examples(train, cfg.sft_solutions_per_problem, cfg.seed)]
