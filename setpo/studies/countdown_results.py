@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from setpo.records import read_records
+from setpo.records import read_json, read_records
 from setpo.studies.countdown_config import CountdownLMConfig, RLRun
 
 # two-sided 95% Student t quantiles by degrees of freedom (seeds - 1); a normal 1.96 beyond the table
@@ -177,8 +177,7 @@ def training_curves(out: str | Path, runs: Sequence[RLRun]):
         path = Path(out) / "rl" / run.name / "log_history.json"
         if not path.exists():
             continue
-        with open(path) as f:
-            hist = json.load(f)
+        hist = read_json(path, "delete the run folder to train it again")
         for h in hist:
             if "reward" not in h:
                 continue  # the second mini-batch of a generation batch logs no rollout metrics

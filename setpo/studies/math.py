@@ -8,14 +8,13 @@ but every code path runs. Data, template and reward come from ``envs.math``.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from envs.math import MathProblem, load_math_problems, math_reward, qwen_math_messages, smoke_problems, to_trl_records
-from setpo.records import write_json
+from setpo.records import read_json, read_records, write_json
 from setpo.studies.sampling import sample_completions
 from setpo.studies.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
@@ -310,7 +309,7 @@ def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     from setpo.metrics import pass_at_k
 
     if cache is not None and Path(cache).is_file():
-        return json.loads(Path(cache).read_text())
+        return read_json(Path(cache), "delete it to evaluate again")
     problems = list(problems[:cfg.eval_limit] if cfg.eval_limit else problems)
     tokenizer = load_tokenizer(model_dir)
     t0 = time.time()
@@ -405,11 +404,12 @@ def pass_at_k_table(results: Mapping[str, dict], ks: Sequence[int] = (1, 4, 16, 
 
 
 def read_probes(path: str | Path) -> list[dict]:
-    """The records a run's probe callback wrote (``probes.jsonl``)."""
+    """The records a run's probe callback wrote (``probes.jsonl``; a last line cut short by a kill is dropped,
+    ``setpo.records.read_records``)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no probe file at {p}; train the run first")
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    return read_records(p)
 
 
 def trajectory_figure(probes_by_run: Mapping[str, Sequence[dict]], embedder, method: str = "umap", seed: int = 0,
@@ -454,7 +454,7 @@ def training_figure(run_dirs: Mapping[str, str | Path], title: str = ""):
 
     panels = [{"title": name, "lines": []} for _, name in TRAINING_KEYS]
     for i, (label, d) in enumerate(run_dirs.items()):
-        history = json.loads((Path(d) / "log_history.json").read_text())
+        history = read_json(Path(d) / "log_history.json", "delete the run folder to train it again")
         for panel, (key, _) in zip(panels, TRAINING_KEYS):
             pts = [(h["step"], h[key]) for h in history if h.get(key) is not None]
             if pts:
