@@ -49,5 +49,6 @@ def test_without_cuda_it_asks_for_allow_cpu(tmp_path):
 def test_help_lists_the_commands():
     r = _run("--help")
     assert r.returncode == 0
+    assert "issue" not in r.stdout.lower()  # the help explains itself, it does not point at an issue number
     for word in ("prepare", "all", "--wheels", "gpu_check.json", "dry run", "60"):
         assert word in r.stdout, word

@@ -69,9 +69,3 @@ def test_missing_paths_are_one_line_not_a_traceback(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no data file" in r.stderr, r.stderr
     r = _run(["bash", "scripts/run_setpo.sh"], env={k: "" for k in ("MODEL_PATH",)})
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "MODEL_PATH" in r.stderr, r.stderr
-
-
-def test_gpu_check_help_explains_itself():
-    r = _run([sys.executable, "scripts/gpu_check.py", "--help"])
-    assert r.returncode == 0 and "issue" not in r.stdout.lower()
-    assert "gpu_check.json" in r.stdout and "dry run" in r.stdout  # --out and --allow-cpu say what they do
