@@ -8,7 +8,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,6 +88,14 @@ def read_records(path: Path) -> list[dict]:
             raise ValueError(f"{path} line {i + 1} is damaged (not JSON); delete the file to record it again "
                              "(or the run folder to start over)") from None
     return out
+
+
+def config_differences(old: dict, new: dict, ignore: Collection[str] = ()) -> dict[str, str]:
+    """What differs between a saved config and the current one (both as JSON dicts; a field missing from one
+    counts as None), fields in ``ignore`` left out: field -> "<old> there, <new> now" (reprs), sorted by field;
+    for the message refusing to reuse a folder or checkpoint made with another config."""
+    return {k: f"{old.get(k)!r} there, {new.get(k)!r} now"
+            for k in sorted(set(old) | set(new)) if k not in ignore and old.get(k) != new.get(k)}
 
 
 def read_json(path: Path, remedy: str = "delete it to start over"):

@@ -24,6 +24,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from setpo import records
 from setpo.presets import PRESETS
 from setpo.records import read_json, write_json
 from setpo.studies.tiny_models import ModelSize
@@ -288,7 +289,7 @@ def load_config(out: str | Path) -> CountdownLMConfig:
 
 def config_differences(old: dict, new: dict) -> list[str]:
     """Fields whose values differ between two configs (as JSON), result-neutral fields left out."""
-    return sorted(k for k in set(old) | set(new) if k not in RESULT_NEUTRAL_FIELDS and old.get(k) != new.get(k))
+    return list(records.config_differences(old, new, RESULT_NEUTRAL_FIELDS))
 
 
 def claim_folder(cfg: CountdownLMConfig) -> None:
@@ -302,10 +303,10 @@ def claim_folder(cfg: CountdownLMConfig) -> None:
     new = json.loads(json.dumps(asdict(cfg)))
     if cfg_path.exists():
         old = read_json(cfg_path, f"delete {out} to start over")
-        differ = config_differences(old, new)
+        differ = records.config_differences(old, new, RESULT_NEUTRAL_FIELDS)
         if differ:
-            raise ValueError(f"{cfg_path} holds a different config (fields {differ}: "
-                             + ", ".join(f"{k}={old.get(k)!r} there, {new.get(k)!r} now" for k in differ)
+            raise ValueError(f"{cfg_path} holds a different config (fields {list(differ)}: "
+                             + ", ".join(f"{k}={d}" for k, d in differ.items())
                              + "); use another --out or delete that folder")
         return
     made = [p.name for p in (out / "sft", out / "rl", out / "eval", out / "results.json") if p.exists()]

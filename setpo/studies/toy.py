@@ -28,7 +28,7 @@ from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity, mode_coverage
 from setpo.presets import get_preset
-from setpo.records import markdown_table, progress_bar, write_json
+from setpo.records import config_differences, markdown_table, progress_bar, write_json
 
 
 @dataclass
@@ -168,10 +168,10 @@ def _load(path: Path, cfg: ToyConfig) -> dict:
         raise ValueError(f"{path} cannot be loaded ({type(e).__name__}: {e}); delete it to start this run "
                          "over") from None
     now = _config_record(cfg)
-    differ = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
+    differ = config_differences(saved, now, RESUMABLE_CHANGES)
     if differ:
         raise ValueError(f"{path} was made with a different configuration ("
-                         + ", ".join(f"{k}: {saved.get(k)!r} there, {now.get(k)!r} now" for k in differ)
+                         + ", ".join(f"{k}: {d}" for k, d in differ.items())
                          + "); use another checkpoint_dir or delete it to start over")
     if state["step"] > cfg.steps:
         raise ValueError(f"{path} is at step {state['step']}, beyond steps={cfg.steps}; use another "
