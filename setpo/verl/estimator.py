@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from setpo.advantages import ADVANTAGE_ESTIMATORS, group_advantages
-from setpo.diversity import diversity_marginals
+from setpo.advantages import ADVANTAGE_ESTIMATORS, _base_advantages, _check_estimator, group_advantages
+from setpo.diversity import _as_embeddings, _marginals, diversity_marginals
 from setpo.groups import Groups, as_tensor, check_finite
 
 ESTIMATOR_NAME = "setpo"
@@ -203,15 +203,18 @@ def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index
     groups = Groups.build(r.shape[0], ids, device=r.device)
     size = groups.sizes[groups.group_id]
     base_name = "dr_grpo" if estimator == "grpo" and not norm_adv_by_std_in_grpo else estimator
-    base = r.clone()
-    if estimator == "grpo" and norm_adv_by_std_in_grpo:
-        base = base / (1 + VERL_GRPO_EPS)  # verl: a lone response has mean 0 and std 1
     multi = size >= 2
-    if bool(multi.all()):  # the usual case: no masked copies
-        base = group_advantages(r, ids, estimator=base_name, eps=VERL_GRPO_EPS).to(r.dtype)
-    elif bool(multi.any()):
-        rows = multi.cpu().numpy()
-        base[multi] = group_advantages(r[multi], ids[rows], estimator=base_name, eps=VERL_GRPO_EPS).to(r.dtype)
+    if bool(multi.all()):  # the usual case: no masked copies, and the groups built above are reused
+        _check_estimator(base_name)
+        base = _base_advantages(r, groups, base_name, VERL_GRPO_EPS).to(r.dtype)
+    else:
+        base = r.clone()
+        if estimator == "grpo" and norm_adv_by_std_in_grpo:
+            base = base / (1 + VERL_GRPO_EPS)  # verl: a lone response has mean 0 and std 1
+        if bool(multi.any()):
+            rows = multi.cpu().numpy()
+            base[multi] = group_advantages(r[multi], ids[rows], estimator=base_name,
+                                           eps=VERL_GRPO_EPS).to(r.dtype)
     s = torch.zeros_like(r)
     too_small = int((groups.sizes < 3).sum()) if lam > 0 else 0
     if lam > 0:
@@ -219,7 +222,7 @@ def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index
             raise ValueError("lam > 0 needs the response embeddings")
         big = size >= 3
         if bool(big.all()):  # the usual case: no masked copy of the embeddings (it costs as much as the matmul)
-            s_all = diversity_marginals(emb.to(r.device), ids)
+            s_all = _marginals(_as_embeddings(emb.to(r.device)), groups)
             s = s_all.to(torch.promote_types(r.dtype, s_all.dtype))
         elif bool(big.any()):
             rows = big.cpu().numpy()
