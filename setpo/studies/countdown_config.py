@@ -65,14 +65,6 @@ class RLRun:
         return f"{self.method} (λ={self.lam:g}{'σ' if self.units == 'term_std' else ''}, {_short(self.embedder)})"
 
     @property
-    def setting(self) -> str:
-        return f"{self.preset.upper()} G={self.group_size} β={self.beta:g}"
-
-    @property
-    def baseline(self) -> "RLRun":
-        return RLRun(self.preset, self.group_size, self.beta, 0.0, self.seed)
-
-    @property
     def name(self) -> str:
         base = f"{self.preset}_G{self.group_size}_b{self.beta:g}_s{self.seed}"
         if not self.lam:

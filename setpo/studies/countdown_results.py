@@ -24,15 +24,6 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
          15: 2.131, 20: 2.086, 30: 2.042}
 
 
-def load_summary(out: str | Path) -> dict:
-    """``results.json`` of a finished study."""
-    path = Path(out) / "results.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run `python -m setpo.studies.countdown --full --out {out}` first")
-    with open(path) as f:
-        return json.load(f)
-
-
 def embedder_label(spec: str) -> str:
     """An embedder spec by its real name ("centered:<spec>": that model, centred on the warm-start completions)."""
     from setpo.studies.figures import embedder_name

@@ -91,17 +91,6 @@ def embedder_name(spec) -> str:
     return f"{Path(spec).name} (local model at {spec})"
 
 
-def embedder_short_name(spec) -> str:
-    """A few words for a title: "all-MiniLM-L6-v2", "hashed n-gram", or the model folder's name."""
-    from setpo.embed import DEFAULT_NAMES
-
-    if isinstance(spec, str) and spec in DEFAULT_NAMES:
-        return "all-MiniLM-L6-v2"
-    if isinstance(spec, str) and (spec == "hash" or spec.startswith("hash:")):
-        return "hashed n-gram"
-    return Path(str(spec)).name
-
-
 def run_record(command: str, config=None, seeds=None, uses: Mapping | None = None, **extra) -> dict:
     """The record written beside a figure: how to make it again and what it was made with.
 
