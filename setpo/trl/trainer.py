@@ -146,10 +146,10 @@ class SetPOTrainer(GRPOTrainer):
         # Rows no reward function could score get no advantage from TRL; keep them that way.
         unscorable = torch.isnan(rewards_per_func).all(dim=1).to(s.device)
         s = s.masked_fill(unscorable, 0.0)
+        s_std = float(s.std()) if s.numel() > 1 else 0.0  # the spread for "term_std", and a metric
         term = s
         if self.args.setpo_lambda_units == "term_std":  # opt-in: λ in units of the term's spread in this batch
-            spread = float(s.std()) if s.numel() > 1 else 0.0
-            term = s / spread if spread >= 1e-6 else torch.zeros_like(s)
+            term = s / s_std if s_std >= 1e-6 else torch.zeros_like(s)
 
         adv = output["advantages"]
         n_local = adv.shape[0]
@@ -170,7 +170,7 @@ class SetPOTrainer(GRPOTrainer):
         stats = group_diversity_stats(emb.float(), correct.tolist(), keys, group_size)
         m = self._metrics[mode]
         m["setpo/s_mean"].append(float(s.mean()))
-        m["setpo/s_std"].append(float(s.std()) if s.numel() > 1 else 0.0)
+        m["setpo/s_std"].append(s_std)
         ratio = self.accelerator.gather(torch.stack([lam_s_local.abs().mean(), base_abs]).reshape(1, 2)).mean(0)
         m["setpo/lambda_s_over_adv"].append(float(ratio[0] / ratio[1]) if float(ratio[1]) > 0 else float("nan"))
         m["setpo/pairwise_similarity"].append(stats["pairwise_similarity"])
