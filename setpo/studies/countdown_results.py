@@ -14,7 +14,7 @@ import math
 import statistics
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from setpo.records import read_json, read_records
 from setpo.studies.countdown_config import CountdownLMConfig, RLRun
@@ -75,8 +75,12 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: RLRun, resu
             "paired": paired_differences(cfg, rows), "selection": selection, "diagnostics": diagnostics}
 
 
-def _main_cell(cfg: CountdownLMConfig, row: dict) -> bool:
-    return row["G"] == cfg.main_group_size and row["beta"] == cfg.main_beta and row["T"] == 1.0
+def _in_main_cell(row: dict, cfg: CountdownLMConfig | Mapping) -> bool:
+    """Whether a record row's run has the main cell's G and β; cfg: the config or its record (a dict). The warm
+    start's row (no G) is in no cell."""
+    g, beta = ((cfg["main_group_size"], cfg["main_beta"]) if isinstance(cfg, Mapping)
+               else (cfg.main_group_size, cfg.main_beta))
+    return row["G"] == g and row["beta"] == beta
 
 
 def paired_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
@@ -84,7 +88,8 @@ def paired_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dic
     average modes and width, each as a mean with its 95% t-interval over seeds; and how much of GRPO's pass@n
     loss against the warm start the variant wins back (``gap_closed``: 1 = all of it)."""
     n = str(cfg.eval_samples)
-    main = [r for r in rows if r["seed"] is not None and _main_cell(cfg, r) and r["method"].endswith("GRPO")]
+    main = [r for r in rows
+            if r["seed"] is not None and _in_main_cell(r, cfg) and r["T"] == 1.0 and r["method"].endswith("GRPO")]
     grpo = {r["seed"]: r for r in main if r["lam"] == 0}
     sft = next((r for r in rows if r["name"] == "sft" and r["T"] == 1.0), None)
     out = []
@@ -121,7 +126,7 @@ def results_markdown(summary: dict) -> str:
              f"| method | seeds | pass@1 | pass@{n} | avg modes | width |", "|---|---|---|---|---|---|"]
     groups: dict = {}
     for r in rows:
-        if r["T"] == 1.0 and (r["name"] == "sft" or (r["G"] == cfg["main_group_size"] and r["beta"] == cfg["main_beta"])):
+        if r["T"] == 1.0 and (r["name"] == "sft" or _in_main_cell(r, cfg)):
             groups.setdefault(r["variant"] + (" ★" if r["primary"] else ""), []).append(r)
     for label, rs in groups.items():
         m = lambda f: statistics.mean(f(r) for r in rs)  # noqa: E731
@@ -134,7 +139,7 @@ def results_markdown(summary: dict) -> str:
         gap = "-" if p.get("gap_closed") is None else f"{100 * p['gap_closed']:.0f}%"
         lines.append(f"| {p['variant']}{' ★' if p['primary'] else ''} | {_ci(p['pass1'])} | {_ci(p['passn'])} | "
                      f"{_ci(p['avg_modes'], 1.0, 2)} | {_ci(p['width'], 1.0, 1)} | {gap} |")
-    others = [r for r in rows if r["seed"] is not None and not (r["G"] == cfg["main_group_size"] and r["beta"] == cfg["main_beta"])]
+    others = [r for r in rows if r["seed"] is not None and not _in_main_cell(r, cfg)]
     if others:
         lines += ["", "Other cells (one seed, T = 1):", "", f"| method | G | β | pass@1 | pass@{n} | avg modes | width |",
                   "|---|---|---|---|---|---|---|"]
@@ -244,7 +249,7 @@ def pass_at_k_figure(summary: dict, cols: int = 3):
                           "hover": [f"k={i}: {v:.1f}%" for i, v in zip(k, mean)]})
         return {"title": title, "lines": lines}
 
-    main = lambda r: r["name"] == "sft" or (r["G"] == cfg["main_group_size"] and r["beta"] == cfg["main_beta"])  # noqa: E731
+    main = lambda r: r["name"] == "sft" or _in_main_cell(r, cfg)  # noqa: E731
     panels.append(panel(f"G={cfg['main_group_size']}, β={cfg['main_beta']:g}, T=1 ({len(cfg['rl_seeds'])} seeds)",
                         [r for r in rows if main(r) and r["T"] == 1.0]))
     for temp in cfg["eval_temperatures"]:
@@ -271,7 +276,7 @@ def main_cell_runs(summary: dict, seed: int | None = None) -> list[RLRun]:
     cfg = summary["config"]
     out = []
     for r in summary["runs"]:
-        if r["seed"] is None or r["T"] != 1.0 or r["G"] != cfg["main_group_size"] or r["beta"] != cfg["main_beta"]:
+        if r["seed"] is None or r["T"] != 1.0 or not _in_main_cell(r, cfg):
             continue
         if seed is None or r["seed"] == seed:
             out.append(run_of(r))
