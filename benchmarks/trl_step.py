@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import tempfile
@@ -47,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from setpo.records import write_bench_report
+from setpo.records import markdown_table, write_bench_report, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper_shapes as ps  # noqa: E402 - after the path entry above
@@ -187,18 +186,16 @@ def main(argv=None) -> str:
                       f"(benchmarks/paper_shapes.py), {st.prompts_per_step} prompts x G={st.num_generations}, "
                       f"{st.max_completion_length}-token responses, beta={st.beta}, lambda={st.lam}, "
                       f"{st.threads} CPU thread; median over {st.steps} steps x {st.rounds} interleaved rounds.")
-    lines = [*header, "", "One TRL optimizer step (generation, reward, advantages, embedding, loss, backward).", "",
-             "| configuration | policy params | embedder params | GRPO step (s) | SetPO step (s) | ratio | target "
-             "| met |",
-             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         r["met"] = "PASS" if r["ratio"] <= r["target"] else "FAIL"
-        lines.append(f"| {r['configuration']} | {r['policy_params'] / 1e6:.2f}M | "
-                     f"{r['embedder_params'] / 1e6:.2f}M | {r['grpo_s']:.3f} | {r['setpo_s']:.3f} | {r['ratio']:.3f} | "
-                     f"<= {r['target']:g} | {r['met']} |")
-    table = "\n".join(lines)
+    shown = [{"configuration": r["configuration"], "policy params": f"{r['policy_params'] / 1e6:.2f}M",
+              "embedder params": f"{r['embedder_params'] / 1e6:.2f}M", "GRPO step (s)": f"{r['grpo_s']:.3f}",
+              "SetPO step (s)": f"{r['setpo_s']:.3f}", "ratio": f"{r['ratio']:.3f}", "target": f"<= {r['target']:g}",
+              "met": r["met"]} for r in rows]
+    table = "\n".join([*header, "", "One TRL optimizer step (generation, reward, advantages, embedding, loss, backward).",
+                       "", markdown_table(shown)])
     out = write_bench_report("trl_step", table)
-    out.with_suffix(".json").write_text(json.dumps({"rows": rows}, indent=1))
+    write_json(out.with_suffix(".json"), {"rows": rows})
     return table
 
 
