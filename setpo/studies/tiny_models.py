@@ -103,22 +103,13 @@ def build_chat_tokenizer():
     return out
 
 
-@dataclass(frozen=True)
-class TinyQwen2:
-    """Shape of the randomly initialised Qwen2ForCausalLM used without MODEL_PATH (about 0.4M parameters).
-
-    head_dim = hidden_size / num_attention_heads = 64, a size every attention kernel (and vLLM) supports.
-    """
-
-    hidden_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 2
-    num_key_value_heads: int = 1
-    intermediate_size: int = 256
-    max_position_embeddings: int = 1024
+# Shape of the randomly initialised Qwen2ForCausalLM used without MODEL_PATH (about 0.4M parameters):
+# head_dim = hidden_size / num_attention_heads = 64, a size every attention kernel (and vLLM) supports.
+TINY_QWEN2 = ModelSize(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                       intermediate_size=256, max_position_embeddings=1024)
 
 
-def make_tiny_model(path: str | Path, size: TinyQwen2 = TinyQwen2(), seed: int = 0) -> Path:
+def make_tiny_model(path: str | Path, size: ModelSize = TINY_QWEN2, seed: int = 0) -> Path:
     """Write a tiny random Qwen2 model and its chat tokenizer to ``path`` (reused if already there).
 
     Everything downstream loads models by path (TRL builds its KL reference model from it), exactly as with
@@ -128,7 +119,7 @@ def make_tiny_model(path: str | Path, size: TinyQwen2 = TinyQwen2(), seed: int =
     if (p / "config.json").is_file() and (p / "tokenizer.json").is_file():
         return p
     tokenizer = build_chat_tokenizer()
-    model = build_model(tokenizer, ModelSize(**{f: getattr(size, f) for f in size.__dataclass_fields__}), seed=seed)
+    model = build_model(tokenizer, size, seed=seed)
     p.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(p))
     tokenizer.save_pretrained(str(p))
