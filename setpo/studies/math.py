@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envs.math import MathProblem, load_math_problems, math_reward, qwen_math_messages, smoke_problems, to_trl_records
-from setpo.records import read_json, read_records, write_json
+from setpo.records import markdown_table, read_json, read_records, write_json
 from setpo.studies.sampling import sample_completions
 from setpo.studies.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
@@ -397,10 +397,8 @@ def pass_at_k_table(results: Mapping[str, dict], ks: Sequence[int] = (1, 4, 16, 
     """pass@k in % per model (rows) at the given k (columns, those within the sampled n), as markdown."""
     k_max = min(len(r["pass_at_k"]) for r in results.values())
     ks = [k for k in ks if k <= k_max] or [k_max]
-    rows = ["| model | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
-    for label, r in results.items():
-        rows.append(f"| {label} | " + " | ".join(f"{100 * r['pass_at_k'][k - 1]:.1f}" for k in ks) + " |")
-    return "\n".join(rows)
+    return markdown_table([{"model": label, **{f"pass@{k}": f"{100 * r['pass_at_k'][k - 1]:.1f}" for k in ks}}
+                           for label, r in results.items()])
 
 
 def read_probes(path: str | Path) -> list[dict]:
@@ -467,11 +465,9 @@ def training_figure(run_dirs: Mapping[str, str | Path], title: str = ""):
 def results_table(results: Mapping[str, dict], eval_k: int, note: str = "") -> str:
     """Pass@1 as avg@k per run (rows) and data source (columns), in %, as markdown."""
     sources = sorted({s for r in results.values() for s in r["per_source"]})
-    rows = ["| run | " + " | ".join(sources) + f" | all (avg@{eval_k}) |", "|---" * (len(sources) + 2) + "|"]
-    for label, r in results.items():
-        rows.append(f"| {label} | " + " | ".join(f"{100 * r['per_source'][s]:.1f}" for s in sources)
-                    + f" | {100 * r['avg_at_k']:.1f} |")
-    return "\n".join(rows) + (f"\n\n*{note}*" if note else "")
+    table = markdown_table([{"run": label, **{s: f"{100 * r['per_source'][s]:.1f}" for s in sources},
+                             f"all (avg@{eval_k})": f"{100 * r['avg_at_k']:.1f}"} for label, r in results.items()])
+    return table + (f"\n\n*{note}*" if note else "")
 
 
 def figure_record(cfg: MathRunConfig, command: str = "notebooks/04_qwen_math_gpu", **extra) -> dict:
