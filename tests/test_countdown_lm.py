@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from transformers import TrainerCallback
+from helpers import StopAt
 
 from envs.countdown import CountdownInstance, score_answer
 from setpo import pass_at_k
@@ -120,17 +120,6 @@ def test_paired_differences_and_intervals():
     assert mean_ci([0.5])["lo"] is None
 
 
-class Interrupt(TrainerCallback):
-    """Stops a run with an exception after ``at`` steps, like a killed process (checkpoint already saved)."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def on_step_begin(self, args, state, control, **kw):
-        if state.global_step == self.at:
-            raise KeyboardInterrupt
-
-
 @pytest.fixture(scope="module")
 def smoke_study(tmp_path_factory):
     out = tmp_path_factory.mktemp("countdown_smoke")
@@ -178,7 +167,7 @@ def test_rl_run_checkpoints_and_resumes(smoke_study, tmp_path):
     run = RLRun("grpo", 3, 0.001, 0.5, embedder="hash")
     run_dir = tmp_path / run.name
     with pytest.raises(KeyboardInterrupt):
-        run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=lambda *_: None, callbacks=[Interrupt(3)])
+        run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=lambda *_: None, callbacks=[StopAt(3)])
     assert (run_dir / "checkpoint-2").is_dir() and not (run_dir / "final").exists()
     logs = []
     final = run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=logs.append)

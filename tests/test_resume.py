@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import StopAt
 from safetensors.torch import load_file
-from transformers import TrainerCallback
 
 import setpo.studies.toy as toy
 from setpo.records import ROOT
@@ -154,21 +154,6 @@ def test_toy_training_runs_on_one_thread_and_restores_the_callers_setting():
 
 TIME_KEYS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
 RUN = RLRun("grpo", 3, 0.001, 0.5, embedder="hash")
-
-
-class StopAt(TrainerCallback):
-    """Raises at the start of step ``at`` (or at the end of training): an interruption from inside the Trainer."""
-
-    def __init__(self, at=None):
-        self.at = at
-
-    def on_step_begin(self, args, state, control, **kw):
-        if state.global_step == self.at:
-            raise KeyboardInterrupt
-
-    def on_train_end(self, args, state, control, **kw):
-        if self.at == "end":
-            raise KeyboardInterrupt
 
 
 @pytest.fixture(scope="module")
