@@ -31,11 +31,26 @@ def test_lab_opens_only_the_ipynb_as_notebooks():
     assert 'notebook_extensions = ["ipynb"]' in config
 
 
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """run(name) executes a notebook in smoke mode once per module and returns (its OUT_DIR, the executed copy);
+    a second test of the same notebook reuses that run."""
+    runs = {}
+
+    def run(name):
+        if name not in runs:
+            out_dir = tmp_path_factory.mktemp(name)
+            runs[name] = out_dir, execute_notebook(name, out_dir, smoke=True)
+        return runs[name]
+
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_in_smoke_mode(name, tmp_path):
-    executed = execute_notebook(name, tmp_path, smoke=True)
-    written = [p for p in Path(tmp_path).iterdir() if p.name != "plotly.min.js"]
+def test_notebook_runs_in_smoke_mode(name, smoke_run):
+    out_dir, executed = smoke_run(name)
+    written = [p for p in Path(out_dir).iterdir() if p.name != "plotly.min.js"]
     assert written, f"{name} wrote no figure into OUT_DIR"
     for p in written:
         assert p.stat().st_size > 0
@@ -50,11 +65,11 @@ def test_notebook_runs_in_smoke_mode(name, tmp_path):
 
 
 @pytest.mark.slow
-def test_saved_back_notebook_keeps_its_cells_and_small_outputs(tmp_path):
+def test_saved_back_notebook_keeps_its_cells_and_small_outputs(tmp_path, smoke_run):
     name = "02_estimator_explained"
     src = tmp_path / f"{name}.ipynb"
     shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", src)
-    executed = execute_notebook(name, tmp_path / "out", smoke=True)
+    _, executed = smoke_run(name)  # the smoke test's run of the same notebook
     write_back(src, executed)
     before = nbformat.read(str(ROOT / "notebooks" / f"{name}.ipynb"), as_version=4)
     after = nbformat.read(str(src), as_version=4)
