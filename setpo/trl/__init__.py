@@ -30,23 +30,7 @@ _SOURCES = {
     "train_resumable": "training",
 }
 
-__all__ = [
-    "TRL_LOSS_TYPE",
-    "SetGRPOTrainer",
-    "SetPOConfig",
-    "SetPODAPOConfig",
-    "SetPOGSPOConfig",
-    "SetPOTrainer",
-    "config_for",
-    "countdown_reward",
-    "gather_embeddings",
-    "group_diversity_stats",
-    "last_checkpoint",
-    "math_reward_func",
-    "probe_callback",
-    "quiet_libraries",
-    "train_resumable",
-]
+__all__ = list(_SOURCES)
 
 
 def __getattr__(name: str) -> Any:
