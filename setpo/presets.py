@@ -38,3 +38,29 @@ def get_preset(name: str) -> AlgorithmPreset:
     if name not in PRESETS:
         raise ValueError(f"unknown algorithm preset {name!r}; known: {sorted(PRESETS)}")
     return PRESETS[name]
+
+
+@dataclass(frozen=True)
+class PaperRunSettings:
+    """The paper's run settings for the Qwen2.5-Math experiments (arXiv 2602.01062; PAPERS.md), in one place.
+
+    The math study (``setpo.studies.math``), the verl launcher (``setpo.verl.launch``) and the benchmarks
+    (``benchmarks/paper_shapes.py``) take their defaults from ``PAPER_RUN``, so the three cannot drift apart.
+
+    num_generations: G, rollouts per prompt. temperature: rollout temperature. max_completion_length: tokens
+    per response. beta: KL coefficient. prompts_per_step: global batch, in prompts. num_train_epochs: passes
+    over the training set. eval_k, eval_temperature, eval_top_p: Pass@1 as avg@k (k samples per problem).
+    """
+
+    num_generations: int = 6
+    temperature: float = 0.9
+    max_completion_length: int = 756
+    beta: float = 1e-4
+    prompts_per_step: int = 64
+    num_train_epochs: int = 2
+    eval_k: int = 64
+    eval_temperature: float = 0.5
+    eval_top_p: float = 0.9
+
+
+PAPER_RUN = PaperRunSettings()
