@@ -24,28 +24,15 @@ from typing import Callable
 
 import torch
 
-from setpo.diversity import _TERMS_ON_GROUPS, DIVERSITY_TERMS, _as_embeddings
+from setpo.diversity import DIVERSITY_TERMS, as_embeddings
 from setpo.groups import Groups, as_tensor, check_finite, check_real, const
+from setpo.registry import lookup, registrar
 
+#: A base group estimator: fn(rewards (B, G), valid (B, G) bool | None, eps) -> advantages (B, G).
 Estimator = Callable[[torch.Tensor, "torch.Tensor | None", float], torch.Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {}
-
-
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Add a base estimator ``fn(rewards (B, G), valid (B, G) | None, eps) -> (B, G)`` to the registry."""
-
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"an estimator's name must be a non-empty str, got {name!r}")
-
-    def deco(fn: Estimator) -> Estimator:
-        if not callable(fn):
-            raise ValueError(f"estimator {name!r} must be callable, got {type(fn).__name__}")
-        if name in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return deco
+#: ``@register_estimator(name)`` adds a base estimator ``fn(rewards, valid, eps)`` to the registry.
+register_estimator = registrar(ADVANTAGE_ESTIMATORS, "advantage estimator")
 
 
 def _group_stats(r: torch.Tensor, valid: torch.Tensor | None):
@@ -124,9 +111,9 @@ def _spread_limit(dtype: torch.dtype, group_size: int) -> float:
     return math.sqrt(torch.finfo(dtype).max / (4 * group_size))
 
 
-def _check_estimator(estimator) -> None:
-    if not isinstance(estimator, str) or estimator not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; registered: {sorted(ADVANTAGE_ESTIMATORS)}")
+def check_estimator(estimator) -> Estimator:
+    """The registered base estimator named ``estimator``, or a ValueError listing the registered names."""
+    return lookup(ADVANTAGE_ESTIMATORS, estimator, "estimator")
 
 
 def group_advantages(rewards, index=None, *, group_size: int | None = None, estimator: str = "grpo",
@@ -139,14 +126,15 @@ def group_advantages(rewards, index=None, *, group_size: int | None = None, esti
     Returns (N,) float32 or float64 on the rewards' device. Every group needs at least 2 rollouts; a group
     with no spread (up to rounding) gets exactly 0.
     """
-    _check_estimator(estimator)
+    check_estimator(estimator)
     eps = check_real(eps, "eps", minimum=0.0, strict=True)
     r, groups = _rewards_and_groups(rewards, index, group_size, check=False)
-    return _base_advantages(r, groups, estimator, eps)
+    return base_advantages(r, groups, estimator, eps)
 
 
-def _base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float) -> torch.Tensor:
-    """``group_advantages`` over (N,) rewards (not yet checked for NaN and infinities) and built groups."""
+def base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float) -> torch.Tensor:
+    """Ā of ``estimator`` over built groups: r (N,) rewards (a tensor; NaN and infinities are found and
+    named here), groups of >= 2 rollouts, eps > 0 -> (N,) float32 or float64; flat groups get exactly 0."""
     groups.require_min_size(2, f"the {estimator!r} advantage")
     valid = groups.valid()
     padded = groups.pad(r)
@@ -160,7 +148,7 @@ def _base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float
     if wide and padded.dtype == torch.float64:
         raise ValueError(f"rewards spread over more than {_spread_limit(torch.float64, groups.max_size):.3g} "
                          f"within a group, where squared deviations overflow float64: rescale them")
-    adv = ADVANTAGE_ESTIMATORS[estimator](padded.double() if wide else padded, valid, eps).to(padded.dtype)
+    adv = check_estimator(estimator)(padded.double() if wide else padded, valid, eps).to(padded.dtype)
     adv = adv.masked_fill_(flat.unsqueeze(1), 0.0)
     return groups.unpad(adv if valid is None else adv * valid)
 
@@ -181,22 +169,31 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
     rewards and Ā never drop to half precision); with ``return_marginals``, the pair (Â, s) for logging.
     """
     lam = check_real(lam, "lam", minimum=0.0)
-    _check_estimator(estimator)
+    check_estimator(estimator)
     eps = check_real(eps, "eps", minimum=0.0, strict=True)
-    if not isinstance(diversity, str) or diversity not in DIVERSITY_TERMS:
-        raise ValueError(f"unknown diversity term {diversity!r}; registered: {sorted(DIVERSITY_TERMS)}")
-    e = _as_embeddings(emb)
+    term = lookup(DIVERSITY_TERMS, diversity, "diversity term")
+    e = as_embeddings(emb)
     groups = Groups.build(e.shape[0], index, group_size, device=e.device)  # once, for s and for Ā
-    s = _TERMS_ON_GROUPS[diversity](e, groups)
+    s = term(e, groups)
     r = as_tensor(rewards, name="rewards", device=s.device)
     if r.ndim != 1 or r.shape[0] != s.shape[0]:
         raise ValueError(f"rewards has shape {tuple(r.shape)} but emb has {s.shape[0]} rows; expected ({s.shape[0]},)")
-    base = _base_advantages(r, groups, estimator, eps)
-    dtype = torch.promote_types(base.dtype, s.dtype)
-    adv = base if base.dtype == dtype else base.to(dtype)
-    if lam:
-        adv = adv.add_(s if s.dtype == dtype else s.to(dtype), alpha=lam)
+    adv = combine_advantages(base_advantages(r, groups, estimator, eps), s, lam)
     return (adv, s) if return_marginals else adv
+
+
+def combine_advantages(base: torch.Tensor, s: torch.Tensor, lam: float) -> torch.Tensor:
+    """Â = Ā + λ · s, the paper's combination, written once: ``setpo_advantages`` and the verl estimator
+    call it (the TRL trainer adds λ·s to TRL's own advantages; tests/test_trl.py checks the two agree).
+
+    base: (N,) Ā; s: (N,) the diversity term; lam: λ (checked by the callers). Returns (N,) in the wider of
+    the two dtypes; at λ = 0 exactly Ā (same values, no arithmetic). ``base`` is not modified.
+    """
+    dtype = torch.promote_types(base.dtype, s.dtype)
+    adv = base.to(dtype)
+    if not lam:
+        return adv
+    return torch.add(adv, s.to(dtype), alpha=lam)
 
 
 def flat_groups(rewards, index=None, *, group_size: int | None = None) -> torch.Tensor:

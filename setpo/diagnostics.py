@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from setpo.diversity import _as_embeddings, _kernel, diversity_marginals, pair_mask
+from setpo.diversity import as_embeddings, diversity_marginals, group_kernels, pair_mask
 from setpo.groups import Groups
 
 
@@ -70,14 +70,14 @@ def kernel_separation(emb, solution_ids: Sequence[Hashable], index=None, *,
     = the same solution). Groups (e.g. one per problem) by ``index`` or ``group_size``; pairs never cross
     groups, because SetPO's kernel never compares responses to different prompts.
     """
-    e = _as_embeddings(emb)
+    e = as_embeddings(emb)
     ids = list(solution_ids)
     if len(ids) != e.shape[0]:
         raise ValueError(f"solution_ids has {len(ids)} entries for {e.shape[0]} embedding rows")
     codes = {}
     labels = torch.tensor([codes.setdefault(s, len(codes)) for s in ids], device=e.device)
     groups = Groups.build(e.shape[0], index, group_size, device=e.device)
-    k = _kernel(e, groups)                                                         # (B, G, G)
+    k = group_kernels(e, groups)                                                         # (B, G, G)
     lab = groups.pad(labels[:, None].float(), fill=-1.0)[..., 0]                   # (B, G)
     pairs = pair_mask(groups.valid(), k.shape[-1], e.device).triu(1)               # each pair once
     same = (lab[:, :, None] == lab[:, None, :]) & pairs
@@ -95,7 +95,7 @@ def collapsed_group_marginals(distinct_emb, copies: int = 4, others: int = 3) ->
     the group collapsed onto). Returns s: (copies + others,). ``s.max() - s.min()`` is the spread SetPO
     can add between a duplicated and a unique response in such a group.
     """
-    e = _as_embeddings(distinct_emb, name="distinct_emb")
+    e = as_embeddings(distinct_emb, name="distinct_emb")
     if copies < 1 or others < 1 or copies + others < 3:
         raise ValueError(f"a collapsed group needs copies >= 1, others >= 1 and at least 3 rows; got "
                          f"copies={copies}, others={others}")

@@ -14,10 +14,12 @@ D on every reduced set (O(G³)) and is the reference the tests hold the closed f
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 
 from setpo.groups import Groups, as_tensor, check_finite, const
+from setpo.registry import lookup, registrar
 
 
 def g(x: torch.Tensor) -> torch.Tensor:
@@ -74,8 +76,12 @@ def _rescaled_rows(e: torch.Tensor, name: str) -> torch.Tensor:
     return e / row_max
 
 
-def _kernel(e: torch.Tensor, groups: Groups | None = None, name: str = "emb") -> torch.Tensor:
-    """Cosine kernel of the groups of e (see ``_gram``), validating e at no cost beyond the matmul.
+def group_kernels(e: torch.Tensor, groups: Groups | None = None, name: str = "emb") -> torch.Tensor:
+    """The cosine kernel k = clamp(cos(e_i, e_j), 0, 1) of every group, validating e at no cost beyond the matmul.
+
+    e: (N, d) rows with ``groups`` (a built ``setpo.groups.Groups``) -> (B, G_max, G_max), padding slots of
+    ragged groups repeating a real row (mask them with ``groups.valid()``); or, with groups None, (..., G, d)
+    -> (..., G, G). e comes from ``as_embeddings`` (float32/float64). Diagonal exactly 1.
 
     The input is read once, by the matmul that forms the Gram matrices. Its diagonal holds every row's squared
     norm, which a NaN or infinity in the row makes NaN or inf and a zero row makes 0; the input is scanned
@@ -105,12 +111,7 @@ def _inverse_norm_range(dtype: torch.dtype) -> tuple[float, float]:
     return (fi.max / 16) ** -0.5, (fi.tiny / fi.eps) ** -0.5
 
 
-def _cosine_kernel(e: torch.Tensor, name: str = "emb") -> torch.Tensor:
-    """Kernel of (..., G, d) embeddings (see ``_kernel``)."""
-    return _kernel(e, None, name)
-
-
-def _as_embeddings(emb, ndims=(2,), name: str = "emb") -> torch.Tensor:
+def as_embeddings(emb, ndims=(2,), name: str = "emb") -> torch.Tensor:
     """emb as a float32/float64 tensor of an allowed rank. float16/bfloat16 (a GPU embedder's usual output)
     are upcast to float32: the marginals are differences of logs of kernel sums, which half precision
     (3 significant digits in bfloat16) would reduce to rounding noise."""
@@ -127,7 +128,7 @@ def cosine_kernel(emb) -> torch.Tensor:
     emb: (G, d) or (B, G, d), G >= 1, d >= 1. Returns (G, G) or (B, G, G), from one batched matmul, in
     emb's dtype (float16/bfloat16 upcast to float32). Only zero rows, NaN and infinities are errors.
     """
-    return _cosine_kernel(_as_embeddings(emb, (2, 3)))
+    return group_kernels(as_embeddings(emb, (2, 3)))
 
 
 def pair_mask(valid: torch.Tensor | None, gmax: int, device=None) -> torch.Tensor:
@@ -183,10 +184,10 @@ def _full_group_marginals(k: torch.Tensor) -> torch.Tensor:
 
 def set_diversity(emb) -> float:
     """D(Ω) of one rollout set, exactly as the paper defines it. emb: (G, d) with G >= 2."""
-    e = _as_embeddings(emb)
+    e = as_embeddings(emb)
     if e.shape[0] < 2:
         raise ValueError(f"set diversity needs at least 2 rollouts (local mass excludes self), got {e.shape[0]}")
-    return float(_set_diversity(_cosine_kernel(e)))
+    return float(_set_diversity(group_kernels(e)))
 
 
 def _set_diversity(k: torch.Tensor) -> torch.Tensor:
@@ -201,11 +202,11 @@ def marginals_by_definition(emb) -> torch.Tensor:
 
     emb: (G, d), one group. Used by tests and the benchmark; use ``diversity_marginals`` for real work.
     """
-    e = _as_embeddings(emb)
+    e = as_embeddings(emb)
     n = e.shape[0]
     if n < 3:
         raise ValueError(f"leave-one-out marginals need groups of at least 3 rollouts, got {n}")
-    k = _cosine_kernel(e)
+    k = group_kernels(e)
     full = _set_diversity(k)
     out = torch.empty(n, dtype=k.dtype, device=k.device)
     for i in range(n):
@@ -214,48 +215,57 @@ def marginals_by_definition(emb) -> torch.Tensor:
     return out
 
 
-def diversity_marginals(emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
-    """SetPO's leave-one-out diversity marginal s_i for every row.
-
-    emb: (N, d) response embeddings (torch or numpy; float32 or float64 kept, float16/bfloat16 upcast to
-        float32, on any device). Any non-zero scale of a row is fine: the cosine ignores it.
-    index: (N,) group id of each row, verl style: any hashable ids, any order, unequal group sizes.
-    group_size: rows form N / group_size contiguous groups. With neither, all rows are one group.
-    Returns s: (N,) tensor on emb's device. Every group needs at least 3 rollouts.
-    """
-    e = _as_embeddings(emb)
-    return _marginals(e, Groups.build(e.shape[0], index, group_size, device=e.device))
+#: The diversity terms d_i that a base advantage takes as Â_i = Ā_i + λ·d_i, by name (``register_diversity_term``).
+#: Each is fn(e, groups) -> d: e (N, d) rows from ``as_embeddings``, groups a built ``Groups``, d (N,).
+DiversityTerm = Callable[[torch.Tensor, Groups], torch.Tensor]
+DIVERSITY_TERMS: dict[str, DiversityTerm] = {}
+register_diversity_term = registrar(DIVERSITY_TERMS, "diversity term")
 
 
-def _marginals(e: torch.Tensor, groups: Groups) -> torch.Tensor:
+@register_diversity_term("setpo")
+def group_marginals(e: torch.Tensor, groups: Groups) -> torch.Tensor:
+    """s_i of every row: e (N, d) from ``as_embeddings``, groups of >= 3 rollouts -> (N,)."""
     groups.require_min_size(3, "the leave-one-out diversity marginal")
-    return groups.unpad(kernel_marginals(_kernel(e, groups), groups.valid()))
+    return groups.unpad(kernel_marginals(group_kernels(e, groups), groups.valid()))
 
 
-def pairwise_similarity_penalty(emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
+@register_diversity_term("pairwise")
+def group_pairwise_penalty(e: torch.Tensor, groups: Groups) -> torch.Tensor:
     """The local pairwise baseline SetPO argues against: minus each rollout's mean similarity to the rest
     of its group, -m̂(o_i; Ω) = -1/(|Ω|-1) · Σ_{z≠i} k(o_i, z).
 
     It rewards being far from the others on average, one pair at a time, where SetPO credits what a rollout
-    adds to the diversity of the whole set. Same inputs and shapes as ``diversity_marginals``; groups need at
-    least 2 rollouts. Returns (N,) values in [-1, 0].
+    adds to the diversity of the whole set. e (N, d), groups of >= 2 rollouts -> (N,) values in [-1, 0].
     """
-    e = _as_embeddings(emb)
-    return _pairwise(e, Groups.build(e.shape[0], index, group_size, device=e.device))
-
-
-def _pairwise(e: torch.Tensor, groups: Groups) -> torch.Tensor:
     groups.require_min_size(2, "the pairwise similarity penalty")
-    k = _kernel(e, groups)
+    k = group_kernels(e, groups)
     valid = groups.valid()
     keep = pair_mask(valid, k.shape[-1], k.device)
     n = k.new_full((k.shape[0], 1), k.shape[-1]) if valid is None else valid.sum(-1, keepdim=True).to(k.dtype)
     return groups.unpad(-(k * keep).sum(-1) / (n - 1))
 
 
-#: Diversity terms d_i that can be added to a base advantage as Ā_i + λ·d_i, by name: SetPO's leave-one-out
-#: marginal, and the local pairwise penalty it is compared with. Each is fn(emb, index, group_size=) -> (N,).
-DIVERSITY_TERMS = {"setpo": diversity_marginals, "pairwise": pairwise_similarity_penalty}
-#: The same terms over already-checked (N, d) embeddings and built ``Groups`` (setpo_advantages builds the
-#: groups once for the term and the base advantage).
-_TERMS_ON_GROUPS = {"setpo": _marginals, "pairwise": _pairwise}
+def diversity_term(name: str, emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
+    """The diversity term ``name`` (a key of ``DIVERSITY_TERMS``) for every row.
+
+    emb: (N, d) response embeddings (torch or numpy; float32 or float64 kept, float16/bfloat16 upcast to
+        float32, on any device). Any non-zero scale of a row is fine: the cosine ignores it.
+    index: (N,) group id of each row, verl style: any hashable ids, any order, unequal group sizes.
+    group_size: rows form N / group_size contiguous groups. With neither, all rows are one group.
+    Returns (N,) on emb's device.
+    """
+    term = lookup(DIVERSITY_TERMS, name, "diversity term")
+    e = as_embeddings(emb)
+    return term(e, Groups.build(e.shape[0], index, group_size, device=e.device))
+
+
+def diversity_marginals(emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
+    """SetPO's leave-one-out diversity marginal s_i for every row (inputs as in ``diversity_term``); every
+    group needs at least 3 rollouts. Returns s: (N,) on emb's device."""
+    return diversity_term("setpo", emb, index, group_size=group_size)
+
+
+def pairwise_similarity_penalty(emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
+    """-m̂(o_i; Ω) for every row (see ``group_pairwise_penalty``; inputs as in ``diversity_term``); groups
+    need at least 2 rollouts. Returns (N,) values in [-1, 0]."""
+    return diversity_term("pairwise", emb, index, group_size=group_size)

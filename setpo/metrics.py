@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from setpo.diversity import _as_embeddings, _kernel, pair_mask
+from setpo.diversity import as_embeddings, group_kernels, pair_mask
 from setpo.groups import Groups, check_int, check_real
 
 
@@ -176,10 +176,10 @@ def mean_pairwise_similarity(emb, index=None, *, group_size: int | None = None, 
     Returns a float, the unweighted mean over groups (reduce=True), or the (B,) per-group means in order
     of each group's first row (reduce=False).
     """
-    e = _as_embeddings(emb)
+    e = as_embeddings(emb)
     groups = Groups.build(e.shape[0], index, group_size, device=e.device)
     groups.require_min_size(2, "mean pairwise similarity")
-    k = _kernel(e, groups)  # (B, G, G); padded slots repeat a real row and are masked below
+    k = group_kernels(e, groups)  # (B, G, G); padded slots repeat a real row and are masked below
     keep = pair_mask(groups.valid(), k.shape[-1], k.device)
     n = groups.sizes.to(k.dtype)
     per_group = (k * keep).sum((-1, -2)) / (n * (n - 1))

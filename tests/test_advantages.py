@@ -73,11 +73,13 @@ def test_registry_rejects_unknown_and_duplicate_names():
         register_estimator("grpo")(lambda r, v, eps: r)
 
 
-def test_custom_estimator_is_used_by_name(monkeypatch):
-    monkeypatch.setattr("setpo.advantages.ADVANTAGE_ESTIMATORS", dict(ADVANTAGE_ESTIMATORS))
+def test_custom_estimator_is_used_by_name():
     register_estimator("double")(lambda r, valid, eps: r * 2)
-    torch.testing.assert_close(setpo.group_advantages(torch.tensor([1.0, 2.0, 3.0]), estimator="double"),
-                               torch.tensor([2.0, 4.0, 6.0]))
+    try:
+        torch.testing.assert_close(setpo.group_advantages(torch.tensor([1.0, 2.0, 3.0]), estimator="double"),
+                                   torch.tensor([2.0, 4.0, 6.0]))
+    finally:  # the registry is one dict, shared by the whole test session
+        del ADVANTAGE_ESTIMATORS["double"]
 
 
 def test_groups_with_signal_marks_dapo_filter():
@@ -180,3 +182,50 @@ def test_huge_rewards_are_not_silently_zeroed(estimator):
     assert got.dtype == torch.float32 and torch.equal(got, expect) and got[0] > 0
     with pytest.raises(ValueError, match="rescale"):
         group_advantages(torch.tensor([1e200, 0.0, 1.0], dtype=torch.float64), estimator=estimator)
+
+
+def test_combine_advantages_is_the_one_sum():
+    from setpo.advantages import combine_advantages
+
+    gen = torch.Generator().manual_seed(5)
+    base = torch.randn(9, generator=gen)
+    s = torch.randn(9, generator=gen, dtype=torch.float64)
+    before = base.clone()
+    out = combine_advantages(base, s, 0.25)
+    assert out.dtype == torch.float64 and torch.equal(base, before)       # wider dtype; Ā untouched
+    torch.testing.assert_close(out, base.double() + 0.25 * s)
+    assert torch.equal(combine_advantages(base, s, 0.0), base.double())    # λ = 0: Ā exactly
+    # setpo_advantages is this sum over the core's Ā and s
+    r = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    emb = torch.randn(9, 4, generator=gen)
+    adv, marg = setpo_advantages(r, emb, group_size=3, lam=0.4, return_marginals=True)
+    assert torch.equal(adv, combine_advantages(group_advantages(r, group_size=3), marg, 0.4))
+
+
+def test_group_level_api_and_a_registered_diversity_term():
+    from setpo.diversity import (DIVERSITY_TERMS, as_embeddings, diversity_term, group_kernels, group_marginals,
+                                 register_diversity_term)
+    from setpo.groups import Groups
+
+    gen = torch.Generator().manual_seed(6)
+    emb = torch.randn(7, 5, generator=gen, dtype=torch.float64)
+    index = ["a", "b", "a", "b", "a", "b", "b"]
+    e = as_embeddings(emb)
+    groups = Groups.build(7, index)
+    k = group_kernels(e, groups)
+    assert k.shape == (2, 4, 4) and torch.all((k >= 0) & (k <= 1))
+    torch.testing.assert_close(group_marginals(e, groups), setpo.diversity_marginals(emb, index))
+
+    name = "test_negated_setpo"
+    if name not in DIVERSITY_TERMS:
+        register_diversity_term(name)(lambda e, groups: -group_marginals(e, groups))
+    torch.testing.assert_close(diversity_term(name, emb, index), -setpo.diversity_marginals(emb, index))
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    torch.testing.assert_close(setpo_advantages(r, emb, index, lam=0.5, diversity=name),
+                               group_advantages(r, index) - 0.5 * setpo.diversity_marginals(emb, index))
+    with pytest.raises(ValueError, match="already registered"):
+        register_diversity_term(name)(lambda e, groups: e[:, 0])
+    with pytest.raises(ValueError, match="non-empty str"):
+        register_diversity_term("")
+    with pytest.raises(ValueError, match="unknown diversity term 'nope'"):
+        diversity_term("nope", emb, index)

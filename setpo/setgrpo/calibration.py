@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from setpo.advantages import _base_advantages, _check_estimator
+from setpo.advantages import base_advantages, check_estimator
 from setpo.groups import as_tensor, check_finite, check_real
 from setpo.setgrpo.inputs import _check_level, _grader_scores, _groups, _rows
 
@@ -39,9 +39,9 @@ def joint_coefficient_set(scores, index=None, *, group_size: int | None = None, 
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     s = _grader_scores(scores)
     groups = _groups(s.shape[0], index, group_size, s.device)
-    _check_estimator(estimator)
+    check_estimator(estimator)
     eps = check_real(eps, "eps", minimum=0.0, strict=True)
-    per = torch.stack([_base_advantages(s[:, k], groups, estimator, eps) for k in range(2)], dim=1)
+    per = torch.stack([base_advantages(s[:, k], groups, estimator, eps) for k in range(2)], dim=1)
     centre = per.mean(1)
     half_gap = (per[:, 0] - per[:, 1]).abs() / 2
     sigma = half_gap.clamp_min(sigma_min)
@@ -72,9 +72,9 @@ def reference_coefficients(regrades, index=None, *, group_size: int | None = Non
         raise ValueError("regrades contain missing (NaN) scores; every re-grading needs a score per response")
     check_finite(r, "regrades")
     groups = _groups(r.shape[0], index, group_size, r.device)
-    _check_estimator(estimator)
+    check_estimator(estimator)
     eps = check_real(eps, "eps", minimum=0.0, strict=True)
-    return _base_advantages(r.mean(1), groups, estimator, eps)
+    return base_advantages(r.mean(1), groups, estimator, eps)
 
 
 def conformal_scores(reference, centre, sigma, index=None, *, group_size: int | None = None) -> torch.Tensor:

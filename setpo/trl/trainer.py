@@ -49,7 +49,7 @@ from trl import GRPOTrainer
 
 from setpo.completions import completion_text
 from setpo.advantages import flat_groups
-from setpo.diversity import DIVERSITY_TERMS
+from setpo.diversity import diversity_term
 from setpo.embed import Embedder, load_embedder
 from setpo.metrics import mean_pairwise_similarity
 from setpo.trl.config import SetPOConfig
@@ -142,7 +142,7 @@ class SetPOTrainer(GRPOTrainer):
             return output  # only possible in eval with num_generations_eval < 3; s is undefined there
 
         emb, texts = gather_embeddings(self.accelerator, self.embedder, completions)  # (N_all, d)
-        s = DIVERSITY_TERMS[self.args.setpo_diversity](emb, group_size=group_size)   # (N_all,)
+        s = diversity_term(self.args.setpo_diversity, emb, group_size=group_size)   # (N_all,)
         # Rows no reward function could score get no advantage from TRL; keep them that way.
         unscorable = torch.isnan(rewards_per_func).all(dim=1).to(s.device)
         s = s.masked_fill(unscorable, 0.0)
@@ -158,6 +158,9 @@ class SetPOTrainer(GRPOTrainer):
         lam_s_local = lam * term[pi * n_local:(pi + 1) * n_local].to(adv.dtype)
         base_abs = adv.abs().mean()
         if lam != 0:
+            # Not setpo.advantages.combine_advantages: TRL already normalised its own advantages, and λ·s is
+            # rounded once here so that the completions table logs exactly what was added. The two agree to
+            # rounding (tests/test_trl.py) and at λ = 0 TRL's advantages are untouched, bit for bit.
             output["advantages"] = adv + lam_s_local
             self._patch_logged_advantages(lam * term.cpu())
 

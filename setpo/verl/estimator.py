@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from setpo.advantages import ADVANTAGE_ESTIMATORS, _base_advantages, _check_estimator, group_advantages
-from setpo.diversity import _as_embeddings, _marginals, diversity_marginals
+from setpo.advantages import ADVANTAGE_ESTIMATORS, base_advantages, check_estimator, combine_advantages, group_advantages
+from setpo.diversity import as_embeddings, diversity_marginals, group_marginals
 from setpo.groups import Groups, as_tensor, check_finite
 
 ESTIMATOR_NAME = "setpo"
@@ -205,8 +205,8 @@ def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index
     base_name = "dr_grpo" if estimator == "grpo" and not norm_adv_by_std_in_grpo else estimator
     multi = size >= 2
     if bool(multi.all()):  # the usual case: no masked copies, and the groups built above are reused
-        _check_estimator(base_name)
-        base = _base_advantages(r, groups, base_name, VERL_GRPO_EPS).to(r.dtype)
+        check_estimator(base_name)
+        base = base_advantages(r, groups, base_name, VERL_GRPO_EPS).to(r.dtype)
     else:
         base = r.clone()
         if estimator == "grpo" and norm_adv_by_std_in_grpo:
@@ -222,15 +222,14 @@ def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index
             raise ValueError("lam > 0 needs the response embeddings")
         big = size >= 3
         if bool(big.all()):  # the usual case: no masked copy of the embeddings (it costs as much as the matmul)
-            s_all = _marginals(_as_embeddings(emb.to(r.device)), groups)
+            s_all = group_marginals(as_embeddings(emb.to(r.device)), groups)
             s = s_all.to(torch.promote_types(r.dtype, s_all.dtype))
         elif bool(big.any()):
             rows = big.cpu().numpy()
             s_big = diversity_marginals(emb.to(r.device)[big], ids[rows])
             s = s.to(torch.promote_types(r.dtype, s_big.dtype))
             s[big] = s_big.to(s.dtype)
-    dtype = torch.promote_types(base.dtype, s.dtype)
-    return base.to(dtype) + lam * s.to(dtype), s, too_small
+    return combine_advantages(base, s, lam), s, too_small
 
 
 def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
