@@ -29,6 +29,8 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 SINGLE_NODE = {"torch": "2.13.0"}
 GPU_NODE = {"torch": "2.13.0", "vllm": "0.31.0", "transformers": "5.10.4", "trl": "1.16.0"}
 VERL_NODES = {"verl": "0.9.1", "torch": "2.11.0", "vllm": "0.24.0", "transformers": "5.9.0", "trl": "1.16.0"}
+# What `make test` installs (extra `test`: TRL's trainers and verl's plug-in side by side, on the CPU).
+TEST_ENV = {"verl": "0.9.1", "torch": "2.13.0", "transformers": "5.10.4", "trl": "1.16.0"}
 
 
 def conda_pip_section(name: str) -> list[str]:
@@ -61,6 +63,7 @@ INSTALLS = {
     "conda CPU (environment.yml)": (requirement_args(conda_pip_section("environment.yml")), {"torch": "2.13.0+cpu"}),
     "conda GPU (environment-gpu.yml)": (requirement_args(conda_pip_section("environment-gpu.yml")), GPU_NODE),
     "verl across nodes (.[verl-gpu])": (["-e", ".[verl-gpu]"], VERL_NODES),
+    "make test (.[test])": (["-e", ".[test]"], TEST_ENV),
 }
 
 
@@ -119,8 +122,37 @@ def test_documented_install_resolves_to_the_tested_versions(resolved, name):
     assert "error" not in got, f"{name} does not resolve:\n{got.get('error')}"
     want = INSTALLS[name][1]
     assert {k: got.get(k) for k in want} == want
-    if "vllm" not in want:
+    if "vllm" not in want and "verl" not in want:
         assert "vllm" not in got and "verl" not in got and "ray" not in got, f"{name} pulls the GPU stack"
+    if "verl" in got:
+        from setpo.verl_plugin import verl_trl_clash
+
+        # verl 0.9.1 imports TRL's value-head model, gone since TRL 1.13, on every model build; an install that
+        # carries verl must pair it with a TRL that has the class or with the verl that setpo's guard covers
+        assert not verl_trl_clash(got["verl"], got.get("trl")), f"{name}: verl {got['verl']} with trl {got.get('trl')}"
+
+
+def test_verl_trl_clash_is_what_verl_needs():
+    from setpo.verl_plugin import GUARDED_VERL_VERSIONS, trl_has_value_head, verl_trl_clash
+
+    # the guard's rule, checked against the TRL releases read: 1.12 still has the class, 1.13 does not
+    assert trl_has_value_head("1.12.2") and not trl_has_value_head("1.13.0") and not trl_has_value_head("1.16.0")
+    assert not trl_has_value_head(None)
+    assert not verl_trl_clash("0.9.1", "1.16.0")  # covered by setpo.verl_plugin's guard
+    assert verl_trl_clash("0.9.2", "1.16.0")  # an unread verl with a TRL lacking the class: a clash
+    assert not verl_trl_clash("0.9.2", "1.12.0") and not verl_trl_clash(None, "1.16.0")
+    assert GUARDED_VERL_VERSIONS == (TEST_ENV["verl"],) == (VERL_NODES["verl"],)
+
+
+def test_every_install_carrying_verl_loads_the_guard():
+    # verl loads the "verl.plugins" entry points at import; setpo's must name the guard module
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    section = pyproject.split('[project.entry-points."verl.plugins"]', 1)
+    assert len(section) == 2, "pyproject.toml lost setpo's verl.plugins entry point (the TRL guard)"
+    assert re.match(r"\s*setpo = \"setpo\.verl_plugin\"", section[1])
+    for extra in ("verl-gpu", "test"):  # both carry verl, and setpo itself with them
+        line = re.search(rf"^{extra} = \[(.*)\]$", pyproject, re.M).group(1)
+        assert "setpo[" in line and ("verl" in line or "lm,verl" in line)
 
 
 def test_install_files_name_real_extras():

@@ -75,6 +75,10 @@ but the run. Training needs verl's full runtime (``pip install 'verl[vllm]'``: T
 the v1 trainer (``trainer.use_v1=true``, verl's default); the legacy trainer is refused by ``validate``.
 """
 
+# the TRL guard (setpo.verl_plugin, also verl's "verl.plugins" entry point): loaded here too, for processes that
+# run with VERL_USE_EXTERNAL_PLUGINS=none but import this module through VERL_USE_EXTERNAL_MODULES
+import setpo.verl_plugin  # noqa: F401,I001
+
 # importing the estimator module registers "setpo" with verl
 from setpo.verl.estimator import (
     EMBEDDINGS_KEY,
