@@ -4,6 +4,10 @@
     setpo/ (top level)    the estimator core: no engine (trl, transformers, verl, accelerate, ...) and no envs
     setpo/trl, setpo/verl engine adapters: may use the core and envs, never the studies or the CLI
     setpo/studies         whole studies: anything below, never the CLI
+
+and, across all of them: no import circle (imports inside functions count: they only delay one), no relative
+import that names a module which does not exist, and no module importing another module's underscore names
+(what other modules need is public, with its shapes documented).
 """
 
 from __future__ import annotations
@@ -89,3 +93,101 @@ def test_importing_the_core_loads_no_engine():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in %r or m.startswith('envs')))" % (ENGINES,))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# ------------------------------------------------------------------------------------------- the import graph
+
+PACKAGE_FILES = files("setpo/**/*.py", "envs/**/*.py")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE_FILES}
+
+
+def imports_of(path: Path) -> tuple[set[str], list[str], list[tuple[str, str]]]:
+    """(project modules this file imports, at any depth; relative imports that name no module; (module,
+    name) pairs of underscore names it imports from other project modules)."""
+    name = module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    targets: set[str] = set()
+    unresolved: list[str] = []
+    private: list[tuple[str, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names if a.name in MODULES)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+                if module not in MODULES:
+                    unresolved.append(f"line {node.lineno}: from {'.' * node.level}{node.module or ''} import ...")
+                    continue
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                if f"{module}.{alias.name}" in MODULES:      # a submodule: the edge goes to it
+                    targets.add(f"{module}.{alias.name}")
+                elif module in MODULES:
+                    targets.add(module)
+                    if alias.name.startswith("_") and module != name:
+                        private.append((module, alias.name))
+    return targets, unresolved, private
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (or a module importing itself)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm; the graph has a few hundred nodes
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph[v]:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in order:
+            visit(v)
+    return circles
+
+
+def test_no_import_circle():
+    graph = {m: imports_of(p)[0] for m, p in MODULES.items()}
+    assert not import_circles(graph), f"import circles (function-level imports count): {import_circles(graph)}"
+
+
+def test_the_circle_check_sees_a_circle():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"a"}}) == [["a"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("path", PACKAGE_FILES, ids=_rel)
+def test_relative_imports_resolve(path):
+    unresolved = imports_of(path)[1]
+    assert not unresolved, f"{_rel(path)}: relative imports of no module: {unresolved}"
+
+
+@pytest.mark.parametrize("path", PACKAGE_FILES + files("benchmarks/*.py", "scripts/*.py"), ids=_rel)
+def test_no_module_imports_another_modules_private_names(path):
+    private = imports_of(path)[2]
+    assert not private, f"{_rel(path)} imports underscore names {private}: make them public (documented) instead"

@@ -10,7 +10,7 @@ import torch
 
 from setpo.advantages import base_advantages, check_estimator
 from setpo.groups import as_tensor, check_finite, check_real
-from setpo.setgrpo.inputs import _check_level, _grader_scores, _groups, _rows
+from setpo.setgrpo.inputs import check_level, grader_scores, response_groups, float_rows
 
 SCALES = ("response", "pooled")
 
@@ -37,8 +37,8 @@ def joint_coefficient_set(scores, index=None, *, group_size: int | None = None, 
         raise ValueError(f"sigma_min must be positive, got {sigma_min}")
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
-    s = _grader_scores(scores)
-    groups = _groups(s.shape[0], index, group_size, s.device)
+    s = grader_scores(scores)
+    groups = response_groups(s.shape[0], index, group_size, s.device)
     check_estimator(estimator)
     eps = check_real(eps, "eps", minimum=0.0, strict=True)
     per = torch.stack([base_advantages(s[:, k], groups, estimator, eps) for k in range(2)], dim=1)
@@ -71,7 +71,7 @@ def reference_coefficients(regrades, index=None, *, group_size: int | None = Non
     if bool(torch.isnan(r).any()):
         raise ValueError("regrades contain missing (NaN) scores; every re-grading needs a score per response")
     check_finite(r, "regrades")
-    groups = _groups(r.shape[0], index, group_size, r.device)
+    groups = response_groups(r.shape[0], index, group_size, r.device)
     check_estimator(estimator)
     eps = check_real(eps, "eps", minimum=0.0, strict=True)
     return base_advantages(r.mean(1), groups, estimator, eps)
@@ -79,19 +79,19 @@ def reference_coefficients(regrades, index=None, *, group_size: int | None = Non
 
 def conformal_scores(reference, centre, sigma, index=None, *, group_size: int | None = None) -> torch.Tensor:
     """Per-group nonconformity score s_j = max_i |a*_ji − â_ji| / σ̂_ji. All inputs (N,); returns (B,)."""
-    c = _rows(centre, "centre", len(centre))
+    c = float_rows(centre, "centre", len(centre))
     n = c.shape[0]
-    ref, sig = _rows(reference, "reference", n, c.device), _rows(sigma, "sigma", n, c.device)
+    ref, sig = float_rows(reference, "reference", n, c.device), float_rows(sigma, "sigma", n, c.device)
     if bool((sig <= 0).any()):
         raise ValueError("sigma must be positive (use sigma_min > 0)")
-    groups = _groups(n, index, group_size, c.device)
+    groups = response_groups(n, index, group_size, c.device)
     ratio = groups.pad((ref - c).abs() / sig, fill=0.0)  # padded slots score 0, never the max
     return ratio.amax(-1)
 
 
 def min_calibration_size(alpha: float) -> int:
     """Smallest n with ⌈(n+1)(1−α)⌉ ≤ n, i.e. the fewest calibration groups that give a finite q̂."""
-    _check_level(alpha, "alpha")
+    check_level(alpha, "alpha")
     n = 1
     while math.ceil((n + 1) * (1 - alpha) - 1e-12) > n:
         n += 1
@@ -104,7 +104,7 @@ def conformal_quantile(scores, alpha: float) -> float:
 
     Raises ValueError when n is too small for α (the rank would exceed n and q̂ would be infinite).
     """
-    _check_level(alpha, "alpha")
+    check_level(alpha, "alpha")
     s = as_tensor(scores, name="calibration scores", dtype=torch.float64).reshape(-1)
     check_finite(s, "calibration scores")
     n = s.numel()

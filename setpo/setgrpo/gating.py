@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from setpo.setgrpo.inputs import _check_level
+from setpo.setgrpo.inputs import check_level
 
 
 def reversal_indicators(coef, reference, gram) -> torch.Tensor:
@@ -37,7 +37,7 @@ def _log_binom_cdf(k: int, n: int, p: float) -> float:
 
 def binomial_p_value(failures: int, n: int, beta: float) -> float:
     """Exact p-value for H0: risk > β from F failures in n trials, P(Bin(n, β) ≤ F). n = 0 gives 1."""
-    _check_level(beta, "beta")
+    check_level(beta, "beta")
     if n == 0:
         return 1.0
     return min(1.0, math.exp(_log_binom_cdf(int(failures), int(n), beta)))
@@ -45,7 +45,7 @@ def binomial_p_value(failures: int, n: int, beta: float) -> float:
 
 def hoeffding_bentkus_p_value(failures: int, n: int, beta: float) -> float:
     """Hoeffding–Bentkus p-value for H0: risk > β (Bates et al. 2021): min(Hoeffding, e·binomial tail)."""
-    _check_level(beta, "beta")
+    check_level(beta, "beta")
     if n == 0:
         return 1.0
     r = failures / n
@@ -65,7 +65,7 @@ def fixed_sequence_test(p_values, delta: float) -> int:
     p_values: sequence in test order (strictest threshold first). Returns how many were rejected (declared
     safe), i.e. the index of the first failure. Controls the family-wise error rate at δ.
     """
-    _check_level(delta, "delta")
+    check_level(delta, "delta")
     for k, p in enumerate(p_values):
         if not p <= delta:
             return k
@@ -94,8 +94,8 @@ class ThresholdSelection:
 
 def min_accepted_to_certify(beta: float, delta: float) -> int:
     """Fewest accepted groups at which even zero reversals give a binomial p ≤ δ: ⌈log δ / log(1−β)⌉."""
-    _check_level(beta, "beta")
-    _check_level(delta, "delta")
+    check_level(beta, "beta")
+    check_level(delta, "delta")
     return math.ceil(math.log(delta) / math.log1p(-beta) - 1e-12)
 
 
@@ -109,8 +109,8 @@ def ltt_select_threshold(accepted, reversed_, grid, *, beta: float = 0.08, delta
     ``start`` must not depend on these risk groups (``SetGRPO.calibrate`` sets it from the disjoint coverage
     groups), so the order stays fixed in advance and fixed-sequence testing keeps its FWER ≤ δ guarantee.
     """
-    _check_level(beta, "beta")
-    _check_level(delta, "delta")
+    check_level(beta, "beta")
+    check_level(delta, "delta")
     if p_value not in P_VALUES:
         raise ValueError(f"unknown p_value {p_value!r}; choose one of {sorted(P_VALUES)}")
     grid = [float(x) for x in grid]

@@ -7,7 +7,8 @@ import torch
 from setpo.groups import Groups, as_tensor, check_finite
 
 
-def _groups(n_rows: int, index, group_size, device) -> Groups:
+def response_groups(n_rows: int, index, group_size, device) -> Groups:
+    """The groups of N responses (``Groups.build``), each of at least 2 (a ValueError names the first short one)."""
     groups = Groups.build(n_rows, index, group_size, device=device)
     if groups.min_size >= 2:
         return groups
@@ -21,7 +22,8 @@ def _groups(n_rows: int, index, group_size, device) -> Groups:
     return groups
 
 
-def _grader_scores(scores) -> torch.Tensor:
+def grader_scores(scores) -> torch.Tensor:
+    """(N, 2) two graders' scores per response, as float64; NaN (a missing score) and infinities are errors."""
     s = as_tensor(scores, name="scores")
     if s.ndim != 2 or s.shape[1] != 2:
         raise ValueError(
@@ -39,7 +41,8 @@ def _grader_scores(scores) -> torch.Tensor:
     return s.to(torch.float64) if s.dtype != torch.float64 else s
 
 
-def _rows(x, name: str, n: int, device=None) -> torch.Tensor:
+def float_rows(x, name: str, n: int, device=None) -> torch.Tensor:
+    """x as a finite (n,) float64 tensor named ``name`` in errors."""
     t = as_tensor(x, name=name, device=device, dtype=torch.float64)
     if t.ndim != 1 or t.shape[0] != n:
         raise ValueError(f"{name} must have shape ({n},), got {tuple(t.shape)}")
@@ -47,8 +50,9 @@ def _rows(x, name: str, n: int, device=None) -> torch.Tensor:
     return t
 
 
-def _features(features, n: int, device) -> torch.Tensor | None:
-    """Shape-checked features in their own float dtype; finiteness is checked on the small Gram matrix."""
+def feature_rows(features, n: int, device) -> torch.Tensor | None:
+    """(n, d) shape-checked gradient features in their own float dtype, or None (identity geometry);
+    finiteness is checked later, on the small Gram matrix."""
     if features is None:
         return None  # identity geometry
     f = as_tensor(features, name="features", device=device)
@@ -57,6 +61,8 @@ def _features(features, n: int, device) -> torch.Tensor | None:
                          f"got {tuple(f.shape)}")
     return f
 
-def _check_level(x: float, name: str) -> None:
+
+def check_level(x: float, name: str) -> None:
+    """A probability level (α, β, δ) strictly inside (0, 1)."""
     if not 0 < x < 1:
         raise ValueError(f"{name} must be in (0, 1), got {x}")

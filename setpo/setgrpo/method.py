@@ -24,7 +24,7 @@ from setpo.setgrpo.gating import (
     min_accepted_to_certify,
     reversal_indicators,
 )
-from setpo.setgrpo.inputs import _check_level, _features, _grader_scores, _groups, _rows
+from setpo.setgrpo.inputs import check_level, feature_rows, grader_scores, response_groups, float_rows
 from setpo.setgrpo.recovery import gate_scores, gram_matrices, safe_recovery
 
 DEFAULT_TAU_GRID = (3.0, 2.5, 2.0, 1.75, 1.5, 1.25, 1.0, 0.75, 0.5, 0.25, 0.0)
@@ -74,7 +74,7 @@ class SetGRPOConfig:
 
     def __post_init__(self):
         for name in ("alpha", "beta", "delta", "risk_fraction"):
-            _check_level(getattr(self, name), name)
+            check_level(getattr(self, name), name)
         if not self.sigma_min > 0:
             raise ValueError(f"sigma_min must be positive, got {self.sigma_min}")
         if self.scale not in SCALES:
@@ -166,11 +166,11 @@ class SetGRPO:
         Groups are split in order of first appearance: the first (1 − risk_fraction) share for coverage.
         """
         cfg = self.config
-        s = _grader_scores(scores)
+        s = grader_scores(scores)
         n = s.shape[0]
-        groups = _groups(n, index, group_size, s.device)
-        ref = _rows(reference, "reference", n, s.device)
-        feats = None if cfg.identity_geometry else _features(features, n, s.device)
+        groups = response_groups(n, index, group_size, s.device)
+        ref = float_rows(reference, "reference", n, s.device)
+        feats = None if cfg.identity_geometry else feature_rows(features, n, s.device)
         n_groups = groups.num_groups
         n_risk = int(round(n_groups * cfg.risk_fraction))
         n_cov = n_groups - n_risk
@@ -219,12 +219,12 @@ class SetGRPO:
         if self.calibration is None:
             raise ValueError("SetGRPO is not calibrated: call calibrate(...) on re-graded groups first")
         cfg, cal = self.config, self.calibration
-        s = _grader_scores(scores)
+        s = grader_scores(scores)
         n = s.shape[0]
-        groups = _groups(n, index, group_size, s.device)
+        groups = response_groups(n, index, group_size, s.device)
         if features is None and not cfg.identity_geometry:
             raise ValueError("features (N, d) of per-response gradients are needed (or set identity_geometry)")
-        feats = None if cfg.identity_geometry else _features(features, n, s.device)
+        feats = None if cfg.identity_geometry else feature_rows(features, n, s.device)
         centre, sigma, per = joint_coefficient_set(s, index, group_size=group_size, sigma_min=cfg.sigma_min,
                                                    scale=cfg.scale, estimator=cfg.estimator, eps=cfg.eps)
         valid = groups.valid()
