@@ -39,8 +39,11 @@ def files(*patterns: str) -> list[Path]:
     return sorted({p for pat in patterns for p in ROOT.glob(pat)})
 
 
-CORE = [p for p in files("setpo/*.py", "setpo/setgrpo/*.py") if p.name != "cli.py"]
-ENGINE_ADAPTERS = files("setpo/trl/*.py", "setpo/verl/*.py")
+# setpo/verl_plugin.py is verl's entry point (``verl.plugins``): it sits at the top so that verl can load it while
+# ``import verl`` runs (setpo/verl/__init__ imports verl's trainer), but it is an engine adapter.
+ADAPTERS_AT_TOP = {"cli.py", "verl_plugin.py"}
+CORE = [p for p in files("setpo/*.py", "setpo/setgrpo/*.py") if p.name not in ADAPTERS_AT_TOP]
+ENGINE_ADAPTERS = files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py")
 STUDIES = files("setpo/studies/*.py")
 ENVS = files("envs/**/*.py")
 
