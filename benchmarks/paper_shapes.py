@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from setpo.embed import DedupEmbedder
+from setpo.presets import PAPER_RUN, PRESETS
 
 
 @dataclass(frozen=True)
@@ -163,16 +164,16 @@ def prompts_dataset(n: int, length: int, vocab: int, seed: int = 0):
 class StepSetting:
     """What one optimizer step does (both trainers get exactly this; SetPO adds λ·s and the embedding)."""
 
-    prompts_per_step: int = 8
-    num_generations: int = 6
+    prompts_per_step: int = 8      # the paper's 64, cut to what one benchmark step affords
+    num_generations: int = PAPER_RUN.num_generations
     micro_batch: int = 24
-    max_completion_length: int = 756
+    max_completion_length: int = PAPER_RUN.max_completion_length
     prompt_length: int = 64
     steps: int = 3
     warmup: int = 1
     rounds: int = 1
-    beta: float = 1e-4
-    lam: float = 0.05
+    beta: float = PAPER_RUN.beta
+    lam: float = PRESETS["grpo"].lam
     threads: int | None = None
 
 
