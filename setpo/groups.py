@@ -31,6 +31,7 @@ def as_tensor(x, *, name: str, device=None, dtype=None) -> torch.Tensor:
     anything that is not an array of real numbers, is a ValueError naming ``name``.
     """
     if isinstance(x, torch.Tensor):
+        check_has_data(x, name)
         t = x
     else:
         if isinstance(x, (str, bytes, Mapping, Set)) or x is None:
@@ -59,6 +60,14 @@ def as_tensor(x, *, name: str, device=None, dtype=None) -> torch.Tensor:
     if device is not None and t.device != torch.device(device):
         t = t.to(device)
     return t
+
+
+def check_has_data(t: torch.Tensor, name: str) -> None:
+    """Refuse a tensor without values: a meta tensor (shape only, e.g. from ``torch.device("meta")`` model
+    building) has nothing to compute SetPO's data-dependent checks and groups from."""
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is on the 'meta' device (a shape without values); SetPO needs its values: "
+                         f"pass a tensor on 'cpu' or 'cuda' (materialise it, e.g. with .to_empty() and real data)")
 
 
 def const(value: float, like: torch.Tensor) -> torch.Tensor:
@@ -127,6 +136,7 @@ def _index_ids(index) -> np.ndarray | list:
     """The group ids of ``index``, checked: a 1-D numpy array (tensors become one), or a list for any other
     sequence (so that numpy never casts mixed ids to one type: it would turn 1 into '1')."""
     if isinstance(index, torch.Tensor):
+        check_has_data(index, "index")
         if index.is_complex():
             raise ValueError("index must hold group ids, got a complex tensor")
         index = index.detach().cpu().numpy()
