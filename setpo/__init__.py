@@ -1,17 +1,27 @@
 """setpo: set-level policy optimization (SetPO) for diversity-preserving RL of language models.
 
-The estimator in one line, Â_i = Ā_i + λ · s_i, lives in ``setpo.advantages.setpo_advantages``; the
-leave-one-out diversity marginal s_i in ``setpo.diversity.kernel_marginals``.
+The estimator in one line, Â_i = Ā_i + λ · s_i, lives in ``setpo.advantages.combine_advantages`` (called by
+``setpo_advantages`` and the verl estimator); the leave-one-out diversity marginal s_i in
+``setpo.diversity.kernel_marginals``.
 """
 
 from setpo.advantages import (
     ADVANTAGE_ESTIMATORS,
+    combine_advantages,
     group_advantages,
     groups_with_signal,
     register_estimator,
     setpo_advantages,
 )
-from setpo.diversity import cosine_kernel, diversity_marginals, kernel_marginals, set_diversity
+from setpo.diversity import (
+    DIVERSITY_TERMS,
+    cosine_kernel,
+    diversity_marginals,
+    diversity_term,
+    kernel_marginals,
+    register_diversity_term,
+    set_diversity,
+)
 from setpo.metrics import (
     ModeCoverage,
     diversity_width_and_average_modes,
@@ -19,25 +29,30 @@ from setpo.metrics import (
     mode_coverage,
     pass_at_k,
 )
-from setpo.presets import PRESETS, AlgorithmPreset, get_preset
+from setpo.presets import PAPER_RUN, PRESETS, AlgorithmPreset, get_preset
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "DIVERSITY_TERMS",
+    "PAPER_RUN",
     "PRESETS",
     "AlgorithmPreset",
     "ModeCoverage",
     "diversity_width_and_average_modes",
     "mean_pairwise_similarity",
     "mode_coverage",
+    "combine_advantages",
     "cosine_kernel",
     "diversity_marginals",
+    "diversity_term",
     "get_preset",
     "group_advantages",
     "groups_with_signal",
     "kernel_marginals",
     "pass_at_k",
+    "register_diversity_term",
     "register_estimator",
     "set_diversity",
     "setpo_advantages",
