@@ -1,0 +1,78 @@
+"""The judge's on-disk cache: one JSONL record per judged set, so an interrupted evaluation resumes without asking
+(or paying) twice.
+
+A record is keyed by ``cache_key(judge, problem, responses, max_chars)``: the judge's name (model and decoding
+settings, never its address or key), ``PROMPT_VERSION``, the problem and the responses, so a new rubric, another
+judge or other responses never reuse an old verdict. Each record is one ``write`` of one line to a file opened
+for appending, flushed and fsynced before the verdict counts as done: a kill leaves at most a last line cut
+short, which opening the cache drops (``setpo.records.read_records`` reads the rest). Only the judge's replies
+are cached (a reply that gives no score included: asking again at temperature 0 would pay for the same
+answer); a request that failed, or that the server rejected, is not, so a rerun asks again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION
+from setpo.records import read_records
+
+
+def cache_key(judge_name: str, problem: str, responses: Sequence[str], max_chars: int = MAX_RESPONSE_CHARS) -> str:
+    """The sha256 of everything a verdict depends on: judge, prompt version, problem, responses, truncation."""
+    blob = json.dumps([judge_name, PROMPT_VERSION, problem, list(responses), max_chars], ensure_ascii=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class JudgeCache:
+    """Verdicts by key, read from ``path`` (JSONL) and appended to it; thread-safe. ``path=None``: in memory."""
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = None if path is None else Path(path)
+        self._lock = threading.Lock()
+        self._records: dict[str, dict] = {}
+        if self.path is not None:
+            if self.path.is_dir():
+                raise ValueError(f"judge cache {self.path} is a folder; give a file path (e.g. judge_cache.jsonl)")
+            self._drop_cut_last_line()
+            for i, rec in enumerate(read_records(self.path)):
+                if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+                    raise ValueError(f"{self.path} record {i + 1} is not a judge verdict (no 'key'); give another "
+                                     "cache file, or delete this one to judge again")
+                self._records[rec["key"]] = rec
+
+    def _drop_cut_last_line(self) -> None:
+        # A kill mid-write leaves a last line without its newline; appending after it would glue the next record
+        # onto it and damage both, so cut the file back to its last complete line first.
+        if not self.path.exists():
+            return
+        with open(self.path, "rb+") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                f.truncate(data.rfind(b"\n") + 1)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._records
+
+    def get(self, key: str) -> dict | None:
+        return self._records.get(key)
+
+    def put(self, record: dict) -> None:
+        """Store ``record`` (it must have a "key"); on disk before this returns."""
+        line = json.dumps(record, ensure_ascii=True) + "\n"
+        with self._lock:
+            if self.path is not None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.path, "a", encoding="ascii") as f:
+                    f.write(line)
+                    f.flush()
+                    os.fsync(f.fileno())
+            self._records[record["key"]] = record

@@ -1,0 +1,103 @@
+"""A minimal OpenAI-compatible chat server whose replies are scripted, for tests/test_judge.py (stdlib only, so it
+starts in a fraction of a second). It serves POST /v1/chat/completions on 127.0.0.1 and prints "PORT <n>" once
+it listens.
+
+    python tests/judge_server.py --script RULES.json --log LOG.jsonl [--die-after N] [--delay S]
+
+RULES.json is a list of rules, the first whose "when" is a substring of the request's last message applies:
+{"when": "...", "reply": "SCORE: 7"}, {"when": ..., "status": 500, "times": 1} (an HTTP error, the first
+"times" matches only), {"when": ..., "sleep": 5} (answer late), {"when": ..., "echo_auth": true} (a 200 whose
+reply is the Authorization header it got), {"when": ..., "null": true} (content null), {"when": ...,
+"garbage": true} (a 200 that is not a chat completion). No rule applies: "SCORE: 5". Every request is logged
+to LOG.jsonl ({"content", "auth", "in_flight"}) before it is answered; with --die-after N the process exits
+without answering request N + 1, like a server killed mid-run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--script", required=True)
+    p.add_argument("--log", required=True)
+    p.add_argument("--die-after", type=int, default=None)
+    p.add_argument("--delay", type=float, default=0.0, help="seconds before every answer")
+    args = p.parse_args()
+    rules = json.loads(open(args.script).read())
+    used = [0] * len(rules)
+    lock = threading.Lock()
+    state = {"requests": 0, "in_flight": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):  # quiet
+            pass
+
+        def _send(self, status: int, body) -> None:
+            data = (body if isinstance(body, str) else json.dumps(body)).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            content = (body.get("messages") or [{}])[-1].get("content", "")
+            auth = self.headers.get("Authorization", "")
+            with lock:
+                state["requests"] += 1
+                state["in_flight"] += 1
+                n, in_flight = state["requests"], state["in_flight"]
+                with open(args.log, "a") as f:
+                    f.write(json.dumps({"content": content, "auth": auth, "in_flight": in_flight,
+                                        "path": self.path, "model": body.get("model")}) + "\n")
+                if args.die_after is not None and n > args.die_after:
+                    os._exit(3)
+                rule = {}
+                for i, r in enumerate(rules):
+                    if r.get("when", "") in content and used[i] < r.get("times", 10**9):
+                        used[i] += 1
+                        rule = r
+                        break
+            try:
+                time.sleep(args.delay + rule.get("sleep", 0))
+                if "status" in rule:
+                    self._send(rule["status"], {"error": {"message": rule.get("message", f"scripted {rule['status']}")
+                                                          + (f" (got {auth})" if rule.get("echo_auth") else "")}})
+                    return
+                if rule.get("garbage"):
+                    self._send(200, {"hello": "not a chat completion"})
+                    return
+                reply = auth if rule.get("echo_auth") else None if rule.get("null") else rule.get("reply", "SCORE: 5")
+                self._send(200, {"id": f"c{n}", "object": "chat.completion", "created": int(time.time()),
+                                 "model": body.get("model"),
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": reply}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout)
+                pass
+            finally:
+                with lock:
+                    state["in_flight"] -= 1
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    print(f"PORT {server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
