@@ -102,12 +102,14 @@ def asked(server) -> list[str]:
 
 # Each prompt version pins the exact rubric: changing the template, the scale or the parsing without a new
 # PROMPT_VERSION fails here (and would silently mix scores judged under different rubrics).
-PINNED = {"diversity-v1": "58f6694dc5e0213a9fb874d39e9edadd157fa5335d7886870e4c9cbbfe9c90ae"}
+PINNED = {"diversity-v1": "5a1058d70429bdb8d2d9fbc02af2ff541fedb6bc1e8c3c4eb05415d50ab025f4"}
 
 
 def rubric_fingerprint() -> str:
-    parts = [rubric.SYSTEM_PROMPT, rubric.USER_TEMPLATE, repr(SCALE), rubric.SCORE_LINE.pattern,
-             rubric.SCORE_VALUE.pattern, str(rubric.MAX_RESPONSE_CHARS)]
+    """The hash of the messages for a fixed example (template, table, layout, truncation) and of the parsing."""
+    example = build_messages("PROBLEM", ["A", "B " * 3000, ""])
+    parts = [json.dumps(example), repr(SCALE), rubric.SCORE_LINE.pattern, rubric.SCORE_VALUE.pattern,
+             str(rubric.MAX_RESPONSE_CHARS)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
@@ -119,8 +121,8 @@ def test_prompt_version_pins_the_rubric():
 
 def test_messages_show_problem_every_response_and_the_table():
     responses = [f"approach number {i}" for i in range(7)] + [""]
-    system, user = build_messages("Find x.", responses)
-    assert system["role"] == "system" and user["role"] == "user"
+    [user] = build_messages("Find x.", responses)
+    assert user["role"] == "user" and user["content"].startswith(rubric.ROLE)
     assert "<problem>\nFind x.\n</problem>" in user["content"]
     for i, r in enumerate(responses[:-1], 1):
         assert f"<response {i}>\n{r}\n</response {i}>" in user["content"]
@@ -128,7 +130,7 @@ def test_messages_show_problem_every_response_and_the_table():
     assert "- 1 distinct approach: score 1\n" in user["content"]
     assert "- 8 distinct approaches: score 10\n" in user["content"]
     assert user["content"].endswith("SCORE: <whole number from 1 to 10>")
-    cut = build_messages("p", ["x" * 50, "y"], max_chars=10)[1]["content"]
+    cut = build_messages("p", ["x" * 50, "y"], max_chars=10)[0]["content"]
     assert "x" * 10 + "\n[... cut: 40 more characters]" in cut and "x" * 11 not in cut
 
 
@@ -408,7 +410,7 @@ def test_api_key_never_in_a_record_log_or_error(scripted, tmp_path, caplog):
 
 # ------------------------------------------------------------------------------------------------- CLI
 
-def test_cli_judges_a_finished_run_and_resumes(scripted, tmp_path):
+def test_cli_judges_a_finished_run_and_resumes(scripted, tmp_path, capsys, monkeypatch):
     server = scripted([{"when": "P1\n", "reply": "refused"}, {"when": "", "reply": "SCORE: 7"}])
     run = tmp_path / "responses.jsonl"
     run.write_text("".join(json.dumps(it) + "\n" for it in items_for(["P0", "P1"], "GRPO") +
@@ -416,17 +418,20 @@ def test_cli_judges_a_finished_run_and_resumes(scripted, tmp_path):
     cmd = [sys.executable, "-m", "setpo.judge", str(run), "--url", server.url, "--model", "m", "--no-progress",
            "--retries", "0"]
     env = {**os.environ, "OPENAI_API_KEY": SECRET, "OMP_NUM_THREADS": "1"}
-    for _ in range(2):
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
-        assert done.returncode == 0, done.stderr
-    assert len(server.requests()) == 4  # the second run asked nothing
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
     assert "| GRPO | 7.00 | - | 1 | 1 | no score line: 1 |" in done.stdout
+    assert len(server.requests()) == 4
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    assert cli_main(cmd[3:]) == 0  # again, in this process: everything from the cache
+    again = capsys.readouterr()
+    assert len(server.requests()) == 4 and "| GRPO | 7.00 | - | 1 | 1 | no score line: 1 |" in again.out
     summary = json.loads((tmp_path / "responses.jsonl.judged.json").read_text())
     assert summary["prompt_version"] == PROMPT_VERSION and summary["judge"]["model"] == "m"
     assert summary["methods"]["SetPO+GRPO"]["scored"] == 1 and len(summary["items"]) == 4
     cache = tmp_path / "responses.jsonl.judge-cache.jsonl"
     assert len(read_records(cache)) == 4
-    assert SECRET not in done.stdout + done.stderr + json.dumps(summary) + cache.read_text()
+    assert SECRET not in done.stdout + done.stderr + again.out + again.err + json.dumps(summary) + cache.read_text()
 
 
 def _cli_error(argv, capsys) -> tuple[int, str]:
@@ -442,7 +447,8 @@ def _cli_error(argv, capsys) -> tuple[int, str]:
     (["{run}", "--local", "{tmp}", "--url", "http://127.0.0.1:1/v1"], "not both"),
     (["{run}", "--local", "{tmp}"], "no model there"),
     (["{tmp}/absent.jsonl", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "no such file"),
-    (["{bad}", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "line 1 is damaged"),
+    (["{bad}", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "bad.jsonl line 1 is not JSON"),
+    (["{obj}", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "item 0 is str"),
     (["{one}", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "item 0: judging diversity needs at least 2"),
     (["{run}", "--url", "http://127.0.0.1:1/v1", "--model", "m", "--concurrency", "0"], "--concurrency"),
     (["{run}", "--url", "http://127.0.0.1:1/v1", "--model", "m", "--timeout", "0"], "--timeout must be > 0"),
@@ -452,9 +458,10 @@ def test_cli_bad_arguments_are_one_line_and_exit_2(args, match, tmp_path, capsys
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     (tmp_path / "run.jsonl").write_text(json.dumps(items_for(["P0"])[0]) + "\n")
     (tmp_path / "bad.jsonl").write_text("{not json\n{}\n")
+    (tmp_path / "obj.json").write_text(json.dumps(["just text"]))
     (tmp_path / "one.json").write_text(json.dumps([{"problem": "p", "method": "m", "responses": ["a"]}]))
     names = {"run": tmp_path / "run.jsonl", "bad": tmp_path / "bad.jsonl", "one": tmp_path / "one.json",
-             "tmp": tmp_path}
+             "obj": tmp_path / "obj.json", "tmp": tmp_path}
     code, err = _cli_error([a.format(**names) for a in args], capsys)
     assert code == 2 and err.count("\n") == 1 and match in err, err
 
@@ -472,11 +479,18 @@ def test_cli_server_down_is_one_line_and_exit_1(tmp_path, capsys):
 
 # ---------------------------------------------------------------- the real thing: transformers serve + in-process
 
+CONTEXT = 4096
+
+
 @pytest.fixture(scope="module")
 def tiny_chat_model(tmp_path_factory):
-    from setpo.studies.tiny_models import make_tiny_model
+    from dataclasses import replace
 
-    return make_tiny_model(tmp_path_factory.mktemp("judge") / "tiny-qwen2")
+    from setpo.studies.tiny_models import TINY_QWEN2, make_tiny_model
+
+    # A character-level tokenizer makes the judge's prompt ~1300 tokens: give the tiny model room for it.
+    size = replace(TINY_QWEN2, max_position_embeddings=CONTEXT)
+    return make_tiny_model(tmp_path_factory.mktemp("judge") / "tiny-qwen2", size=size)
 
 
 def _free_port() -> int:
@@ -505,7 +519,7 @@ def test_transformers_serve_end_to_end(tiny_chat_model, tmp_path):
             except OSError:
                 assert proc.poll() is None and time.time() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
                 time.sleep(0.25)
-        judge = OpenAIJudge(model=str(tiny_chat_model), base_url=f"http://127.0.0.1:{port}/v1", max_tokens=12,
+        judge = OpenAIJudge(model=str(tiny_chat_model), base_url=f"http://127.0.0.1:{port}/v1", max_tokens=8,
                             concurrency=2, **QUICK)
         cache = tmp_path / "cache.jsonl"
         items = items_for(["P0", "P1", "P2"])
@@ -542,6 +556,10 @@ def test_transformers_judge_in_process(tiny_chat_model, tmp_path):
     for r in records:
         assert isinstance(r["reply"], str) and Verdict(r["score"], r["missing"]) == parse_reply(r["reply"])
     assert all(r["cached"] for r in judge_items(items_for(["P0", "P1"]), judge, tmp_path / "c.jsonl", progress=False))
+    too_long = [{"problem": "P9", "method": "m", "responses": ["x" * 3000, "y" * 3000]}]  # > CONTEXT tokens
+    [r] = judge_items(too_long, judge, tmp_path / "c.jsonl", progress=False)
+    assert r["score"] is None and f"exceeds the judge's context of {CONTEXT}" in r["missing"]
+    assert len(read_records(tmp_path / "c.jsonl")) == 2  # a rejected set is not cached: a rerun asks again
 
 
 def test_open_judge_checks_its_arguments(tmp_path, monkeypatch):

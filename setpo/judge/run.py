@@ -27,7 +27,7 @@ from setpo.judge.cache import JudgeCache, cache_key
 from setpo.judge.client import Judge, JudgeRejected, JudgeUnavailable
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, Verdict, build_messages, check_set, \
     parse_reply, summarize_verdicts
-from setpo.records import progress_bar, read_records
+from setpo.records import progress_bar
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,14 @@ def load_items(path: str | Path) -> list[Item]:
         except json.JSONDecodeError as err:
             raise ValueError(f"{path} is not valid JSON ({err})") from None
     else:
-        data = read_records(path)
+        data = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    data.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise ValueError(f"{path} line {i} is not JSON: give one {{problem, method, responses}} object "
+                                     "per line (JSONL), or a JSON list of them") from None
     try:
         return as_items(data)
     except ValueError as err:
