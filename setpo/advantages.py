@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from setpo.diversity import DIVERSITY_TERMS, as_embeddings
+from setpo.diversity import DIVERSITY_TERMS, as_embeddings, group_dra_rewards, rewards_and_embeddings
 from setpo.groups import Groups, as_tensor, check_finite, check_real, const
 from setpo.registry import lookup, registrar
 
@@ -261,6 +261,16 @@ def combine_advantages(base: torch.Tensor, s: torch.Tensor, lam: float) -> torch
     if not lam:
         return adv
     return torch.add(adv, s.to(dtype), alpha=lam)
+
+
+def dra_advantages(rewards, emb, index=None, *, group_size: int | None = None, estimator: str = "grpo",
+                   eps: float = 1e-6) -> torch.Tensor:
+    """DRA-GRPO (arXiv 2505.09655): the base estimator's advantage of DRA's adjusted rewards
+    (``setpo.diversity.dra_rewards``), the prior art SetPO is compared with. Inputs as ``setpo_advantages``."""
+    check_estimator(estimator)
+    eps = check_real(eps, "eps", minimum=0.0, strict=True)
+    r, e, groups = rewards_and_embeddings(rewards, emb, index, group_size)
+    return base_advantages(group_dra_rewards(r, e, groups), groups, estimator, eps)
 
 
 def flat_groups(rewards, index=None, *, group_size: int | None = None) -> torch.Tensor:

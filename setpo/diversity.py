@@ -245,6 +245,42 @@ def group_pairwise_penalty(e: torch.Tensor, groups: Groups) -> torch.Tensor:
     return groups.unpad(-(k * keep).sum(-1) / (n - 1))
 
 
+def dra_rewards(rewards, emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
+    """DRA-GRPO's diversity-aware reward adjustment, the closest prior art to SetPO (Chen et al. 2025,
+    "DRA-GRPO", arXiv 2505.09655): each reward divided by one plus its graph-cut submodular mutual
+    information with the rest of its group,
+
+        r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j)),
+
+    then fed to a base estimator in place of r (``setpo.advantages.dra_advantages``). A redundant response
+    (many near copies) keeps little of its reward, a unique one all of it. It rescales rewards, where SetPO
+    adds a set-level marginal; a group of wrong answers (r = 0) gets no signal from it.
+
+    k is SetPO's kernel (cosine clamped to [0, 1]; DRA's paper writes the plain cosine): both methods then see
+    the same similarities, and the denominator stays >= 1. Inputs as in ``diversity_term``, rewards (N,).
+    Returns r̃ (N,) in the wider float dtype of rewards and embeddings.
+    """
+    return group_dra_rewards(*rewards_and_embeddings(rewards, emb, index, group_size))
+
+
+def rewards_and_embeddings(rewards, emb, index=None, group_size: int | None = None):
+    """(r (N,) finite rewards on emb's device, e (N, d) from ``as_embeddings``, their ``Groups``), checked."""
+    e = as_embeddings(emb)
+    r = as_tensor(rewards, name="rewards", device=e.device)
+    if r.ndim != 1 or r.shape[0] != e.shape[0]:
+        raise ValueError(f"rewards has shape {tuple(r.shape)} but emb has {e.shape[0]} rows; expected ({e.shape[0]},)")
+    check_finite(r, "rewards")
+    return r, e, Groups.build(e.shape[0], index, group_size, device=e.device)
+
+
+def group_dra_rewards(r: torch.Tensor, e: torch.Tensor, groups: Groups) -> torch.Tensor:
+    """``dra_rewards`` over built groups of >= 2: r (N,), e (N, d) -> r̃ (N,)."""
+    groups.require_min_size(2, "DRA's reward adjustment")
+    similarity_to_rest = -group_pairwise_penalty(e, groups) * (groups.sizes[groups.group_id] - 1)  # Σ_{j≠i} k_ij
+    dtype = torch.promote_types(r.dtype, similarity_to_rest.dtype)
+    return r.to(dtype) / (1 + similarity_to_rest.to(dtype))
+
+
 def diversity_term(name: str, emb, index=None, *, group_size: int | None = None) -> torch.Tensor:
     """The diversity term ``name`` (a key of ``DIVERSITY_TERMS``) for every row.
 
