@@ -16,6 +16,7 @@ cosine similarity. What the paper leaves open is ours (all configurable in ``Ban
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
+
+from envs._checks import check_options, check_seed, whole_number
 
 
 #: Most surface forms (vocab_size**traj_len) a world tabulates; each has an embed_dim-vector offset.
@@ -84,11 +87,24 @@ class BanditConfig:
             raise ValueError(f"correct_reward needs {self.num_correct} values, got {len(self.correct_reward)}")
 
 
+def _config(config, overrides: dict) -> BanditConfig:
+    """``config`` (default ``BanditConfig()``) with ``overrides`` applied; unknown fields are named."""
+    if config is None:
+        config = BanditConfig()
+    if not isinstance(config, BanditConfig):
+        raise ValueError(f"config must be a BanditConfig, got {type(config).__name__}")
+    fields = [f.name for f in dataclasses.fields(BanditConfig)]
+    unknown = [k for k in overrides if k not in fields]
+    if unknown:
+        raise ValueError(f"BanditConfig has no field(s) {unknown}; the fields are {fields}")
+    return dataclasses.replace(config, **overrides) if overrides else config
+
+
 class MultiModalBandit:
     """The world: tables and geometry, vectorised over batches of (prompt, token sequence)."""
 
     def __init__(self, config: BanditConfig = BanditConfig()):
-        self.config = c = config
+        self.config = c = _config(config, {})
         rng = np.random.default_rng(c.world_seed)
         self.num_sequences = c.vocab_size ** c.traj_len
         # Balanced table: each mode gets the same number of surface forms (± 1), shuffled per prompt.
@@ -137,37 +153,52 @@ class MultiModalBanditEnv(gym.Env):
     info holds the trajectory's ``mode``, ``embedding``, ``correct`` flag; the world (``env.unwrapped.world``)
     exposes the correct-mode set and the mode centres. An action is ``traj_len`` whole-number token ids in
     range (1.9, None, dicts and out-of-range ids are ValueErrors, never rounded); stepping before ``reset``
-    or after the episode ended raises ``gymnasium.error.ResetNeeded``, as Countdown does.
+    or after the episode ended raises ``gymnasium.error.ResetNeeded``, as Countdown does. ``reset`` takes
+    ``options={"prompt": i}`` to pick the prompt (like Countdown's ``{"index": i}``).
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, config: BanditConfig | None = None, **overrides):
-        self.world = MultiModalBandit(BanditConfig(**overrides) if config is None else config)
+        """config: the world (default ``BanditConfig()``); overrides: BanditConfig fields to change in it."""
+        self.world = MultiModalBandit(_config(config, overrides))
         c = self.world.config
         self.observation_space = spaces.Discrete(c.num_prompts)
         self.action_space = spaces.MultiDiscrete([c.vocab_size] * c.traj_len)
         self._prompt = None
 
     def reset(self, *, seed=None, options=None):
+        """Draw the prompt id with the env's generator, or take ``options={"prompt": i}``, i in [0, num_prompts).
+
+        seed: None or an integer >= 0. A bad seed, an unknown option or a prompt id out of range is a ValueError
+        that names it, raised before anything changes.
+        """
+        seed = check_seed(seed)
+        options = check_options(options, ("prompt",))
+        prompt = None
+        if "prompt" in options:
+            prompt = whole_number(options["prompt"], "options['prompt']", 0, self.world.config.num_prompts)
         super().reset(seed=seed)
-        self._prompt = int(self.np_random.integers(self.world.config.num_prompts))
+        self._prompt = int(self.np_random.integers(self.world.config.num_prompts)) if prompt is None else prompt
         return self._prompt, {}
 
     def _tokens(self, action) -> torch.Tensor:
-        """The action as (1, traj_len) token ids: integer-valued numbers in range, nothing rounded."""
+        """The action as (1, traj_len) token ids: integer-valued numbers in range, nothing rounded. Every
+        refusal says what an action is: ``traj_len`` whole-number token ids in [0, vocab_size)."""
         c = self.world.config
+        want = f"action must be {c.traj_len} whole-number token ids in [0, {c.vocab_size})"
         try:
             arr = np.asarray(action)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"action must be {c.traj_len} token ids, got {action!r:.80}: {err}") from None
+        except (TypeError, ValueError, RuntimeError) as err:  # ragged lists, tensors numpy cannot read
+            raise ValueError(f"{want}, got {action!r:.80} ({type(err).__name__})") from None
         if arr.dtype.kind not in "iuf" or arr.shape != (c.traj_len,):
-            raise ValueError(f"action must be {c.traj_len} integer token ids in [0, {c.vocab_size}), got "
-                             f"{action!r:.80}")
+            raise ValueError(f"{want}, got {action!r:.80}")
+        if isinstance(action, (list, tuple)) and any(isinstance(a, (bool, np.bool_)) for a in action):
+            raise ValueError(f"{want}, got {action!r:.80} (True/False are not token ids)")  # numpy casts them
         if arr.dtype.kind == "f" and not bool((np.isfinite(arr) & (arr == np.round(arr))).all()):
-            raise ValueError(f"action must hold whole numbers (token ids), got {action!r:.80}")
+            raise ValueError(f"{want} (whole numbers, not rounded), got {action!r:.80}")
         if bool(((arr < 0) | (arr >= c.vocab_size)).any()):
-            raise ValueError(f"tokens must lie in [0, {c.vocab_size}), got {action!r:.80}")
+            raise ValueError(f"{want}: tokens must lie in [0, {c.vocab_size}), got {action!r:.80}")
         return torch.as_tensor(arr.astype(np.int64))[None]
 
     def step(self, action):

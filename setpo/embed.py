@@ -27,9 +27,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from setpo.groups import check_int
+
+#: Most hash buckets a HashedNgramEmbedder takes: one batch is a (batch_size, dim) float32 matrix, so a
+#: larger dim is an allocation failure deep inside the first forward pass rather than a useful embedding.
+MAX_HASH_DIM = 1 << 16
 
 #: Shortest max_seq_length accepted: below it every response truncates to the same few tokens (often just
 #: the special tokens), all embeddings coincide, s_i = 0 for every rollout, and SetPO silently becomes GRPO.
@@ -140,6 +145,8 @@ class SentenceTransformerEmbedder(DedupEmbedder):
         device = check_device(device)
         if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
             raise ValueError(f"path must name a model directory, got {path!r}")
+        if not isinstance(normalize, bool):
+            raise ValueError(f"normalize must be True or False, got {normalize!r}")
         p = Path(path).expanduser()
         if not p.is_dir():
             raise FileNotFoundError(
@@ -222,6 +229,9 @@ class HashedNgramEmbedder(DedupEmbedder):
         dim, batch_size = check_int(dim, "dim"), check_int(batch_size, "batch_size", minimum=1)
         if dim < 1 or not 1 <= lo <= hi:
             raise ValueError(f"need dim >= 1 and 1 <= ngram[0] <= ngram[1], got dim={dim}, ngram={ngram}")
+        if dim > MAX_HASH_DIM:
+            raise ValueError(f"dim={dim} is over {MAX_HASH_DIM} hash buckets (each batch is a batch_size x dim "
+                             f"matrix); use a smaller dim")
         self.dim, self.ngram, self.batch_size = dim, (lo, hi), batch_size
 
     def _embed_unique(self, texts: list[str]) -> torch.Tensor:
@@ -230,8 +240,8 @@ class HashedNgramEmbedder(DedupEmbedder):
         for row, text in enumerate(texts):
             s = f"^{text}$"
             counts: dict[int, int] = {}
-            for n in range(lo, hi + 1):
-                for i in range(max(len(s) - n + 1, 0)):
+            for n in range(lo, min(hi, len(s)) + 1):  # longer n-grams than the text: none (hi may be huge)
+                for i in range(len(s) - n + 1):
                     b = _stable_hash(s[i:i + n]) % self.dim
                     counts[b] = counts.get(b, 0) + 1
             if not counts:  # only when lo > len(s); fall back to the whole string
@@ -244,19 +254,60 @@ class HashedNgramEmbedder(DedupEmbedder):
         return f"HashedNgramEmbedder(dim={self.dim}, ngram={self.ngram})"
 
 
+def _table_vector(key: str, value) -> torch.Tensor:
+    """``table[key]`` as a (d,) float32 tensor; a ValueError naming the key when it is not a usable vector."""
+    name = f"table[{key!r:.60}]"
+    if value is None or isinstance(value, (str, bytes, Mapping)):
+        raise ValueError(f"{name} must be a vector of numbers (list, numpy array or tensor), got "
+                         f"{type(value).__name__}")
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool or value.is_complex() or value.device.type == "meta":
+            raise ValueError(f"{name} must be a real-valued vector, got a {value.dtype} tensor on {value.device}")
+        vec = value.detach().to("cpu", torch.float64)
+    else:
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as err:  # ragged nesting, say
+            raise ValueError(f"{name} must be a vector of numbers, got {type(value).__name__}: {err}") from None
+        if arr.dtype.kind not in "iuf":
+            raise ValueError(f"{name} must be a vector of real numbers, got values of dtype {arr.dtype} "
+                             f"({value!r:.60})")
+        vec = torch.as_tensor(arr.astype(np.float64))
+    if vec.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D vector, got shape {tuple(vec.shape)}")
+    if vec.numel() == 0:
+        raise ValueError(f"{name} is empty: a vector needs at least one value")
+    out = vec.to(torch.float32)
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(f"{name} has non-finite values (NaN, infinity, or beyond float32's range)")
+    if not bool(out.any()):
+        raise ValueError(f"{name} is the zero vector (in float32): its cosine with anything is undefined")
+    return out
+
+
 class TableEmbedder(DedupEmbedder):
     """A fixed table text -> vector (toy worlds whose responses are mode labels). Unknown text: ValueError.
 
-    table: mapping from text to a (d,) vector (list, numpy array or tensor); all vectors the same length.
+    table: mapping from text (str) to a (d,) vector of real numbers (list, numpy array or tensor), all the
+    same length d >= 1, finite and non-zero in float32 (the SetPO kernel is a cosine). Checked here, at
+    construction: a bad entry is a ValueError that names its key.
     """
 
     def __init__(self, table: Mapping[str, Sequence[float]]):
+        if not isinstance(table, Mapping):
+            raise ValueError(f"table must be a mapping text -> vector, got {type(table).__name__}")
         if not table:
-            raise ValueError("table is empty")
-        keys = list(table)
-        vecs = torch.stack([torch.as_tensor(table[k], dtype=torch.float32).reshape(-1) for k in keys])
-        if not bool(torch.isfinite(vecs).all()):
-            raise ValueError("table has non-finite values")
+            raise ValueError("table is empty: give at least one text -> vector entry")
+        keys, rows = list(table), []
+        for k in keys:
+            if not isinstance(k, str):
+                raise ValueError(f"table key {k!r:.60} is a {type(k).__name__}; keys must be str, the texts "
+                                 f"looked up")
+            rows.append(_table_vector(k, table[k]))
+            if len(rows[-1]) != len(rows[0]):
+                raise ValueError(f"table[{k!r:.60}] has {len(rows[-1])} values but table[{keys[0]!r:.60}] has "
+                                 f"{len(rows[0])}: every vector must have the same length")
+        vecs = torch.stack(rows)
         self.index = {k: i for i, k in enumerate(keys)}
         self.vectors = vecs
         self.dim = vecs.shape[1]
@@ -282,13 +333,25 @@ class CenteredEmbedder(DedupEmbedder):
     """
 
     def __init__(self, base: Embedder, reference: Sequence[str]):
+        if not callable(base):
+            raise ValueError(f"base must be an embedder (a callable texts -> (N, d) tensor), got {type(base).__name__}")
         reference = sorted(set(_check_texts(reference)))
         if not reference:
             raise ValueError("reference is empty: need texts to estimate the mean embedding")
+        if len(reference) < 2:
+            raise ValueError(f"reference has one distinct text ({reference[0]!r:.60}): its centered embedding "
+                             f"would be the zero vector; give at least 2 distinct texts")
+        emb = base(reference)
+        if not isinstance(emb, torch.Tensor) or emb.ndim != 2 or emb.shape[0] != len(reference) or emb.shape[1] < 1:
+            got = tuple(emb.shape) if isinstance(emb, torch.Tensor) else type(emb).__name__
+            raise ValueError(f"base returned {got} for {len(reference)} reference texts, expected a tensor of "
+                             f"shape ({len(reference)}, d)")
+        if not bool(torch.isfinite(emb).all()):
+            raise ValueError("base returned non-finite embeddings (NaN or infinity) for the reference texts")
         self.base = base
-        self.mean = base(reference).mean(0)
+        self.mean = emb.to(device="cpu", dtype=torch.float32).mean(0)
         self.dim = self.mean.shape[0]
-        self.batch_size = getattr(base, "batch_size", 64)
+        self.batch_size = check_int(getattr(base, "batch_size", 64), "base.batch_size", minimum=1)
 
     def _embed_unique(self, texts: list[str]) -> torch.Tensor:
         return self.base(texts) - self.mean
@@ -321,12 +384,12 @@ def load_embedder(spec: str | Embedder | None = "default", device: str | None = 
         return spec
     max_seq_length = check_max_seq_length(max_seq_length)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
+    device = check_device(device)  # checked for every spec: a wrong device is a mistake even where unused
     if spec == "hash" or spec.startswith("hash:"):
-        dim = spec.partition(":")[2]
-        if dim and not dim.isdigit():
-            raise ValueError(f"embedder spec {spec!r}: the size after 'hash:' must be an integer")
-        return HashedNgramEmbedder(dim=int(dim) if dim else 256)
-    device = check_device(device)
+        has_dim, dim = spec.startswith("hash:"), spec.partition(":")[2]
+        if has_dim and not (dim.isascii() and dim.isdigit()):
+            raise ValueError(f"embedder spec {spec!r}: the size after 'hash:' must be an integer, e.g. hash:256")
+        return HashedNgramEmbedder(dim=int(dim) if has_dim else 256)
     if spec in DEFAULT_NAMES and max_seq_length is None:
         return default_embedder(device=device, batch_size=batch_size)
     path = default_model_path() if spec in DEFAULT_NAMES else spec

@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 import string
+from collections.abc import Iterable, Mapping
 from typing import Sequence
 
 import gymnasium as gym
 
+from envs._checks import check_options, check_seed, whole_number
 from envs.countdown.solver import CountdownInstance, generate_instances
 from envs.countdown.verifier import CORRECT_REWARD, _check_instance, extract_answer, make_prompt, score_answer
 
 # Prompts are ASCII; a completion may hold any character, but the declared action space (what
 # ``action_space.sample()`` draws) is printable ASCII, and ``step`` accepts any string.
 _TEXT_CHARSET = string.printable
+
+
+def _instance(inst, i: int) -> CountdownInstance:
+    """One problem of ``instances``: a CountdownInstance or a (numbers, target) pair, checked."""
+    if isinstance(inst, CountdownInstance):
+        return inst
+    if isinstance(inst, (str, bytes)) or not isinstance(inst, Iterable):
+        raise ValueError(f"instances[{i}] must be a CountdownInstance or a (numbers, target) pair, got "
+                         f"{type(inst).__name__}")
+    pair = list(inst)
+    if len(pair) != 2:
+        raise ValueError(f"instances[{i}] must be a (numbers, target) pair, got {len(pair)} items")
+    try:
+        return CountdownInstance(*_check_instance(*pair))
+    except ValueError as err:
+        raise ValueError(f"instances[{i}]: {err}") from None
 
 
 class CountdownEnv(gym.Env):
@@ -46,12 +64,14 @@ class CountdownEnv(gym.Env):
         max_prompt_chars: int = 4096,
         max_completion_chars: int = 4096,
     ):
+        max_prompt_chars = whole_number(max_prompt_chars, "max_prompt_chars", 1)
+        max_completion_chars = whole_number(max_completion_chars, "max_completion_chars", 1)
         if instances is None:
             instances = generate_instances(n_instances, instance_seed, num_numbers=num_numbers)
-        self.instances = [
-            inst if isinstance(inst, CountdownInstance) else CountdownInstance(*_check_instance(*inst))
-            for inst in instances
-        ]
+        if isinstance(instances, (str, bytes, Mapping)) or not isinstance(instances, Iterable):
+            raise ValueError(f"instances must be a sequence of CountdownInstance or (numbers, target) pairs, got "
+                             f"{type(instances).__name__}")
+        self.instances = [_instance(inst, i) for i, inst in enumerate(instances)]
         if not self.instances:
             raise ValueError("CountdownEnv needs at least one instance")
         self._prompts = [make_prompt(inst.numbers, inst.target) for inst in self.instances]
@@ -68,12 +88,15 @@ class CountdownEnv(gym.Env):
         return {"numbers": list(inst.numbers), "target": inst.target, "index": self._index}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
+        # everything is checked before the generator is reseeded, so a refused call changes nothing
+        seed = check_seed(seed)
+        options = check_options(options, ("index",))
+        index = None
+        if "index" in options:
+            index = whole_number(options["index"], "options['index']", 0, len(self.instances))
         super().reset(seed=seed)
-        if options and "index" in options:
-            index = options["index"]
-            if isinstance(index, bool) or int(index) != index or not 0 <= index < len(self.instances):
-                raise ValueError(f"options['index'] must be in [0, {len(self.instances)}), got {index!r}")
-            self._index = int(index)
+        if index is not None:
+            self._index = index
         else:
             self._index = int(self.np_random.integers(len(self.instances)))
         self._done = False
@@ -83,7 +106,7 @@ class CountdownEnv(gym.Env):
         if self._done:
             raise gym.error.ResetNeeded("call reset() before step(): Countdown episodes last one step")
         if not isinstance(action, str):
-            raise ValueError(f"the action is the completion text, a str; got {type(action).__name__}")
+            raise ValueError(f"action must be the completion text, a str (any length); got {type(action).__name__}")
         inst = self.instances[self._index]
         reward = score_answer(action, inst.numbers, inst.target)
         self._done = True

@@ -9,6 +9,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from envs._checks import whole_number
 from envs.countdown.canonical import _UNSET, _add, _div, _leaf, _mul, _sub
 from envs.countdown.verifier import TOLERANCE, _check_instance, make_prompt, score_answer
 
@@ -181,11 +182,14 @@ def generate_instances(
     and none has the key of an instance in ``exclude``. Defaults follow the scale of the public
     Countdown-Tasks-3to4 data (numbers and targets up to 100). numpy's PCG64 seeded with ``seed``.
     """
-    if isinstance(n, bool) or int(n) != n or n < 0:
-        raise ValueError(f"n must be a non-negative integer, got {n!r}")
-    counts = (num_numbers,) if isinstance(num_numbers, (int, np.integer)) else tuple(num_numbers)
-    if not counts or any(isinstance(c, bool) or int(c) != c or c < 1 for c in counts):
-        raise ValueError(f"num_numbers must be a positive integer or a sequence of them, got {num_numbers!r}")
+    n = whole_number(n, "n", 0)
+    seed = whole_number(seed, "seed", 0)
+    if isinstance(num_numbers, (str, bytes, dict)):
+        raise ValueError(f"num_numbers must be a positive integer or a sequence of them, got {num_numbers!r:.80}")
+    counts = tuple(num_numbers) if isinstance(num_numbers, Iterable) else (num_numbers,)
+    if not counts:
+        raise ValueError("num_numbers must be a positive integer or a non-empty sequence of them, got ()")
+    counts = tuple(whole_number(c, "num_numbers", 1) for c in counts)
     if max(counts) > 6:
         raise ValueError(f"at most 6 numbers per instance (the solver is exponential), got {num_numbers!r}")
     nlo, nhi = _check_range("number_range", number_range)
@@ -230,8 +234,6 @@ def make_splits(
     Drawn as one list of n_train + n_test distinct instances, the first n_train for training, so the two
     come from the same distribution. kwargs go to ``generate_instances``.
     """
-    for name, v in (("n_train", n_train), ("n_test", n_test)):
-        if isinstance(v, bool) or int(v) != v or v < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
-    both = generate_instances(int(n_train) + int(n_test), seed, **kwargs)
-    return both[: int(n_train)], both[int(n_train) :]
+    n_train, n_test = whole_number(n_train, "n_train", 0), whole_number(n_test, "n_test", 0)
+    both = generate_instances(n_train + n_test, seed, **kwargs)
+    return both[:n_train], both[n_train:]

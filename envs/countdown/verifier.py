@@ -27,7 +27,7 @@ import operator
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from envs.countdown.canonical import _CANON_OPS, _Expr, _leaf, _negate
 
@@ -42,6 +42,7 @@ MAX_PAREN_DEPTH = 16
 TOLERANCE = Fraction(1, 100_000)
 _ALLOWED_CHARS = frozenset("0123456789+-*/() \t\n\r")
 _OPEN, _CLOSE = "<answer>", "</answer>"
+_TRUTH_KEYS = ("numbers", "target")  # verl ground truth, as export_parquet(style="verl") writes it
 
 
 _VALUE_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
@@ -275,9 +276,23 @@ def verl_compute_score(data_source, solution_str, ground_truth, extra_info=None,
 
     Point verl at it with ``custom_reward_function.path=<this file>`` and
     ``custom_reward_function.name=verl_compute_score``; ``ground_truth`` is the
-    ``{"numbers": [...], "target": ...}`` that ``export_parquet(style="verl")`` writes.
+    ``{"numbers": [...], "target": ...}`` that ``export_parquet(style="verl")`` writes. A ground truth that is
+    not such a mapping (another dataset's layout, say Countdown-Tasks' ``nums``) is a ValueError naming the
+    keys it needs and the ones it got: a wiring mistake, never a silent 0.
     """
-    return score_answer(solution_str, list(ground_truth["numbers"]), ground_truth["target"])
+    if not isinstance(ground_truth, Mapping):
+        raise ValueError(f"verl_compute_score needs ground_truth as a mapping with keys {list(_TRUTH_KEYS)} (what "
+                         f"export_parquet(style='verl') writes), got {type(ground_truth).__name__}")
+    missing = [k for k in _TRUTH_KEYS if k not in ground_truth]
+    if missing:
+        got = sorted(map(str, ground_truth))
+        raise ValueError(f"verl_compute_score needs ground_truth keys {list(_TRUTH_KEYS)}, got {got} (missing "
+                         f"{missing}); write the data with envs.countdown.export_parquet(style='verl')")
+    numbers = ground_truth["numbers"]
+    if isinstance(numbers, (str, bytes)) or not isinstance(numbers, Iterable):
+        raise ValueError(f"verl_compute_score: ground_truth['numbers'] must be a sequence of integers, got "
+                         f"{type(numbers).__name__}")
+    return score_answer(solution_str, list(numbers), ground_truth["target"])
 
 
 def distinct_correct_solutions(answers, numbers, target, *, extract: bool = True) -> dict[str, int]:

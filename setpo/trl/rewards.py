@@ -21,16 +21,28 @@ def _same_lengths(**columns: Sequence) -> None:
         raise ValueError(f"one value per completion is needed; got lengths {lengths}")
 
 
-def countdown_reward(completions, numbers, target, **_: Any) -> list[float]:
+def _need_columns(reward: str, given: dict[str, Any], extra: dict[str, Any]) -> None:
+    """A dataset without the columns a reward reads is a ValueError naming them (TRL passes the columns as
+    keyword arguments, so a missing one would be a TypeError about a function signature)."""
+    missing = [name for name, value in given.items() if value is None]
+    if missing:
+        have = sorted(k for k in extra if k not in ("prompts", "completion_ids", "trainer_state", "log_extra",
+                                                    "log_metric"))
+        raise ValueError(f"{reward} needs the dataset column(s) {missing}; the batch has {have}")
+
+
+def countdown_reward(completions, numbers=None, target=None, **columns: Any) -> list[float]:
     """``envs.countdown.score_answer`` over a batch (1.0 correct, 0.1 well-formed, 0.0 no answer).
 
     numbers, target: the dataset columns ``envs.countdown.export_parquet(style="trl")`` writes.
     """
+    _need_columns("countdown_reward", {"numbers": numbers, "target": target}, columns)
     _same_lengths(completions=completions, numbers=numbers, target=target)
     return [score_answer(completion_text(c), list(n), t) for c, n, t in zip(completions, numbers, target)]
 
 
-def math_reward_func(completions: Sequence[Any], answer: Sequence[str], **_: Any) -> list[float]:
+def math_reward_func(completions: Sequence[Any], answer: Sequence[str] = None, **columns: Any) -> list[float]:
     """``envs.math.math_reward`` over a batch; ``answer`` is the dataset column of that name."""
+    _need_columns("math_reward_func", {"answer": answer}, columns)
     _same_lengths(completions=completions, answer=answer)
     return [math_reward(completion_text(c), a) for c, a in zip(completions, answer)]
