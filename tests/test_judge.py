@@ -329,33 +329,38 @@ def test_cache_hit_on_rerun_asks_nothing_and_survives_a_new_port(scripted, tmp_p
     assert asked(moved) == ["P2", "P0"]
 
 
-def test_server_killed_mid_run_is_one_clear_error_and_the_cache_resumes(scripted, tmp_path):
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_server_killed_mid_run_is_one_clear_error_and_the_cache_resumes(scripted, tmp_path, concurrency):
     server = scripted(die_after=3)
-    judge = OpenAIJudge(model="m", base_url=server.url, concurrency=1, **QUICK)
+    judge = OpenAIJudge(model="m", base_url=server.url, concurrency=concurrency, **QUICK)
     cache = tmp_path / "cache.jsonl"
-    items = items_for([f"P{i}" for i in range(6)])
+    problems = [f"P{i}" for i in range(8)]
+    items = items_for(problems)
     with pytest.raises(JudgeUnavailable) as err:
         judge_items(items, judge, cache, progress=False)
+    assert server.proc.wait(timeout=5) == 3  # the server really died
+    saved = {r["problem"] for r in read_records(cache)}
+    # one at a time, the 3 answered requests are saved; 4 at once, the death may cut some of their answers off
+    assert saved <= set(asked(server)[:3]) and (len(saved) == 3 if concurrency == 1 else len(saved) <= 3)
     msg = str(err.value)
     assert "\n" not in msg and "is down or too slow" in msg and server.url in msg
-    assert f"3 of 6 sets judged, saved in {cache}; run again to resume" in msg
-    assert server.proc.wait(timeout=5) == 3  # the server really died
-    assert len(read_records(cache)) == 3
+    assert f"{len(saved)} of 8 sets judged, saved in {cache}; run again to resume" in msg
     restarted = scripted()
-    judge2 = OpenAIJudge(model="m", base_url=restarted.url, **QUICK)
+    judge2 = OpenAIJudge(model="m", base_url=restarted.url, concurrency=concurrency, **QUICK)
     out = judge_items(items, judge2, cache, progress=False)
-    assert [r["score"] for r in out] == [5] * 6 and [r["cached"] for r in out] == [True] * 3 + [False] * 3
-    assert sorted(asked(restarted)) == sorted(set(f"P{i}" for i in range(6)) - set(asked(server)[:3]))
-    assert len(asked(restarted)) == 3  # only what the first run had not saved
+    assert [r["score"] for r in out] == [5] * 8 and [r["cached"] for r in out] == [p in saved for p in problems]
+    assert sorted(asked(restarted)) == sorted(set(problems) - saved)  # only what the first run had not saved
 
 
 def test_slow_server_gives_up_after_bounded_retries(scripted, tmp_path):
-    server = scripted([{"when": "", "sleep": 3}])
+    server = scripted([{"when": "", "sleep": 30}])
     judge = OpenAIJudge(model="m", base_url=server.url, timeout=0.3, retries=1, retry_wait=0.01)
+    import openai  # noqa: F401  (imported before the clock starts: a loaded machine is slow at it)
+
     t0 = time.perf_counter()
     with pytest.raises(JudgeUnavailable, match=r"no answer within 0.3 s \(tried 2 times, 0.3 s each\)") as err:
         judge_items(items_for(["P0"]), judge, tmp_path / "c.jsonl", progress=False)
-    assert time.perf_counter() - t0 < 2.5 and "\n" not in str(err.value)
+    assert time.perf_counter() - t0 < 10 and "\n" not in str(err.value)  # not the 30 s the server takes
     assert len(server.requests()) == 2
 
 
