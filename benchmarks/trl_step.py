@@ -109,7 +109,7 @@ def countdown_rows() -> tuple[list[dict], float]:
 
     from envs.countdown import generate_instances
     from setpo.embed import HashedNgramEmbedder, default_embedder
-    from setpo.studies.countdown import CountdownLMConfig, make_data, rl_rows, run_sft
+    from setpo.studies.countdown import CountdownLMConfig, make_data, rl_rows, train_sft
     from setpo.studies.tiny_models import ModelSize, build_model, build_tokenizer
     from setpo.trl import quiet_libraries
 
@@ -125,7 +125,7 @@ def countdown_rows() -> tuple[list[dict], float]:
         fresh.save_pretrained(f"{tmp}/fresh")
         tok.save_pretrained(f"{tmp}/fresh")
         cfg = CountdownLMConfig(out=tmp, n_train=1500, n_val=4, n_test=4, sft_epochs=2.0, threads=THREADS)
-        warm = run_sft(cfg, make_data(cfg), Path(tmp) / "sft", log=lambda *_: None)
+        warm = train_sft(cfg, make_data(cfg), Path(tmp) / "sft", log=lambda *_: None)
         for name, policy in (("fresh", f"{tmp}/fresh"), ("warm", str(warm))):
             results[name] = _time(policy, tok, data, embedders, tmp)
     policy_params = ps.n_params(fresh)

@@ -44,7 +44,8 @@ import torch
 
 from setpo.records import markdown_table
 from setpo.studies.figures import show, show_table
-from setpo.studies.toy import DEMO_VARIANTS, ToyConfig, compare, coverage_rows, lambda_sweep, summary_rows, write_figure1
+from setpo.studies.toy import DEMO_VARIANTS, ToyConfig, compare, lambda_sweep
+from setpo.studies.toy_results import coverage_rows, summary_rows, write_figure1
 
 torch.set_num_threads(1)
 if SMOKE:

@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 
 from setpo.studies import countdown_results as cr
-from setpo.studies.countdown import CountdownLMConfig, resolve_embedder, run_study
+from setpo.studies.countdown import CountdownLMConfig, resolve_embedder, run_study, warm_start_texts
 from setpo.studies.figures import save_figure, show, show_table
 
 torch.set_num_threads(1)
@@ -118,7 +118,7 @@ show(fig, png)
 
 # %%
 base, chosen = cr.trajectory_runs(summary)
-embedder = resolve_embedder(chosen.embedder, cr.warm_start_texts(cfg), {})
+embedder = resolve_embedder(chosen.embedder, warm_start_texts(cfg), {})
 fig, frame = cr.trajectory_figure(summary, embedder, runs=(base, chosen), problem=0, method=PROJECTION)
 html, png = save_figure(fig, Path(OUT_DIR) / "fig3_countdown_trajectories", {**record, "projection": PROJECTION})
 show(fig, png)

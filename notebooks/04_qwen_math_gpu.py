@@ -64,6 +64,7 @@ from IPython.display import Markdown, display
 
 from setpo.embed import load_embedder
 from setpo.studies import math as ml
+from setpo.studies import math_results as mr
 from setpo.studies.figures import save_figure, save_table, show, show_table
 from setpo.trl import quiet_libraries
 
@@ -130,9 +131,9 @@ run_dirs = {label: Path(cfg.run_dir) / label.replace("+", "_") for label in fina
 
 # %%
 out = Path(OUT_DIR)
-record = ml.figure_record(cfg)
+record = mr.figure_record(cfg)
 NOTE = " · tiny random model: numbers mean nothing" if TINY else ""
-fig = ml.training_figure(run_dirs, title=f"{ALGO.upper()} vs SetPO+{ALGO.upper()} during training{NOTE}")
+fig = mr.training_figure(run_dirs, title=f"{ALGO.upper()} vs SetPO+{ALGO.upper()} during training{NOTE}")
 html, png = save_figure(fig, out / "qwen_math_training", record)
 show(fig, png)
 
@@ -142,9 +143,9 @@ show(fig, png)
 # paper's avg@64). With several validation sources (e.g. GSM8K and MATH500) the table splits by source.
 
 # %%
-results = {label: ml.evaluate_avg_at_k(cfg, final, val, cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
+results = {label: ml.evaluate_model(cfg, final, val, cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
            for label, final in finals.items()}
-table = ml.results_table(results, cfg.eval_k, note="Tiny random model: these numbers mean nothing." if TINY else "")
+table = mr.results_table(results, cfg.eval_k, note="Tiny random model: these numbers mean nothing." if TINY else "")
 show_table(table)
 save_table(table, out / "qwen_math_results",
            {**record, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"} for k, r in results.items()}})
@@ -162,11 +163,11 @@ save_table(table, out / "qwen_math_results",
 # %%
 passk_problems = ml.load_passk_problems(cfg)
 passk = ml.evaluate_pass_at_k(cfg, {"base model": model_path, **finals}, passk_problems, cache_dir=cfg.run_dir)
-passk_fig = ml.pass_at_k_figure(passk, title=f"Base model vs {ALGO.upper()} vs SetPO+{ALGO.upper()}{NOTE}")
+passk_fig = mr.pass_at_k_figure(passk, title=f"Base model vs {ALGO.upper()} vs SetPO+{ALGO.upper()}{NOTE}")
 html, png = save_figure(passk_fig, out / "qwen_math_pass_at_k",
                         {**record, "pass_at_k": {k: r["pass_at_k"] for k, r in passk.items()}})
 show(passk_fig, png)
-show_table(ml.pass_at_k_table(passk))
+show_table(mr.pass_at_k_table(passk))
 
 # %% [markdown]
 # ## Where the responses go
@@ -176,7 +177,7 @@ show_table(ml.pass_at_k_table(passk))
 # responses to a prompt shrink to one spot; SetPO's should stay spread over several.
 
 # %%
-probes_by_run = {label: ml.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()}
-traj, traj_data = ml.trajectory_figure(probes_by_run, embedder, method=PROJECTION, seed=cfg.seed, title_note=NOTE)
+probes_by_run = {label: mr.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()}
+traj, traj_data = mr.trajectory_figure(probes_by_run, embedder, method=PROJECTION, seed=cfg.seed, title_note=NOTE)
 html, png = save_figure(traj, out / "qwen_math_trajectories", {**record, "projection": PROJECTION})
 show(traj, png)

@@ -17,8 +17,8 @@ from setpo.studies.countdown import (
     load_config,
     make_data,
     prompt_text,
-    run_rl,
-    run_sft,
+    train_rl,
+    train_sft,
     run_study,
     sft_examples,
     solution_key,
@@ -167,10 +167,10 @@ def test_rl_run_checkpoints_and_resumes(smoke_study, tmp_path):
     run = RLRun("grpo", 3, 0.001, 0.5, embedder="hash")
     run_dir = tmp_path / run.name
     with pytest.raises(KeyboardInterrupt):
-        run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=lambda *_: None, callbacks=[StopAt(3)])
+        train_rl(cfg, run, data, out / "sft" / "final", run_dir, log=lambda *_: None, callbacks=[StopAt(3)])
     assert (run_dir / "checkpoint-2").is_dir() and not (run_dir / "final").exists()
     logs = []
-    final = run_rl(cfg, run, data, out / "sft" / "final", run_dir, log=logs.append)
+    final = train_rl(cfg, run, data, out / "sft" / "final", run_dir, log=logs.append)
     assert any("resuming from checkpoint-2" in line for line in logs)
     assert any("step 4/4" in line for line in logs)  # the progress line at the last step
     hist = json.loads((run_dir / "log_history.json").read_text())
@@ -201,7 +201,7 @@ def test_sft_warm_start_learns_the_format(tmp_path):
     cfg = CountdownLMConfig.smoke(out=str(tmp_path), n_train=200, sft_epochs=4.0, sft_batch_size=32, sft_lr=5e-3,
                                   model=ModelSize(64, 1, 2, 1, 128, 48), threads=1)
     data = make_data(cfg)
-    final = run_sft(cfg, data, tmp_path / "sft", log=lambda *_: None)
+    final = train_sft(cfg, data, tmp_path / "sft", log=lambda *_: None)
     hist = json.loads((tmp_path / "sft" / "log_history.json").read_text())
     losses = [h["loss"] for h in hist if "loss" in h]
     assert losses[-1] < 0.5 * losses[0]

@@ -9,6 +9,7 @@ import pytest
 
 from envs import math as md
 from setpo.studies import math as ml
+from setpo.studies import math_results as mr
 from setpo.studies.tiny_models import build_chat_tokenizer
 from setpo.trl.rewards import math_reward_func
 
@@ -217,32 +218,32 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
     probes = val[:cfg.n_probe]
     emb = HashedNgramEmbedder()
     with pytest.raises(_Crash):
-        ml.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, callbacks=[CrashAfterFirstSave()])
+        ml.train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, callbacks=[CrashAfterFirstSave()])
     run_dir = tmp_path / "run" / "SetPO_GRPO"
     assert (run_dir / "checkpoint-1").is_dir() and not (run_dir / "final").exists()
     logs = []
-    final = ml.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, log=logs.append)
+    final = ml.train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, log=logs.append)
     assert "resuming from checkpoint-1" in logs[0]
     assert json.loads((final / "done.json").read_text())["steps"] == 2
     assert json.loads((run_dir / "run_config.json").read_text())["lambda"] == 0.05
     history = json.loads((run_dir / "log_history.json").read_text())
     assert [h["step"] for h in history if "loss" in h] == [1, 2]  # step 1's log came back with the checkpoint
     assert any("setpo/s_mean" in h for h in history)
-    records = ml.read_probes(run_dir / "probes.jsonl")
+    records = mr.read_probes(run_dir / "probes.jsonl")
     assert sorted({r["step"] for r in records}) == [0, 1, 2]  # the resumed run did not sample step 0 or 1 again
     assert len(records) == 3 * cfg.n_probe * cfg.probe_samples
     n_logs = len(logs)  # a finished run is returned as is: nothing trained, nothing logged
-    assert ml.train_run(cfg, "SetPO+GRPO", 0.05, train, probes, log=logs.append) == final and len(logs) == n_logs
+    assert ml.train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, log=logs.append) == final and len(logs) == n_logs
 
-    result = ml.evaluate_avg_at_k(cfg, final, val, cache=tmp_path / "eval.json")
+    result = ml.evaluate_model(cfg, final, val, cache=tmp_path / "eval.json")
     assert result["k"] == cfg.eval_k and result["n_problems"] == cfg.eval_limit
     assert 0.0 <= result["avg_at_k"] <= 1.0 and len(result["pass_at_k"]) == cfg.eval_k
-    assert ml.evaluate_avg_at_k(cfg, "/nonexistent", val, cache=tmp_path / "eval.json") == result  # cached
+    assert ml.evaluate_model(cfg, "/nonexistent", val, cache=tmp_path / "eval.json") == result  # cached
 
-    fig, data = ml.trajectory_figure({"SetPO+GRPO": records}, emb, method="pca")
+    fig, data = mr.trajectory_figure({"SetPO+GRPO": records}, emb, method="pca")
     hover = [cd[2] for trace in fig.data for cd in trace.customdata]
     assert len(hover) == len(records) and data["steps"] == [0, 1, 2]
-    assert ml._hover_text(records[0]["text"]) in hover
+    assert mr._hover_text(records[0]["text"]) in hover
 
 
 def test_run_config_checks_and_presets():
@@ -268,7 +269,7 @@ def test_vllm_work_goes_to_fresh_processes(monkeypatch):
     monkeypatch.setattr(ml, "in_fresh_process", lambda fn, *args, **kw: calls.append((fn.__name__, args[1])) or args[1])
     cfg = ml.MathRunConfig(use_vllm=True, algo="gspo")
     assert ml.train_runs(cfg, [], [], log=lambda *_: None) == {"GSPO": "GSPO", "SetPO+GSPO": "SetPO+GSPO"}
-    assert calls == [("train_run", "GSPO"), ("train_run", "SetPO+GSPO")]
+    assert calls == [("train_rl", "GSPO"), ("train_rl", "SetPO+GSPO")]
 
 
 def test_pass_at_k_curves_table_and_figure():
@@ -278,12 +279,12 @@ def test_pass_at_k_curves_table_and_figure():
 
     results = {name: {"pass_at_k": [min(1.0, p * k) for k in range(1, 17)], "n_problems": 30}
                for name, p in (("base model", 0.02), ("GRPO", 0.05), ("SetPO+GRPO", 0.04))}
-    fig = ml.pass_at_k_figure(results, title="t")
+    fig = mr.pass_at_k_figure(results, title="t")
     names = [t.name for t in fig.data]
     assert names == ["base model", "GRPO", "SetPO+GRPO"]
     assert fig.data[0].line.dash == "dash" and list(fig.data[1].x) == list(range(1, 17))
     assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 8, 16] and fig.layout.xaxis.type == "log"
-    table = ml.pass_at_k_table(results)
+    table = mr.pass_at_k_table(results)
     assert "pass@1 | pass@4 | pass@16 |" in table and "pass@64" not in table and "| GRPO | 5.0 | 20.0 | 80.0 |" in table
 
 

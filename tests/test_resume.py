@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 import setpo.studies.toy as toy
 from setpo.records import ROOT
-from setpo.studies.countdown import (CountdownLMConfig, RLRun, claim_folder, load_config, make_data, run_rl, run_sft,
+from setpo.studies.countdown import (CountdownLMConfig, RLRun, claim_folder, load_config, make_data, train_rl, train_sft,
                                      run_study)
 from setpo.studies.sampling import sample_completions
 from setpo.studies.toy import ToyConfig, train
@@ -121,7 +121,7 @@ def test_toy_damaged_checkpoint_is_named_and_never_unpickled(tmp_path):
     train(cfg, progress=False)
     ckpt = tmp_path / "checkpoint.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:-200])
-    with pytest.raises(ValueError, match=r"checkpoint\.pt cannot be loaded.*delete it"):
+    with pytest.raises(ValueError, match=r"cannot be loaded: .*checkpoint\.pt; delete it"):
         train(cfg, progress=False)
 
     marker = tmp_path / "pwned"
@@ -163,8 +163,8 @@ def countdown(tmp_path_factory):
     cfg = CountdownLMConfig.smoke(out=str(root), threads=1, rl_steps=6, rl_save_steps=2)
     torch.set_num_threads(1)
     data = make_data(cfg)
-    sft = run_sft(cfg, data, root / "sft", log=lambda *_: None)
-    run_rl(cfg, RUN, data, sft, root / "straight", log=lambda *_: None)
+    sft = train_sft(cfg, data, root / "sft", log=lambda *_: None)
+    train_rl(cfg, RUN, data, sft, root / "straight", log=lambda *_: None)
     straight = root / "straight"
     return cfg, data, sft, root, straight
 
@@ -188,7 +188,7 @@ def _assert_same(a: Path, b: Path):
 def test_countdown_interrupted_at_every_kind_of_moment_resumes_bit_for_bit(countdown):
     cfg, data, sft, root, straight = countdown
     run_dir = root / "interrupted"
-    rl = lambda *cb: run_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None, callbacks=list(cb))
+    rl = lambda *cb: train_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None, callbacks=list(cb))
 
     # 1. stopped before the first checkpoint, and killed while appending to probes.jsonl
     with pytest.raises(KeyboardInterrupt):
@@ -231,13 +231,13 @@ def test_damaged_checkpoint_files_are_named(countdown, tmp_path):
     cfg = replace(cfg, rl_steps=4)
     run_dir = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        run_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None, callbacks=[StopAt(3)])
+        train_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None, callbacks=[StopAt(3)])
     ckpt = run_dir / "checkpoint-2"
     for name in ("optimizer.pt", "model.safetensors", "trainer_state.json"):
         saved = (ckpt / name).read_bytes()
         (ckpt / name).write_bytes(saved[: len(saved) // 2])
         with pytest.raises(ValueError, match=rf"{name} is damaged.*delete .*checkpoint-2"):
-            run_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None)
+            train_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None)
         (ckpt / name).write_bytes(saved)
 
 
@@ -290,5 +290,5 @@ def test_damaged_finished_model_is_named(countdown, tmp_path):
     shutil.copytree(sft, broken)
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(ValueError, match=r"final cannot be loaded.*delete .*sft"):
+    with pytest.raises(ValueError, match=r"cannot be loaded: .*final; delete .*sft"):
         load_trained(broken)

@@ -3,7 +3,8 @@
 import torch
 
 from envs.bandit import BanditConfig, MultiModalBandit
-from setpo.studies.toy import ToyConfig, TrajectoryPolicy, covered_modes, mode_mass, train
+from setpo.studies.toy import ToyConfig, TrajectoryPolicy, mode_mass, train
+from setpo.studies.toy_results import covered_modes
 
 SMALL = dict(steps=12, groups_per_step=4, snapshot_every=6, snapshot_samples=16)
 

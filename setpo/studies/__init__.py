@@ -1,14 +1,19 @@
 """Whole studies over the library, the code the notebooks drive.
 
-Each study is a short pipeline of named stages with one config dataclass, resumable from what it has
-already written:
+Every study has one shape, resumable from what it has already written: ``<study>_config`` (one config
+dataclass), ``<study>`` (its named stages and ``run_study(cfg)``; the command line where it has one) and
+``<study>_results`` (reading what the stages wrote: tables, figures, records). Stages call results, results
+read configs, never the other way round.
 
 - ``toy``: the multi-modal bandit of the paper's Figure 1, GRPO vs SetPO (notebook 01, ``make demo``);
-- ``countdown`` (+ ``countdown_results`` to read a finished run): a tiny Qwen2 model on Countdown, SFT warm
-  start, GRPO vs SetPO+GRPO, pass@k and distinct solutions (notebook 03);
+- ``countdown``: a tiny Qwen2 model on Countdown, SFT warm start, GRPO vs SetPO+GRPO, pass@k and distinct
+  solutions (notebook 03, ``python -m setpo.studies.countdown``);
 - ``math``: Qwen2.5-Math (or a tiny model of the same architecture on the CPU) on GSM8K-style data (notebook 04);
-- ``rubric``: SetGRPO on the rubric-graded toy (notebook 05).
+- ``rubric``: SetGRPO on the rubric-graded toy (notebook 05, ``python -m setpo.studies.rubric``).
 
-Shared by them: ``figures`` (every figure: an interactive plotly HTML and its static PNG twin),
-``sampling`` (generation from a transformers model) and ``tiny_models`` (models built from a config).
+Shared by them: ``stages`` (is a stage done, which stages to run, claiming a run folder for one config,
+refusals that end with the file and what to do, progress lines), ``figures`` (every figure: an interactive
+plotly HTML, its static PNG twin drawn by ``static_render``, a run record, and the builders the studies share),
+``sampling`` (generation from a transformers model), ``tiny_models`` (models built from a config) and
+``arguments`` (command-line checks). ``explain`` draws notebook 02; ``notebook_runs`` runs notebooks headless.
 """

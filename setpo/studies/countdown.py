@@ -56,6 +56,7 @@ checkpoints, ``log_history.json``, ``probes.jsonl``: samples on fixed validation
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import math
@@ -78,17 +79,21 @@ from envs.countdown import (
     score_answer,
     solve,
 )
+from setpo.diagnostics import diagnose_embedder
+from setpo.embed import CenteredEmbedder, load_embedder
 from setpo.metrics import diversity_width_and_average_modes, pass_at_k
 from setpo.records import read_json, write_json, write_text
-from setpo.studies.countdown_config import (  # noqa: F401
+from setpo.studies.countdown_config import (  # noqa: F401  (load_config: the study's public API)
     STEPS_PER_GENERATION,
     CountdownLMConfig,
     RLRun,
     claim_folder,
-    config_differences,
     load_config,
 )
+from setpo.studies.arguments import Parser
+from setpo.studies.countdown_results import results_markdown, summarize
 from setpo.studies.sampling import sample_completions
+from setpo.studies.stages import Progress, chosen_stages, refusal, stage_done, unreadable
 from setpo.studies.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, build_model, build_tokenizer
 from setpo.trl.rewards import countdown_reward
 from setpo.trl.training import quiet_libraries
@@ -137,16 +142,21 @@ def make_data(cfg: CountdownLMConfig) -> CountdownData:
     return CountdownData(train[:cfg.n_train], train[cfg.n_train:], test)
 
 
-def sft_examples(instances: Sequence[CountdownInstance], solutions_per_problem: int, seed: int) -> list[dict]:
+def sft_examples(instances: Sequence[CountdownInstance], solutions_per_problem: int, seed: int,
+                 log=None) -> list[dict]:
     """Prompt-completion pairs: up to ``solutions_per_problem`` distinct solver solutions per problem.
 
     Problems with more solutions get a seeded random subset, so the warm start sees several modes of many
-    problems without over-weighting the problems that have dozens.
+    problems without over-weighting the problems that have dozens. log: a progress line at most every 10 s
+    (solving the study's 3000 problems takes about 40 s on a laptop core).
     """
     if solutions_per_problem < 1:
         raise ValueError(f"solutions_per_problem must be >= 1, got {solutions_per_problem}")
     rng = random.Random(seed)
     out = []
+    if log is not None:
+        log(f"[data] solving {len(instances)} problems for their distinct solutions")
+        instances = Progress(log, "[data] solved", len(instances)).over(instances)
     for inst in instances:
         sols = solve(inst.numbers, inst.target)
         if len(sols) > solutions_per_problem:
@@ -154,6 +164,13 @@ def sft_examples(instances: Sequence[CountdownInstance], solutions_per_problem: 
         out.extend({"prompt": prompt_text(inst), "completion": answer_text(s)} for s in sols)
     rng.shuffle(out)
     return out
+
+
+def warm_start_texts(cfg: CountdownLMConfig, data: CountdownData | None = None, log=None) -> list[str]:
+    """The warm-start completions, the reference a "centered:" embedder subtracts the mean of. data: the
+    study's ``CountdownData`` when at hand (None: made again from ``cfg``, the same problems)."""
+    train = (data if data is not None else make_data(cfg)).train
+    return [e["completion"] for e in sft_examples(train, cfg.sft_solutions_per_problem, cfg.seed, log)]
 
 
 def rl_rows(instances: Sequence[CountdownInstance]) -> list[dict]:
@@ -198,7 +215,7 @@ def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:
                 logging_steps=1, dataloader_num_workers=0)
 
 
-def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log) -> Path:
+def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log) -> Path:
     """Warm start by supervised fine-tuning on solver solutions; returns the final model directory."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -206,11 +223,11 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log
     from setpo.trl import train_resumable
 
     final = out_dir / "final"
-    if finished(final):
+    if stage_done(final):
         return final
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, cfg.model, seed=cfg.seed)
-    examples = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed)
+    examples = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log)
     log(f"[sft] {len(examples)} examples from {len(data.train)} problems, "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     steps_per_epoch = math.ceil(len(examples) / cfg.sft_batch_size)
@@ -228,11 +245,6 @@ def run_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log
     return final
 
 
-def finished(final: Path) -> bool:
-    """Whether a stage's final folder is complete (``train_resumable`` writes ``done.json`` last)."""
-    return (Path(final) / "done.json").exists()
-
-
 def _clean_checkpoints(folder: Path) -> None:
     for ckpt in folder.glob("checkpoint-*"):
         shutil.rmtree(ckpt, ignore_errors=True)
@@ -246,19 +258,19 @@ def load_trained(model_dir: Path):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001 - truncated safetensors, missing or damaged config: all unusable
-        raise ValueError(f"{model_dir} cannot be loaded ({type(e).__name__}: {e}); delete {Path(model_dir).parent} "
-                         "to train that stage again") from None
+        raise unreadable(model_dir, e, f"delete {Path(model_dir).parent} and rerun to train that stage again") from None
     return tokenizer, model
 
 
-def probe_sampler(probes: Sequence[CountdownInstance], tokenizer, n: int, seed: int):
-    """``sample(model, step)`` for ``setpo.trl.probe_callback``: n completions per fixed probe problem, as
-    {"problem", "numbers", "target", "text", "expression", "reward", "canonical"} records."""
+def probe_sampler(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], tokenizer):
+    """``sample(model, step)`` for ``setpo.trl.probe_callback``: ``cfg.probe_samples`` completions at T = 1 per
+    fixed probe problem, as {"problem", "numbers", "target", "text", "expression", "reward", "canonical"}
+    records."""
     probes = list(probes)
 
     def sample(model, step: int) -> list[dict]:
-        samples = sample_completions(model, tokenizer, [prompt_text(p) for p in probes], n, temperature=1.0,
-                                     seed=seed + step)
+        samples = sample_completions(model, tokenizer, [prompt_text(p) for p in probes], cfg.probe_samples,
+                                     temperature=1.0, seed=cfg.seed + step)
         return [{"problem": j, "numbers": list(inst.numbers), "target": inst.target, "text": t,
                  "expression": extract_answer(t), "reward": score_answer(t, inst.numbers, inst.target),
                  "canonical": solution_key(t)}
@@ -267,7 +279,7 @@ def probe_sampler(probes: Sequence[CountdownInstance], tokenizer, n: int, seed: 
     return sample
 
 
-def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
+def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
            embedder=None, log=_log, callbacks: Sequence = ()) -> Path:
     """One GRPO / SetPO / pairwise-penalty run from the warm start; resumes from its last checkpoint. Returns
     the final model's folder.
@@ -281,7 +293,7 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
     from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
 
     final = out_dir / "final"
-    if finished(final):
+    if stage_done(final):
         return final
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer, model = load_trained(init_dir)
@@ -296,8 +308,8 @@ def run_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Pa
         temperature=cfg.rl_temperature, top_p=1.0, embedder=run.embedder, setpo_diversity=run.term,
         setpo_lambda_units=run.units, lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
         save_steps=cfg.rl_save_steps, gradient_checkpointing=False, **_common_args(cfg, run.seed))
-    probes = probe_callback(probe_sampler(data.val[:cfg.n_probe], tokenizer, cfg.probe_samples, cfg.seed),
-                            out_dir / "probes.jsonl", cfg.probe_every)
+    probes = probe_callback(probe_sampler(cfg, data.val[:cfg.n_probe], tokenizer), out_dir / "probes.jsonl",
+                            cfg.probe_every)
     trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
                            train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
                            embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
@@ -337,8 +349,6 @@ def resolve_embedder(spec: str, reference_texts: Sequence[str] | Callable[[], Se
     ``reference_texts`` (the warm-start completions), ``setpo.embed.CenteredEmbedder``; anything else goes to
     ``load_embedder``. reference_texts may be a function returning them, called only when a "centered:"
     embedder is built (the study's costs a solver pass over the training problems)."""
-    from setpo.embed import CenteredEmbedder, load_embedder
-
     if spec not in cache:
         base, centred = (spec.partition(":")[2], True) if spec.startswith("centered:") else (spec, False)
         embedder = load_embedder(base)
@@ -351,8 +361,6 @@ def resolve_embedder(spec: str, reference_texts: Sequence[str] | Callable[[], Se
 def surface_variants(expression: str, n: int, rng: random.Random) -> list[str]:
     """n texts of one solution written differently: operands of + and * swapped at random, spacing varied.
     The same solution for ``canonical_form``; what an embedder should put close together."""
-    import ast
-
     def swap(node):
         for child in ast.iter_child_nodes(node):
             swap(child)
@@ -371,8 +379,6 @@ def diagnose_embedders(cfg: CountdownLMConfig, data: CountdownData, embedders: d
                        reference: Sequence[str] | Callable[[], Sequence[str]], max_problems: int = 40) -> dict:
     """``setpo.diagnostics.diagnose_embedder`` for every embedder the study uses, on validation problems with
     at least 4 distinct solutions: up to 6 solutions each, 3 surface variants per solution."""
-    from setpo.diagnostics import diagnose_embedder
-
     rng = random.Random(cfg.seed)
     problems = []
     for inst in data.val:
@@ -401,60 +407,37 @@ def select_on_validation(cfg: CountdownLMConfig, grpo: dict, candidates: dict[RL
 
 
 def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) -> dict:
-    """The whole study, resumable: data, warm start, embedder diagnostics, the validation search, every RL run
-    (seeds, cells), then the test split once, and the record. Returns the summary (``results.json``)."""
-    from setpo.studies.countdown_results import results_markdown, summarize, warm_start_texts
-
-    if isinstance(stages, str) or not set(stages) <= set(STAGES):
-        raise ValueError(f"stages must be a subset of {STAGES}, got {stages!r}")
-    torch.set_num_threads(cfg.threads)
-    quiet_libraries()
+    """The whole study, resumable: data, warm start (stage "sft"), embedder diagnostics, the validation search
+    and every RL run (seeds, cells; stage "rl"), then the test split once and the record (stage "eval").
+    Runs exactly the ``stages`` named; a stage whose input another stage makes refuses to start until that one
+    has finished. Returns the summary (``results.json``; {} without "eval")."""
+    stages = chosen_stages(stages, STAGES)
     out = Path(cfg.out)
     claim_folder(cfg)
     t0 = time.time()
+    log(f"[data] {cfg.n_train} training, {cfg.n_val} validation and {cfg.n_test} test problems (seed {cfg.seed})")
+    torch.set_num_threads(cfg.threads)
+    quiet_libraries()
     data = make_data(cfg)
     write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
                                     for k in ("train", "val", "test")})
-    sft_final = run_sft(cfg, data, out / "sft", log=log) if "sft" in stages else out / "sft" / "final"
-    embedders: dict = {}
-    reference = functools.cache(lambda: warm_start_texts(cfg, data))  # only a "centered:" embedder needs it
-
-    def train(run: RLRun) -> Path:
-        final = out / "rl" / run.name / "final"
-        if "rl" not in stages:
-            return final
-        t = time.time()
-        if not finished(final):  # a finished run needs no embedder (run_rl would return at once)
-            final = run_rl(cfg, run, data, sft_final, out / "rl" / run.name,
-                           embedder=resolve_embedder(run.embedder, reference, embedders), log=log)
-        log(f"[rl] {run.name} ready ({time.time() - t:.0f}s, study {time.time() - t0:.0f}s)")
-        return final
-
-    def validate(run: RLRun) -> dict:
-        return evaluate_model(cfg, train(run), data.val, 1.0, out / "val" / f"{run.name}_T1.json")
-
+    sft_final = train_sft(cfg, data, out / "sft", log=log) if "sft" in stages else out / "sft" / "final"
+    if stages == ["sft"]:
+        return {}
+    _require(sft_final, "sft")
     if "rl" in stages:
-        if not (out / "diagnostics.json").exists():
-            write_json(out / "diagnostics.json", diagnose_embedders(cfg, data, embedders, reference))
-        (out / "val").mkdir(exist_ok=True)
-    grpo_val = validate(cfg.main_cell())
-    chosen, selection = select_on_validation(cfg, grpo_val, {r: validate(r) for r in cfg.search_runs()})
-    pairwise, pair_selection = select_on_validation(
-        cfg, grpo_val, {r: validate(r) for r in cfg.pairwise_runs(chosen.embedder)})
-    selection["pairwise"] = pair_selection
-    write_json(out / "selection.json", selection)
-    log(f"[select] chosen on validation: {chosen.variant}; pairwise baseline: {pairwise.variant}")
-    runs = cfg.final_runs(chosen, pairwise)
-    models = {"sft": sft_final, **{run.name: train(run) for run in runs}}
+        runs, chosen, selection = _train_everything(cfg, data, sft_final, log, t0)
+    else:
+        runs, chosen, selection = _trained_runs(cfg)
     if "eval" not in stages:
         return {}
     # the test split, once, after every run has finished
+    models = {"sft": sft_final, **{run.name: _require(out / "rl" / run.name / "final", "rl") for run in runs}}
     (out / "eval").mkdir(exist_ok=True)
-    first = cfg.rl_seeds[0]
     results = {}
     for name, mdir in models.items():
         run = next((r for r in runs if r.name == name), None)
-        both = run is None or (run.seed == first and run.group_size == cfg.main_group_size
+        both = run is None or (run.seed == cfg.rl_seeds[0] and run.group_size == cfg.main_group_size
                                and run.beta == cfg.main_beta and run.preset == "grpo")
         for temp in (cfg.eval_temperatures if both else (1.0,)):
             t = time.time()
@@ -470,22 +453,78 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) 
     return summary
 
 
+def _require(final: Path, stage: str) -> Path:
+    """``final`` when its stage is done; otherwise a refusal saying which stage to run first."""
+    if not stage_done(final):
+        raise refusal(f"stage {stage!r} has not finished (no {final.name}/done.json)", final,
+                      f"run that stage first (--stages {stage}), then rerun")
+    return final
+
+
+def _train_everything(cfg: CountdownLMConfig, data: CountdownData, sft_final: Path, log, t0: float):
+    """Stage "rl": embedder diagnostics, the validation search (GRPO, the SetPO candidates, the pairwise
+    penalty), then every run the test split evaluates. Returns (those runs, the chosen SetPO run, the record
+    of the search)."""
+    out = Path(cfg.out)
+    embedders: dict = {}
+    reference = functools.cache(lambda: warm_start_texts(cfg, data, log))  # only a "centered:" embedder needs it
+
+    def train(run: RLRun) -> Path:
+        final = out / "rl" / run.name / "final"
+        t = time.time()
+        if not stage_done(final):  # a finished run needs no embedder (train_rl would return at once)
+            final = train_rl(cfg, run, data, sft_final, out / "rl" / run.name,
+                             embedder=resolve_embedder(run.embedder, reference, embedders), log=log)
+        log(f"[rl] {run.name} ready ({time.time() - t:.0f}s, study {time.time() - t0:.0f}s)")
+        return final
+
+    def validate(run: RLRun) -> dict:
+        return evaluate_model(cfg, train(run), data.val, 1.0, out / "val" / f"{run.name}_T1.json")
+
+    if not (out / "diagnostics.json").exists():
+        write_json(out / "diagnostics.json", diagnose_embedders(cfg, data, embedders, reference))
+    (out / "val").mkdir(exist_ok=True)
+    grpo_val = validate(cfg.main_cell())
+    chosen, selection = select_on_validation(cfg, grpo_val, {r: validate(r) for r in cfg.search_runs()})
+    pairwise, pair_selection = select_on_validation(
+        cfg, grpo_val, {r: validate(r) for r in cfg.pairwise_runs(chosen.embedder)})
+    selection["pairwise"] = pair_selection
+    write_json(out / "selection.json", selection)
+    log(f"[select] chosen on validation: {chosen.variant}; pairwise baseline: {pairwise.variant}")
+    runs = cfg.final_runs(chosen, pairwise)
+    for run in runs:
+        train(run)
+    return runs, chosen, selection
+
+
+def _trained_runs(cfg: CountdownLMConfig):
+    """What stage "rl" chose, read back from ``selection.json``, for an "eval" without "rl"."""
+    path = Path(cfg.out) / "selection.json"
+    if not path.exists():
+        raise refusal("stage 'rl' has not finished (no validation search recorded)", path,
+                      "run that stage first (--stages rl), then rerun")
+    selection = read_json(path, "delete it and rerun --stages rl to search again")
+    chosen = next(r for r in cfg.search_runs() if r.name == selection["chosen"])
+    pairwise = next(r for r in cfg.pairwise_runs(chosen.embedder) if r.name == selection["pairwise"]["chosen"])
+    return cfg.final_runs(chosen, pairwise), chosen, selection
+
+
 def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
     """The config and stages a command line asks for, every value checked before any work starts."""
-    from setpo.studies.arguments import Parser
-
     p = Parser(prog="python -m setpo.studies.countdown", description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="the study at its documented size")
     mode.add_argument("--smoke", action="store_true", help="toy size, seconds")
     p.add_argument("--out", default=None, help="output folder (default runs/countdown or runs/countdown_smoke)")
-    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
+    p.add_argument("--stages", default=",".join(STAGES),
+                   help=f"comma-separated stages to run, of {','.join(STAGES)} (default: all)")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
                    help="override config fields, e.g. --set rl_steps=100 'rl_seeds=[0,1,2,3,4]' 'search_embedders=[\"hash\"]'")
     a = p.parse_args(argv)
-    stages = [s for s in a.stages.split(",") if s]
-    if not stages or set(stages) - set(STAGES):
-        p.error(f"--stages: expected a comma-separated subset of {','.join(STAGES)}, got {a.stages!r}")
+    try:
+        stages = chosen_stages(a.stages, STAGES)
+    except ValueError as e:
+        p.error(f"--stages: {e}")
     overrides = {}
     known = {f.name for f in fields(CountdownLMConfig)}
     for item in a.set:

@@ -18,15 +18,14 @@ Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.st
 
 from __future__ import annotations
 
-import json
 import math
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from setpo import records
 from setpo.presets import PRESETS
-from setpo.records import read_json, write_json
+from setpo.records import read_json
+from setpo.studies import stages
 from setpo.studies.tiny_models import ModelSize
 
 STEPS_PER_GENERATION = 2  # optimizer steps per generated batch (TRL's steps_per_generation)
@@ -279,33 +278,10 @@ def load_config(out: str | Path) -> CountdownLMConfig:
     return CountdownLMConfig(**saved)
 
 
-def config_differences(old: dict, new: dict) -> list[str]:
-    """Fields whose values differ between two configs (as JSON), result-neutral fields left out."""
-    return list(records.config_differences(old, new, RESULT_NEUTRAL_FIELDS))
-
-
 def claim_folder(cfg: CountdownLMConfig) -> None:
-    """Write ``<out>/config.json`` for a new study, or check that the folder's study has the same config.
-
-    Refuses (ValueError naming the differing fields) a folder made with another config, and a folder holding
-    results but no config.json (nothing says which config made them).
-    """
-    out = Path(cfg.out)
-    cfg_path = out / "config.json"
-    new = json.loads(json.dumps(asdict(cfg)))
-    if cfg_path.exists():
-        old = read_json(cfg_path, f"delete {out} to start over")
-        differ = records.config_differences(old, new, RESULT_NEUTRAL_FIELDS)
-        if differ:
-            raise ValueError(f"{cfg_path} holds a different config (fields {list(differ)}: "
-                             + ", ".join(f"{k}={d}" for k, d in differ.items())
-                             + "); use another --out or delete that folder")
-        return
-    made = [p.name for p in (out / "sft", out / "rl", out / "eval", out / "results.json") if p.exists()]
-    if made:
-        raise ValueError(f"{out} holds results ({', '.join(made)}) but no config.json, so nothing says which "
-                         "config made them; use another --out or delete that folder")
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(cfg_path, new)
-
-
+    """Write ``<out>/config.json`` for a new study, or check that the folder's study has the same config
+    (``setpo.studies.stages.claim_folder``): a folder made with another config is refused, naming the differing
+    fields, and so is a folder holding results but no config.json (nothing says which config made them)."""
+    stages.claim_folder(cfg.out, asdict(cfg), RESULT_NEUTRAL_FIELDS,
+                        results=("sft", "rl", "eval", "results.json"),
+                        remedy="use another --out, or delete that folder and rerun")

@@ -18,6 +18,17 @@ from typing import Mapping, Sequence
 
 from setpo.records import read_json, read_records
 from setpo.studies.countdown_config import CountdownLMConfig, RLRun
+from setpo.studies.figures import (
+    BASELINE_COLOUR,
+    SETPO_COLOURS,
+    embedder_name,
+    metric_curves,
+    pass_at_k_curves,
+    project_frame,
+    run_record,
+    save_table,
+)
+from setpo.studies.figures import trajectory_figure as shared_trajectory_figure
 
 # two-sided 95% Student t quantiles by degrees of freedom (seeds - 1); a normal 1.96 beyond the table
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -26,8 +37,6 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 
 def embedder_label(spec: str) -> str:
     """An embedder spec by its real name ("centered:<spec>": that model, centred on the warm-start completions)."""
-    from setpo.studies.figures import embedder_name
-
     if spec.startswith("centered:"):
         return f"{embedder_name(spec.partition(':')[2])}, centred on the warm-start completions"
     return embedder_name(spec)
@@ -198,8 +207,6 @@ def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int =
     """
     import pandas as pd
 
-    from setpo.studies.figures import project_texts
-
     rows = [{"run": run.name, "method": run.variant, **r} for run in runs
             for r in read_records(Path(out) / "rl" / run.name / "probes.jsonl") if r["problem"] == problem]
     df = pd.DataFrame(rows)
@@ -207,16 +214,12 @@ def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int =
         raise ValueError(f"no probe samples for problem {problem} in {out} for runs {[r.name for r in runs]}")
     counts = df.groupby(["run", "step", "text"]).size().rename("count")
     df = df.drop_duplicates(subset=["run", "step", "text"]).join(counts, on=["run", "step", "text"])
-    df = df.reset_index(drop=True)
-    xy = project_texts(df["text"].tolist(), embedder, method=method, seed=seed)  # the kernel's cosine geometry
-    df["x"], df["y"] = xy[:, 0], xy[:, 1]
+    df = project_frame(df.reset_index(drop=True), embedder, method=method, seed=seed)  # the kernel's cosine geometry
     df["correct"] = df["reward"] == 1.0
     return df
 
 
 def _colour(variant: str, variants: Sequence[str]) -> str:
-    from setpo.studies.figures import BASELINE_COLOUR, SETPO_COLOURS
-
     others = [v for v in variants if v not in ("GRPO", "warm start (SFT)")]
     if variant == "GRPO":
         return BASELINE_COLOUR
@@ -229,8 +232,6 @@ def pass_at_k_figure(summary: dict, cols: int = 3):
     """pass@k (%) against k on a log axis (ticks 1, 2, 4, ..., n): the main cell at T = 1 (mean over seeds,
     band: lowest to highest seed), the main cell's first seed at the other temperatures, and the other cells;
     dotted grey: the warm start."""
-    from setpo.studies.figures import line_grid
-
     cfg = summary["config"]
     rows = summary["runs"]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -259,12 +260,11 @@ def pass_at_k_figure(summary: dict, cols: int = 3):
     for g, beta in cfg["other_cells"]:
         members = [r for r in rows if (r["name"] == "sft" or (r["G"] == g and r["beta"] == beta)) and r["T"] == 1.0]
         panels.append(panel(f"G={g}, β={beta:g}, T=1 (1 seed)", members))
-    ticks = _ks(cfg["eval_samples"])
     one = len(panels) == 1  # a lone panel gets the room its title and legend need
-    return line_grid(panels, cols=cols, log_x=True, x_ticks=ticks, x_title="k", y_title="pass@k (%)",
-                     title=f"Countdown test split: pass@k, n = {cfg['eval_samples']} samples per problem"
-                           + ("<br>" if one else " ") + "(bands: range over seeds; dotted: warm start)",
-                     panel_px=(720, 380) if one else (360, 260))
+    return pass_at_k_curves(panels, cfg["eval_samples"], cols=cols, x_title="k", y_title="pass@k (%)",
+                            title=f"Countdown test split: pass@k, n = {cfg['eval_samples']} samples per problem"
+                                  + ("<br>" if one else " ") + "(bands: range over seeds; dotted: warm start)",
+                            panel_px=(720, 380) if one else (360, 260))
 
 
 TRAINING_METRICS = (("reward", "mean reward"), ("distinct_correct", "distinct correct / group"),
@@ -291,22 +291,19 @@ def run_of(row: dict) -> RLRun:
 def training_figure(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str]] = TRAINING_METRICS,
                     window: int = 5):
     """Training metrics of ``runs`` (``training_curves``), ``window``-step rolling means: a column per metric,
-    one line per run."""
-    from setpo.studies.figures import line_grid
-
+    one line per run (``setpo.studies.figures.metric_curves``)."""
     variants = [r.variant for r in runs]
-    panels = [{"title": label, "lines": []} for _, label in metrics]
+    series = []
     for run in runs:
         d = curves[curves.run == run.name] if len(curves) else curves
         if d.empty:
             continue
         smooth = d.set_index("step")[[m for m, _ in metrics]].rolling(window, min_periods=1).mean()
-        for j, (m, _) in enumerate(metrics):
-            panels[j]["lines"].append({"x": smooth.index.tolist(), "y": smooth[m].tolist(), "name": run.variant,
-                                       "color": _colour(run.variant, variants)})
-    return line_grid(panels, cols=len(metrics), x_title="step", panel_px=(380, 270),
-                     title=f"Training curves, G={runs[0].group_size}, β={runs[0].beta:g}, seed {runs[0].seed} "
-                           f"({window}-step rolling mean)")
+        series.append((run.variant, _colour(run.variant, variants),
+                       {m: (smooth.index.tolist(), smooth[m].tolist()) for m, _ in metrics}))
+    return metric_curves(series, metrics, panel_px=(380, 270),
+                         title=f"Training curves, G={runs[0].group_size}, β={runs[0].beta:g}, seed {runs[0].seed} "
+                               f"({window}-step rolling mean)")
 
 
 def trajectory_runs(summary: dict) -> tuple[RLRun, RLRun]:
@@ -323,8 +320,6 @@ def trajectory_figure(summary: dict, embedder, runs: Sequence[RLRun] | None = No
     """Where one validation problem's probe samples go over training (``probe_frame``), drawn by the shared
     ``setpo.studies.figures.trajectory_figure``: a panel per run, colour = step, filled = correct, size = number
     of identical samples. embedder: the one the chosen run used (what its kernel saw). Returns (figure, frame)."""
-    from setpo.studies.figures import trajectory_figure as build
-
     runs = list(runs or trajectory_runs(summary))
     df = probe_frame(summary["config"]["out"], runs, embedder, problem=problem, method=method, seed=seed)
     frame = df.assign(panel=df["method"], group=problem,
@@ -333,14 +328,12 @@ def trajectory_figure(summary: dict, embedder, runs: Sequence[RLRun] | None = No
     title = (f"Samples for {' '.join(map(str, inst.numbers))} → {inst.target} over training "
              f"(G={runs[-1].group_size}, β={runs[-1].beta:g}; {method.upper()} of {embedder_label(runs[-1].embedder)} "
              "embeddings; size: identical samples)")
-    return build(frame, title=title, group_name="problem"), frame
+    return shared_trajectory_figure(frame, title=title, group_name="problem"), frame
 
 
 def figure_record(summary: dict, command: str, **extra) -> dict:
     """The run record of a notebook-03 figure or table: the study's command and whole config, the embedders by
     their real names, and the record's rows (so README numbers trace back here)."""
-    from setpo.studies.figures import run_record
-
     cfg = summary["config"]
     chosen = next((r for r in summary["runs"] if r["primary"]), None)
     uses = {"paper-faithful embedder": embedder_label(cfg["paper_embedder"]),
@@ -357,20 +350,9 @@ def write_results(summary: dict, out_dir: str | Path, record: dict) -> tuple[str
     """``fig3_countdown_results.md`` (``results_markdown``) and ``fig3_countdown_results.json``: the run record
     with every row (``runs``), the paired differences, the validation search and the diagnostics. Returns
     (markdown, path of the .md)."""
-    from setpo.studies.figures import save_table
-
     table = results_markdown(summary)
     path = save_table(table, Path(out_dir) / "fig3_countdown_results",
                       {**record, **{k: summary[k] for k in ("chosen", "runs", "paired", "selection", "diagnostics")}},
                       note=f"Made by `{record['command']}`; every row, seed and setting in "
                            "`fig3_countdown_results.json` beside this file.")
     return table, path
-
-
-def warm_start_texts(cfg: CountdownLMConfig, data=None) -> list[str]:
-    """The warm-start completions, the reference a "centered:" embedder subtracts the mean of. data: the
-    study's ``CountdownData`` when at hand (None: made again from ``cfg``, the same problems)."""
-    from setpo.studies.countdown import make_data, sft_examples
-
-    train = (data if data is not None else make_data(cfg)).train
-    return [e["completion"] for e in sft_examples(train, cfg.sft_solutions_per_problem, cfg.seed)]

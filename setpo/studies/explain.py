@@ -15,6 +15,7 @@ import torch
 import setpo
 from setpo.diversity import marginals_by_definition
 from setpo.records import markdown_table
+from setpo.studies.figures import line_grid
 
 
 def on_circle(degrees: Sequence[float]) -> torch.Tensor:
@@ -73,8 +74,6 @@ def marginals_on_circle_figure(degrees: Sequence[float], title: str = ""):
 
 def marginal_vs_angle_figure(cluster: Sequence[float], angles: Sequence[float]):
     """s of a point moved from 0° to the largest angle, next to a fixed cluster (the last point's marginal)."""
-    from setpo.studies.figures import line_grid
-
     curve = [float(setpo.diversity_marginals(on_circle(list(cluster) + [a]))[-1]) for a in angles]
     n = len(cluster)
     return line_grid([{"title": "", "lines": [{"x": list(angles), "y": curve, "name": f"s_{n}", "markers": True,
@@ -86,8 +85,6 @@ def marginal_vs_angle_figure(cluster: Sequence[float], angles: Sequence[float]):
 def advantage_vs_lambda_figure(rewards: Sequence[float], degrees: Sequence[float], lams: Sequence[float]):
     """Â_i = Ā_i + λ s_i of each rollout against λ. Identical rollouts have identical lines: the first of them is
     drawn wide, the others dashed on top, so every one stays visible."""
-    from setpo.studies.figures import line_grid
-
     r = torch.tensor(list(rewards), dtype=torch.float64)
     adv = np.stack([setpo.setpo_advantages(r, on_circle(degrees), lam=float(lam)).numpy() for lam in lams])
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]

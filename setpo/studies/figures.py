@@ -10,7 +10,10 @@ drawn from that same Figure, and a run record; plus the builders that several st
   (``make figures`` sets it, so committed notebooks hold small images, not megabytes of JavaScript).
 - Builders: ``line_grid`` (panels of curves: pass@k, training curves, sweeps) and ``trajectory_figure`` (one
   embedding-trajectory figure for the toy, Countdown and math studies), with ``project_2d`` /
-  ``project_texts`` for the 2-D maps. The static renderer (``plotly_to_png``) lives in ``setpo.studies.static_render``.
+  ``project_texts`` / ``project_frame`` for the 2-D maps; ``pass_at_k_curves``, ``metric_curves`` and
+  ``run_colour``, the pass@k and training figures every language-model study draws. Each study's own
+  figures live in its results module (``toy_results``, ``countdown_results``, ``math_results``,
+  ``rubric_results``). The static renderer (``plotly_to_png``) lives in ``setpo.studies.static_render``.
 """
 
 from __future__ import annotations
@@ -194,7 +197,44 @@ def project_texts(texts: Sequence[str], embedder, method: str = "pca", seed: int
     return project_2d(emb, method=method, seed=seed)
 
 
+def project_frame(frame, embedder, method: str = "pca", seed: int = 0):
+    """``frame`` (a pandas DataFrame with a ``text`` column: probe samples of every run) with ``x``, ``y`` added
+    from one projection of all its texts (``project_texts``), so that every panel shares coordinates."""
+    xy = project_texts(frame["text"].tolist(), embedder, method=method, seed=seed)
+    return frame.assign(x=xy[:, 0], y=xy[:, 1])
+
+
 # ---- shared builders --------------------------------------------------------------------------------------
+
+def run_colour(i: int) -> str:
+    """The colour of a study's i-th run: the baseline first, then SetPO's colours in turn."""
+    return BASELINE_COLOUR if i == 0 else SETPO_COLOURS[(i - 1) % len(SETPO_COLOURS)]
+
+
+def pass_at_k_curves(panels: Sequence[Mapping], k_max: int, cols: int = 1, title: str = "", x_title: str = "k",
+                     y_title: str = "pass@k", panel_px: tuple[int, int] = (640, 400)):
+    """pass@k against k on a log axis, the powers of two up to ``k_max`` marked (``line_grid`` panels): the
+    pass@k figure of every language-model study."""
+    ticks = [2 ** j for j in range(k_max.bit_length()) if 2 ** j <= k_max]
+    return line_grid(panels, cols=cols, log_x=True, x_ticks=ticks, x_title=x_title, y_title=y_title, title=title,
+                     panel_px=panel_px)
+
+
+def metric_curves(runs: Sequence[tuple[str, str, Mapping]], metrics: Sequence[tuple[str, str]], title: str = "",
+                  markers: bool = False, panel_px: tuple[int, int] = (380, 270)):
+    """Training metrics against the step, a panel per metric and a line per run: the training figure of every
+    language-model study. runs: (name, colour, {metric key: (steps, values)}), a metric left out where the run
+    logged none; metrics: (key, panel title)."""
+    panels = [{"title": label, "lines": []} for _, label in metrics]
+    for name, colour, series in runs:
+        for panel, (key, _) in zip(panels, metrics):
+            if key in series:
+                x, y = series[key]
+                panel["lines"].append({"x": x, "y": y, "name": name, "color": colour,
+                                       **({"markers": True} if markers else {})})
+    return line_grid(panels, cols=len(metrics), x_title="step", title=title, panel_px=panel_px)
+
+
 
 def line_grid(panels: Sequence[Mapping], cols: int = 3, title: str = "", x_title: str = "", y_title: str = "",
               log_x: bool = False, x_ticks: Sequence[float] | None = None, panel_px: tuple[int, int] = (400, 290),
@@ -348,58 +388,3 @@ def trajectory_figure(frame, title: str = "", background: np.ndarray | None = No
     fig.update_layout(title=title, width=min(panel_px[0] * len(panels) + 200, 1400), height=height,
                       template="plotly_white", margin=dict(t=80))
     return fig
-
-
-# ---- the toy's Figure 1 -----------------------------------------------------------------------------------
-
-def toy_trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, prompt: int = 0):
-    """Figure 1: sampled trajectory embeddings over training (top) and mode mass over training (below), one
-    column per run, stars at correct modes.
-
-    runs: {label: ToyRun} trained on the same world. The projection is fitted once on the embeddings of every
-    possible trajectory for ``prompt`` (the grey background), so panels and stages share coordinates; a sample
-    is drawn at its trajectory's point plus a little jitter, so that density shows. A star sits at the mean
-    position of its mode's trajectories. Returns (plotly figure, {"figure", "frame", ...}).
-    """
-    import pandas as pd
-    import torch
-
-    from envs.bandit import MultiModalBandit
-
-    world = MultiModalBandit(next(iter(runs.values())).config.bandit)
-    c = world.config
-    grid = torch.cartesian_prod(*[torch.arange(c.vocab_size)] * c.traj_len).reshape(-1, c.traj_len)
-    grid_prompts = torch.full((len(grid),), prompt)
-    grid_modes = world.modes(grid_prompts, grid).numpy()
-    xy_all = project_2d(world.embeddings(grid_prompts, grid).numpy(), method=method, seed=seed)
-    stars = np.stack([xy_all[grid_modes == m].mean(0) for m in range(c.num_modes)])
-    correct = set(world.correct_modes)
-    jitter_scale = 0.015 * np.ptp(xy_all, axis=0)
-    rng = np.random.default_rng(seed)
-
-    rows, curves = [], {}
-    for label, run in runs.items():
-        for snap in run.snapshots:
-            keep = snap["prompts"] == prompt
-            tokens, modes = snap["tokens"][keep], snap["modes"][keep].numpy()
-            pts = xy_all[world.sequence_id(tokens).numpy()] + rng.normal(size=(len(tokens), 2)) * jitter_scale
-            rows += [{"panel": label, "step": snap["step"], "x": x, "y": y, "correct": int(m) in correct,
-                      "group": prompt, "hover": f"mode {m}{' (correct)' if m in correct else ''}"
-                                                f"<br>tokens {' '.join(map(str, t.tolist()))}"}
-                     for (x, y), m, t in zip(pts, modes, tokens)]
-        steps = [h["step"] for h in run.history]
-        masses = np.asarray([h["mode_mass"] for h in run.history])
-        curves[label] = [{"x": steps, "y": masses[:, m], "name": f"correct mode {m}", "color": SETPO_COLOURS[m % 4]}
-                         for m in sorted(correct)]
-        curves[label].append({"x": steps, "y": masses[:, len(correct):].sum(1), "name": "wrong modes",
-                              "color": "black", "dash": "dash"})
-        curves[label].append({"x": [steps[0], steps[-1]], "y": [0.05, 0.05], "name": "5%: a mode counts as kept",
-                              "color": "grey", "dash": "dot"})
-    frame = pd.DataFrame(rows)
-    landmarks = [{"x": x, "y": y, "label": m, "correct": m in correct} for m, (x, y) in enumerate(stars)]
-    fig = trajectory_figure(frame, background=xy_all, landmarks=landmarks, curves=curves,
-                            curves_axes=("training step", "policy mass"), group_name="prompt",
-                            title=f"Sampled trajectory embeddings over training ({method.upper()}; filled: correct "
-                                  "mode, stars: correct modes), and each mode's probability mass")
-    return fig, {"figure": fig, "frame": frame, "stars": stars, "correct": correct, "labels": list(runs),
-                 "background": xy_all}

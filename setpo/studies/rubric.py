@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 
 import torch
 
@@ -39,9 +39,12 @@ from setpo.setgrpo import (
     reversal_indicators,
     safe_recovery,
 )
+from setpo.studies.arguments import Parser, positive_int
+from setpo.studies.rubric_config import RubricStudyConfig, TrainConfig
+from setpo.studies.rubric_results import format_table
 
-__all__ = ["LinearSoftmaxPolicy", "TrainConfig", "compare", "coverage_study",
-           "format_table", "invariance_table", "risk_study", "train"]
+__all__ = ["LinearSoftmaxPolicy", "RubricStudyConfig", "TrainConfig", "compare", "coverage_study",
+           "format_table", "invariance_table", "risk_study", "run_study", "train"]
 
 
 class LinearSoftmaxPolicy:
@@ -73,55 +76,6 @@ class LinearSoftmaxPolicy:
     def true_quality(self) -> float:
         """Expected latent quality of the policy's responses, averaged over all prompts (exact)."""
         return float((self.log_probs().exp() * self.task.quality).sum(-1).mean())
-
-
-def _toy_setgrpo() -> SetGRPOConfig:
-    return SetGRPOConfig(recalibrate_every=50)
-
-
-@dataclass
-class TrainConfig:
-    """Training on the toy (one dataclass holds every knob, CleanRL style).
-
-    steps, batch_prompts (prompts per step), group_size G, lr (Adam).
-    grpo_gradings: gradings per grader averaged into GRPO's reward (1 = one score from each grader).
-    n_cal_groups: calibration groups drawn from the current policy at each recalibration (split between the
-        box and the risk test by ``setgrpo.risk_fraction``).
-    n_regrades: re-gradings per response for the reference (per grader for "regrade").
-    reference: "regrade" (mean of re-gradings by the same two graders, the library default) or "expert".
-    setgrpo: SetGRPO's own knobs (α, β, δ, K = recalibrate_every, ...).
-    """
-
-    steps: int = 200
-    batch_prompts: int = 16
-    group_size: int = 8
-    lr: float = 0.02
-    grpo_gradings: int = 1
-    n_cal_groups: int = 512
-    n_regrades: int = 1
-    reference: str = "regrade"
-    setgrpo: SetGRPOConfig = field(default_factory=_toy_setgrpo)
-
-    def __post_init__(self):
-        if self.reference not in ("regrade", "expert"):
-            raise ValueError(f"reference must be 'regrade' or 'expert', got {self.reference!r}")
-        for name in ("steps", "batch_prompts", "grpo_gradings", "n_cal_groups", "n_regrades"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "n_regrades" else 1):
-                raise ValueError(f"{name} must be a whole number >= {0 if name == 'n_regrades' else 1}, got {value!r}")
-        if self.group_size < 3:
-            raise ValueError(f"group_size must be >= 3, got {self.group_size}")
-        if not math.isfinite(self.lr) or self.lr <= 0:
-            raise ValueError(f"lr must be a positive finite number, got {self.lr}")
-
-    def grader_calls_per_step(self, method: str) -> float:
-        """Training plus amortised calibration grader calls per step (expert calls not included)."""
-        train_calls = self.batch_prompts * self.group_size * 2
-        if method == "grpo":
-            return train_calls * self.grpo_gradings
-        regrades = self.n_regrades if self.reference == "regrade" else 0
-        cal = self.n_cal_groups * self.group_size * 2 * (1 + regrades)
-        return train_calls + cal / self.setgrpo.recalibrate_every
 
 
 def _draw_groups(task, policy, n_groups, group_size, gen):
@@ -225,29 +179,6 @@ def compare(seeds=range(5), task_config: RubricToyConfig | None = None,
     if verbose:
         print(format_table(rows))
     return rows
-
-
-def format_table(rows: list[dict]) -> str:
-    """Markdown table of ``compare`` rows, with means, the standard error of the gain and the win count."""
-    k = rows[0]["matched_gradings"]
-    lines = [f"| seed | GRPO | GRPO, {k} gradings/grader | SetGRPO | SetGRPO − GRPO | optimum | "
-             "SetGRPO accepted groups |", "|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['seed']} | {r['grpo']:.4f} | {r['grpo_matched']:.4f} | {r['setgrpo']:.4f} | "
-                     f"{r['gain']:+.4f} | {r['best']:.4f} | {r['accepted']:.2f} |")
-    n = len(rows)
-    mean = lambda key: sum(r[key] for r in rows) / n  # noqa: E731
-    se = math.sqrt(sum((r["gain"] - mean("gain")) ** 2 for r in rows) / max(n - 1, 1) / n)
-    lines.append(f"| mean | {mean('grpo'):.4f} | {mean('grpo_matched'):.4f} | {mean('setgrpo'):.4f} | "
-                 f"{mean('gain'):+.4f} ± {se:.4f} | {mean('best'):.4f} | {mean('accepted'):.2f} |")
-    calls = [sum(r["calls"][i] for r in rows) / n for i in range(3)]
-    lines.append("")
-    lines.append(f"Final true-quality reward (exact expectation over prompts). SetGRPO above GRPO in "
-                 f"{sum(r['gain'] > 0 for r in rows)} of {n} seeds, above budget-matched GRPO in "
-                 f"{sum(r['setgrpo'] > r['grpo_matched'] for r in rows)} of {n}. Grader calls per run: "
-                 f"GRPO {calls[0]:.0f}, matched GRPO {calls[1]:.0f}, SetGRPO {calls[2]:.0f} (calibration "
-                 f"included). ± is one standard error over seeds.")
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -357,9 +288,17 @@ def invariance_table(transforms=((0.5, -1.0), (1.0, 0.0), (2.0, 1.0), (3.0, -2.0
     return rows
 
 
-def main(argv=None) -> int:
-    from setpo.studies.arguments import Parser, positive_int
+def run_study(cfg: RubricStudyConfig) -> list[dict]:
+    """The study: train the three methods over the seeds (``compare``, which prints a line per seed and the
+    table), on one thread, then the time it took. Returns ``compare``'s rows."""
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    rows = compare(range(cfg.seeds), task_config=cfg.task, train_config=cfg.train)
+    print(f"({time.perf_counter() - t0:.0f} s on {torch.get_num_threads()} thread)")
+    return rows
 
+
+def main(argv=None) -> int:
     p = Parser(prog="python -m setpo.studies.rubric",
                description="GRPO vs SetGRPO on the rubric toy (true-quality reward at the end)")
     p.add_argument("--seeds", type=positive_int, default=5, help="seeds (default 5)")
@@ -367,10 +306,7 @@ def main(argv=None) -> int:
     p.add_argument("--reference", choices=("regrade", "expert"), default="regrade",
                    help="SetGRPO's calibration reference: re-gradings by the same graders, or the expert")
     args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    compare(range(args.seeds), train_config=TrainConfig(steps=args.steps, reference=args.reference))
-    print(f"({time.perf_counter() - t0:.0f} s on {torch.get_num_threads()} thread)")
+    run_study(RubricStudyConfig(seeds=args.seeds, train=TrainConfig(steps=args.steps, reference=args.reference)))
     return 0
 
 

@@ -1,5 +1,6 @@
 """The figures and tables of notebook 05 (SetGRPO on two noisy graders), drawn from ``setpo.studies.rubric``'s
-results: the graders' gaps, training dynamics, coverage and reversal risk, positive-affine invariance.
+results: the graders' gaps, training dynamics, coverage and reversal risk, positive-affine invariance, and the
+comparison's table (``format_table``).
 
 Every figure is a plotly Figure for ``setpo.studies.figures.save_figure`` (HTML, PNG twin, run record).
 """
@@ -12,14 +13,15 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from envs.rubric import RubricTask
+from setpo.studies.figures import line_grid
+
 METHODS = (("grpo", "GRPO", "#7f7f7f"), ("grpo_matched", "GRPO, same grader budget", "#1f77b4"),
            ("setgrpo", "SetGRPO", "#d62728"))
 
 
 def graders_table(task_config, seed: int = 0) -> str:
     """Mean |A − B| between the two graders and mean |A − q| to the latent quality, on clear and ambiguous prompts."""
-    from envs.rubric import RubricTask
-
     task = RubricTask(task_config, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     prompts = torch.arange(task_config.n_prompts).repeat_interleave(task_config.n_responses)
@@ -50,8 +52,6 @@ def _band(rows: Sequence[dict], method: str, key: str, smooth: int = 1):
 def training_figure(rows: Sequence[dict], smooth: int = 9):
     """The paper's Figures 3 and 5 in miniature: true-quality reward, SetGRPO's accepted-group ratio and mean
     recovery ratio η*, and the RMS coefficient per step; means over seeds with ± one standard error."""
-    from setpo.studies.figures import line_grid
-
     def line(method, key, s=1, band=True):
         label, colour = next((lab, c) for m, lab, c in METHODS if m == method)
         x, y, b = _band(rows, method, key, s)
@@ -106,4 +106,27 @@ def invariance_markdown(rows: Sequence[dict]) -> str:
     for r in rows:
         lines.append(f"| a = {r['a']:g}, b = {r['b']:g} | {r['coef_cosine']:.4f} | {r['update_cosine']:.4f} | "
                      f"{r['flip_pct']:.2f} | {r['d_eta_1e3']:.1f} |")
+    return "\n".join(lines)
+
+
+def format_table(rows: list[dict]) -> str:
+    """Markdown table of ``compare`` rows, with means, the standard error of the gain and the win count."""
+    k = rows[0]["matched_gradings"]
+    lines = [f"| seed | GRPO | GRPO, {k} gradings/grader | SetGRPO | SetGRPO − GRPO | optimum | "
+             "SetGRPO accepted groups |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['seed']} | {r['grpo']:.4f} | {r['grpo_matched']:.4f} | {r['setgrpo']:.4f} | "
+                     f"{r['gain']:+.4f} | {r['best']:.4f} | {r['accepted']:.2f} |")
+    n = len(rows)
+    mean = lambda key: sum(r[key] for r in rows) / n  # noqa: E731
+    se = math.sqrt(sum((r["gain"] - mean("gain")) ** 2 for r in rows) / max(n - 1, 1) / n)
+    lines.append(f"| mean | {mean('grpo'):.4f} | {mean('grpo_matched'):.4f} | {mean('setgrpo'):.4f} | "
+                 f"{mean('gain'):+.4f} ± {se:.4f} | {mean('best'):.4f} | {mean('accepted'):.2f} |")
+    calls = [sum(r["calls"][i] for r in rows) / n for i in range(3)]
+    lines.append("")
+    lines.append(f"Final true-quality reward (exact expectation over prompts). SetGRPO above GRPO in "
+                 f"{sum(r['gain'] > 0 for r in rows)} of {n} seeds, above budget-matched GRPO in "
+                 f"{sum(r['setgrpo'] > r['grpo_matched'] for r in rows)} of {n}. Grader calls per run: "
+                 f"GRPO {calls[0]:.0f}, matched GRPO {calls[1]:.0f}, SetGRPO {calls[2]:.0f} (calibration "
+                 f"included). ± is one standard error over seeds.")
     return "\n".join(lines)

@@ -16,45 +16,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from envs.bandit import BanditConfig, MultiModalBandit
+from envs.bandit import MultiModalBandit
 from setpo.advantages import group_advantages, groups_with_signal
 from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
-from setpo.metrics import mean_pairwise_similarity, mode_coverage
+from setpo.metrics import mean_pairwise_similarity
 from setpo.presets import get_preset
-from setpo.records import config_differences, markdown_table, progress_bar, write_json
-
-
-@dataclass
-class ToyConfig:
-    algo: str = "grpo"             # policy-loss preset from setpo.presets: grpo | gspo | dapo
-    setpo: bool = False            # add λ·s_i (SetPO) to the base advantage
-    lam: float = 0.5               # SetPO marginal weight λ on this toy (see README for the sweep)
-    estimator: str = "grpo"        # base group advantage, a key of setpo.ADVANTAGE_ESTIMATORS
-    group_size: int = 8            # G rollouts per prompt
-    groups_per_step: int = 16      # prompts (groups) per batch
-    steps: int = 200               # training steps (batches)
-    updates_per_batch: int = 2     # optimiser steps per batch; the second sees ratios != 1, so clipping acts
-    lr: float = 0.01               # Adam learning rate
-    hidden: int = 64               # policy MLP width
-    kl_coef: float = 0.0           # β for the k3 KL to the initial policy
-    max_resample: int = 4          # DAPO dynamic sampling: extra batches drawn to refill dropped groups
-    seed: int = 0                  # policy init and sampling
-    bandit: BanditConfig = field(default_factory=BanditConfig)
-    snapshot_every: int = 50       # record sampled embeddings for the trajectory plot every this many steps
-    snapshot_samples: int = 160    # trajectories per snapshot
-    checkpoint_dir: str | None = None  # save here every checkpoint_every steps and resume from it
-    checkpoint_every: int = 50
-
-    @property
-    def name(self) -> str:
-        return ("SetPO+" if self.setpo else "") + self.algo.upper()
+from setpo.records import markdown_table, progress_bar, write_json
+from setpo.studies.stages import check_same_config, refusal, unreadable
+from setpo.studies.toy_config import RESUMABLE_CHANGES, ToyConfig, ToyStudyConfig
+from setpo.studies.toy_results import coverage_rows, summary_rows, write_figure1
 
 
 class TrajectoryPolicy(nn.Module):
@@ -138,10 +115,6 @@ def _checkpoint_path(cfg: ToyConfig) -> Path | None:
     return Path(cfg.checkpoint_dir) / "checkpoint.pt" if cfg.checkpoint_dir else None
 
 
-# Config fields a resumed run may change: they say how far to train and where to save, not what is trained.
-RESUMABLE_CHANGES = ("steps", "checkpoint_dir", "checkpoint_every")
-
-
 def _config_record(cfg: ToyConfig) -> dict:
     return json.loads(json.dumps(asdict(cfg), default=str))
 
@@ -165,17 +138,11 @@ def _load(path: Path, cfg: ToyConfig) -> dict:
         state = torch.load(path, weights_only=True)
         state["history"], saved = json.loads(state["history"]), json.loads(state["config"])
     except Exception as e:  # noqa: BLE001 - truncated zip, planted pickle, old format: all unusable here
-        raise ValueError(f"{path} cannot be loaded ({type(e).__name__}: {e}); delete it to start this run "
-                         "over") from None
-    now = _config_record(cfg)
-    differ = config_differences(saved, now, RESUMABLE_CHANGES)
-    if differ:
-        raise ValueError(f"{path} was made with a different configuration ("
-                         + ", ".join(f"{k}: {d}" for k, d in differ.items())
-                         + "); use another checkpoint_dir or delete it to start over")
+        raise unreadable(path, e, "delete it and rerun to start this run over") from None
+    remedy = "use another checkpoint_dir, or delete it and rerun to start over"
+    check_same_config(saved, _config_record(cfg), RESUMABLE_CHANGES, path, remedy)
     if state["step"] > cfg.steps:
-        raise ValueError(f"{path} is at step {state['step']}, beyond steps={cfg.steps}; use another "
-                         "checkpoint_dir or delete it to start over")
+        raise refusal(f"the checkpoint is at step {state['step']}, beyond steps={cfg.steps}", path, remedy)
     return state
 
 
@@ -275,13 +242,6 @@ def _train(cfg: ToyConfig, bar) -> ToyRun:
     return ToyRun(cfg, policy, history, snapshots)
 
 
-def covered_modes(run: ToyRun, threshold: float = 0.05) -> list[int]:
-    """Correct modes holding at least ``threshold`` of the final policy's exact mass (averaged over prompts)."""
-    masses = run.history[-1]["mode_mass"]
-    cov = mode_coverage(range(len(masses)), range(run.config.bandit.num_correct), threshold, weights=masses)
-    return list(cov.covered)
-
-
 # ---- comparisons, tables and the demo -----------------------------------------------------------------
 
 def compare(base: ToyConfig, variants: dict[str, dict], seeds, progress: bool = True) -> dict[str, list[ToyRun]]:
@@ -304,59 +264,25 @@ def compare(base: ToyConfig, variants: dict[str, dict], seeds, progress: bool = 
     return results
 
 
-def coverage_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> list[dict]:
-    """One row per (variant, seed): correct modes covered (≥ threshold mass), final correct mass, masses."""
-    rows = []
-    for label, runs in results.items():
-        for run in runs:
-            last = run.history[-1]
-            rows.append({"method": label, "seed": run.config.seed, "modes_covered": len(covered_modes(run, threshold)),
-                         "correct_mass": round(last["correct_mass"], 3),
-                         "correct_mode_masses": [round(m, 2) for m in last["mode_mass"][: run.config.bandit.num_correct]]})
-    return rows
-
-
-def summary_rows(results: dict[str, list[ToyRun]], threshold: float = 0.05) -> list[dict]:
-    out = []
-    for label, runs in results.items():
-        cov = [len(covered_modes(r, threshold)) for r in runs]
-        reward = sum(r.history[-1]["correct_mass"] for r in runs) / len(runs)
-        out.append({"method": label, "seeds": len(runs), "modes covered per seed": cov, "min modes": min(cov),
-                    "mean final reward": round(reward, 3)})
-    return out
-
-
 DEMO_VARIANTS = {"GRPO": {"setpo": False}, "SetPO+GRPO": {"setpo": True}}
 
 
-def write_figure1(results: dict[str, list[ToyRun]], out_dir: Path, projection: str, command: str):
-    """Figure 1 from each variant's first seed: .html, .png and a .json record of config, seeds and table.
-
-    Returns (plotly figure, html path, png path). Used by `make demo` and notebook 01 alike.
-    """
-    from setpo.studies.figures import run_record, save_figure, toy_trajectory_figure
-
-    first = {label: runs[0] for label, runs in results.items()}
-    fig, _ = toy_trajectory_figure(first, method=projection)
-    runs = next(iter(results.values()))
-    html, png = save_figure(fig, Path(out_dir) / "fig1_toy_mode_collapse", run_record(
-        command, config=asdict(runs[0].config), seeds=[r.config.seed for r in runs],
-        uses={"projection": projection},
-        variants={label: {k: getattr(rs[0].config, k) for k in ("algo", "setpo", "lam")} for label, rs in results.items()},
-        projection=projection, rows=coverage_rows(results)))
-    return fig, html, png
+def run_study(cfg: ToyStudyConfig) -> dict[str, list[ToyRun]]:
+    """The toy study, in its two stages: train GRPO and SetPO+GRPO from the same seeds (``compare``), then
+    report: the coverage tables printed and Figure 1 written (``toy_results``). Returns the runs by variant."""
+    results = compare(cfg.base(), DEMO_VARIANTS, range(cfg.seeds))
+    print(markdown_table(coverage_rows(results)))
+    print()
+    print(markdown_table(summary_rows(results)))
+    _, html, png = write_figure1(results, Path(cfg.out), cfg.figure_projection(),
+                                 cfg.command + (" (smoke)" if cfg.smoke else ""))
+    print(f"\nwrote {png} and {html}")
+    return results
 
 
 def run_demo(out_dir: Path, seeds: int = 5, smoke: bool = False, projection: str | None = None) -> None:
     """`make demo`: GRPO vs SetPO+GRPO over ``seeds`` seeds; Figure 1 (seed 0) and the coverage table."""
-    base = ToyConfig(steps=12, snapshot_every=4) if smoke else ToyConfig()
-    results = compare(base, DEMO_VARIANTS, range(seeds))
-    print(markdown_table(coverage_rows(results)))
-    print()
-    print(markdown_table(summary_rows(results)))
-    _, html, png = write_figure1(results, out_dir, projection or ("pca" if smoke else "umap"),
-                                 "make demo" + (" (smoke)" if smoke else ""))
-    print(f"\nwrote {png} and {html}")
+    run_study(ToyStudyConfig(out=str(out_dir), seeds=seeds, smoke=smoke, projection=projection))
 
 
 def lambda_sweep(base: ToyConfig, lams, seeds, threshold: float = 0.05) -> list[dict]:

@@ -1,0 +1,125 @@
+"""What every study shares about its stages and its folder: whether a stage is done, which stages to run,
+claiming a run folder for one configuration, refusals in one shape, and progress lines.
+
+- ``stage_done(final)``: a training stage is done when its final folder holds the trainer's marker
+  (``setpo.trl.training.train_resumable`` writes ``done.json`` there last); the one place a study asks.
+- ``claim_folder(folder, config, ...)``: write the configuration a folder's results come from, or check that
+  the folder's is the same one; a folder made with another configuration is refused, naming the fields
+  (the toy's checkpoint uses ``check_same_config``, the same comparison, on the configuration it carries).
+- ``refusal`` / ``unreadable``: every refusal is one line that *ends* with the file and what to do, so the
+  last thing a user reads is not a library's multi-line text.
+- ``chosen_stages``: the stages a command line names, checked against the study's, the valid ones named.
+- ``Progress``: a line at most every ``every_s`` seconds from a loop, so long data building shows it is alive.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from setpo.records import config_differences, read_json, write_json
+
+DONE_MARKER = "done.json"  # what setpo.trl.training.train_resumable writes into a stage's final folder, last
+
+
+def stage_done(final: str | Path) -> bool:
+    """Whether a training stage whose final folder is ``final`` finished (the trainer's own marker is there)."""
+    return (Path(final) / DONE_MARKER).is_file()
+
+
+def chosen_stages(stages: Sequence[str] | str, valid: Sequence[str]) -> list[str]:
+    """``stages`` (a list, or comma-separated text) as a list in the study's order, every name checked: an
+    empty choice or an unknown name is a ValueError naming the valid stages."""
+    names = [s.strip() for s in stages.split(",")] if isinstance(stages, str) else list(stages)
+    names = [s for s in names if s]
+    unknown = [s for s in names if s not in valid]
+    if not names or unknown:
+        raise ValueError(f"unknown stage(s) {unknown} in {stages!r}; valid stages: {', '.join(valid)}" if unknown
+                         else f"no stage named in {stages!r}; valid stages: {', '.join(valid)}")
+    return [s for s in valid if s in names]
+
+
+def refusal(problem: str, path: str | Path, remedy: str) -> ValueError:
+    """The one shape of a refusal: ``"<problem>: <path>; <remedy>"``, one line, the file and what to do last."""
+    return ValueError(f"{_one_line(problem)}: {path}; {remedy}")
+
+
+def unreadable(path: str | Path, error: BaseException, remedy: str) -> ValueError:
+    """A file a library failed to load: its error first (type and first line only), then the file and what
+    to do."""
+    return refusal(f"{type(error).__name__}: {_one_line(str(error)) or 'unreadable'} — cannot be loaded", path,
+                   remedy)
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def _flat(record: Mapping, prefix: str = "") -> dict:
+    """Nested dicts as dotted keys, so a differing field is named exactly (``config.lr``, ``model.hidden_size``)."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_same_config(saved: Mapping, now: Mapping, ignore: Collection[str], path: str | Path, remedy: str) -> None:
+    """Refuse (``refusal``) when two configurations (as JSON dicts) differ outside ``ignore``, naming the fields
+    with both values."""
+    differ = config_differences(_flat(saved), _flat(now), ignore)
+    if differ:
+        raise refusal(f"made with a different configuration (fields {list(differ)}: "
+                      + ", ".join(f"{k}: {d}" for k, d in differ.items()) + ")", path, remedy)
+
+
+def claim_folder(folder: str | Path, config: Mapping, ignore: Collection[str] = (), *,
+                 record: str = "config.json", results: Sequence[str] = (),
+                 remedy: str = "use another folder, or delete that one and rerun") -> Path:
+    """Claim ``folder`` for the results of ``config`` (JSON-able), recorded in ``folder/record``.
+
+    A new folder gets the record. A folder with a record is checked against it (``check_same_config``; fields
+    in ``ignore`` change no result and may differ). A folder holding any of ``results`` but no record is
+    refused: nothing says which configuration made them. Returns the record's path.
+    """
+    folder = Path(folder)
+    path = folder / record
+    new = json.loads(json.dumps(config, default=str))
+    if path.exists():
+        check_same_config(read_json(path, f"delete {folder} and rerun to start over"), new, ignore, path, remedy)
+        return path
+    made = [name for name in results if (folder / name).exists()]
+    if made:
+        raise refusal(f"holds results ({', '.join(made)}) but no {record}, so nothing says which configuration "
+                      "made them", folder, remedy)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(path, new)
+    return path
+
+
+class Progress:
+    """``log`` a line (``"<label> i/total"``) at most every ``every_s`` seconds while a loop runs, and at its
+    end; ``Progress(...).over(items)`` yields the items and counts them."""
+
+    def __init__(self, log: Callable[[str], object], label: str, total: int, every_s: float = 10.0,
+                 clock: Callable[[], float] | None = None):
+        self.log, self.label, self.total, self.every_s = log, label, total, every_s
+        self.clock = clock or time.monotonic
+        self.done, self.last = 0, self.clock()
+
+    def step(self, n: int = 1) -> None:
+        self.done += n
+        now = self.clock()
+        if now - self.last >= self.every_s or self.done == self.total:
+            self.last = now
+            self.log(f"{self.label} {self.done}/{self.total}")
+
+    def over(self, items: Iterable):
+        for item in items:
+            yield item
+            self.step()

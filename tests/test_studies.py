@@ -1,0 +1,173 @@
+"""What every study shares (``setpo.studies.stages``): one folder claim that refuses another config naming the
+fields, refusals that end with the file and what to do, exactly the stages asked for, and progress lines while
+data is built. Regression tests for issue 21 items 6-9."""
+
+import json
+from dataclasses import asdict, replace
+
+import pytest
+
+import setpo.studies.countdown as countdown
+from setpo.presets import PAPER_RUN
+from setpo.studies import math as ml
+from setpo.studies import stages
+from setpo.studies.countdown import CountdownLMConfig, make_data, run_study, sft_examples
+from setpo.studies.toy import ToyConfig, train
+
+SMALL_TOY = dict(steps=3, groups_per_step=4, snapshot_every=6, snapshot_samples=16)
+
+
+def test_claim_folder_records_then_refuses_another_config_naming_nested_fields(tmp_path):
+    folder = tmp_path / "run"
+    cfg = {"lr": 0.1, "seed": 0, "out": "a", "model": {"hidden": 8, "layers": 2}}
+    stages.claim_folder(folder, cfg, ignore=("out",))
+    assert json.loads((folder / "config.json").read_text()) == cfg
+    stages.claim_folder(folder, {**cfg, "out": "b"}, ignore=("out",))  # a result-neutral field may differ
+    with pytest.raises(ValueError) as err:
+        stages.claim_folder(folder, {**cfg, "lr": 0.2, "model": {"hidden": 16, "layers": 2}}, ignore=("out",),
+                            remedy="delete it and rerun")
+    msg = str(err.value)
+    assert len(msg.splitlines()) == 1 and "['lr', 'model.hidden']" in msg and "0.1 there, 0.2 now" in msg
+    assert msg.endswith(f"{folder / 'config.json'}; delete it and rerun")
+    (folder / "config.json").unlink()
+    with pytest.raises(ValueError, match=r"holds results \(final\) but no config.json"):
+        (folder / "final").mkdir()
+        stages.claim_folder(folder, cfg, results=("final", "checkpoint-*"))
+
+
+def test_stage_done_asks_the_trainers_marker(tmp_path):
+    assert not stages.stage_done(tmp_path)
+    (tmp_path / "done.json").write_text("{}")
+    assert stages.stage_done(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x01random bytes\xff" * 50, b"PK\x03\x04" + b"\x00" * 300])
+def test_toy_checkpoint_refusal_ends_with_the_file_and_what_to_do(tmp_path, content):
+    """Issue 21 item 6: torch's (multi-line) text no longer comes last; one line ending with file and remedy."""
+    (tmp_path / "checkpoint.pt").write_bytes(content)
+    with pytest.raises(ValueError) as err:
+        train(ToyConfig(checkpoint_dir=str(tmp_path), **SMALL_TOY), progress=False)
+    msg = str(err.value)
+    assert len(msg.splitlines()) == 1, msg
+    assert msg.endswith(f"{tmp_path / 'checkpoint.pt'}; delete it and rerun to start this run over"), msg
+
+
+def test_toy_refusal_of_another_config_ends_with_the_file_and_what_to_do(tmp_path):
+    cfg = ToyConfig(checkpoint_dir=str(tmp_path), **SMALL_TOY)
+    train(cfg, progress=False)
+    with pytest.raises(ValueError) as err:
+        train(replace(cfg, lr=0.5), progress=False)
+    msg = str(err.value)
+    assert "different configuration (fields ['lr']" in msg and len(msg.splitlines()) == 1
+    assert msg.endswith(f"{tmp_path / 'checkpoint.pt'}; use another checkpoint_dir, or delete it and rerun to "
+                        "start over")
+
+
+def _math_folder(tmp_path, cfg, label="SetPO+GRPO", lam=0.05):
+    """A finished math run folder as train_rl leaves it (its run_config.json and final/done.json)."""
+    run = tmp_path / "run" / label.replace("+", "_")
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "done.json").write_text("{}")
+    (run / "run_config.json").write_text(json.dumps({"label": label, "lambda": lam, "config": asdict(cfg)}))
+    return run
+
+
+def test_math_refuses_a_run_folder_made_with_another_config(tmp_path):
+    """Issue 21 item 7: the math study compares the run_config.json it wrote, like the other studies."""
+    cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path / "run"))
+    run = _math_folder(tmp_path, cfg)
+    assert ml.train_rl(cfg, "SetPO+GRPO", 0.05, [], []) == run / "final"  # same config: the finished run
+    # evaluation settings and the checkpoint interval change nothing the folder holds
+    assert ml.train_rl(replace(cfg, eval_k=7, save_steps=3), "SetPO+GRPO", 0.05, [], []) == run / "final"
+    with pytest.raises(ValueError) as err:
+        ml.train_rl(replace(cfg, lr=0.5, seed=3), "SetPO+GRPO", 0.05, [], [])
+    msg = str(err.value)
+    assert "['config.lr', 'config.seed']" in msg and len(msg.splitlines()) == 1
+    assert msg.endswith(f"{run / 'run_config.json'}; use another run_dir, or delete that folder and rerun")
+    with pytest.raises(ValueError, match=r"\['lambda'\]"):
+        ml.train_rl(cfg, "SetPO+GRPO", 0.2, [], [])
+    (run / "run_config.json").unlink()
+    with pytest.raises(ValueError, match="but no run_config.json"):
+        ml.train_rl(cfg, "SetPO+GRPO", 0.05, [], [])
+
+
+def test_math_defaults_are_the_papers_run_settings():
+    cfg = ml.MathRunConfig()
+    assert (cfg.num_generations, cfg.temperature, cfg.max_completion_length, cfg.beta, cfg.prompts_per_step,
+            cfg.num_train_epochs, cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p) == (
+        PAPER_RUN.num_generations, PAPER_RUN.temperature, PAPER_RUN.max_completion_length, PAPER_RUN.beta,
+        PAPER_RUN.prompts_per_step, PAPER_RUN.num_train_epochs, PAPER_RUN.eval_k, PAPER_RUN.eval_temperature,
+        PAPER_RUN.eval_top_p)
+    assert isinstance(cfg.num_train_epochs, float)  # recorded as 2.0, as before
+
+
+def test_countdown_runs_exactly_the_stages_named(tmp_path):
+    """Issue 21 item 8: ``--stages sft`` trains the warm start and stops; a stage whose input is missing says
+    which stage to run first; a typo names the valid stages."""
+    cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
+    with pytest.raises(ValueError, match=r"stage 'sft' has not finished.*--stages sft"):
+        run_study(cfg, log=lambda *_: None, stages=["rl"])
+    assert countdown.main(["--smoke", "--out", cfg.out, "--stages", "sft"]) == 0
+    made = sorted(p.name for p in (tmp_path / "study").iterdir())
+    assert made == ["config.json", "data.json", "sft"] and stages.stage_done(tmp_path / "study" / "sft" / "final")
+    with pytest.raises(ValueError, match=r"stage 'rl' has not finished.*--stages rl"):
+        run_study(cfg, log=lambda *_: None, stages=["eval"])
+
+
+def test_countdown_stage_typo_names_the_valid_stages(capsys):
+    with pytest.raises(SystemExit) as e:
+        countdown.main(["--smoke", "--stages", "sft,rll"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "unknown stage(s) ['rll']" in err and "valid stages: sft, rl, eval" in err
+    with pytest.raises(ValueError, match="valid stages: sft, rl, eval"):
+        run_study(CountdownLMConfig.smoke(), stages=["sft", "evaluate"])
+    assert stages.chosen_stages("eval,sft", countdown.STAGES) == ["sft", "eval"]
+
+
+def test_countdown_data_building_prints_progress_at_least_every_10_s(tmp_path, monkeypatch):
+    """Issue 21 item 9: a line within the first seconds, then at least every 10 s while the problems are
+    solved (a fake clock: each solve takes 1.5 s)."""
+    now = [0.0]
+    monkeypatch.setattr(stages.time, "monotonic", lambda: now[0])
+    real_solve = countdown.solve
+
+    def slow_solve(*a):
+        now[0] += 1.5
+        return real_solve(*a)
+
+    monkeypatch.setattr(countdown, "solve", slow_solve)
+    lines = []
+    cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
+    examples = sft_examples(make_data(cfg).train, 2, 0, log=lambda msg: lines.append((now[0], msg)))
+    assert examples and lines[0][0] == 0.0 and lines[-1] == (now[0], f"[data] solved {cfg.n_train}/{cfg.n_train}")
+    times = [0.0] + [t for t, _ in lines] + [now[0]]
+    assert max(b - a for a, b in zip(times, times[1:])) <= 10.0 + 1.5
+    # and the study says what it is doing before it builds any data
+    seen = []
+    monkeypatch.setattr(countdown, "make_data", lambda cfg: (_ for _ in ()).throw(RuntimeError(len(seen))))
+    with pytest.raises(RuntimeError, match="1"):
+        run_study(cfg, log=seen.append)
+    assert seen[0].startswith("[data] 48 training")
+
+
+def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
+    """run_study's stages: "rl" trains both runs, "eval" evaluates what the run folders hold (avg@k, then
+    pass@k against the base model), each cached beside the runs."""
+    calls = []
+    monkeypatch.setattr(ml, "train_runs", lambda cfg, train, probes, embedder=None, log=print:
+                        calls.append(("train", len(probes))) or {"GRPO": "g", "SetPO+GRPO": "s"})
+    monkeypatch.setattr(ml, "evaluate_model", lambda cfg, d, problems, cache=None: calls.append(("eval", d, cache.name)))
+    monkeypatch.setattr(ml, "evaluate_pass_at_k", lambda cfg, models, problems, cache_dir=None:
+                        calls.append(("passk", list(models))))
+    monkeypatch.setattr(ml, "resolve_model_path", lambda cfg: "base")
+    cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path))
+    out = ml.run_study(cfg, log=lambda *_: None, stages=["rl"])
+    assert calls == [("train", cfg.n_probe)] and set(out) == {"finals"}
+    calls.clear()
+    out = ml.run_study(cfg, log=lambda *_: None, stages=["eval"])
+    assert calls == [("eval", tmp_path / "GRPO" / "final", "eval_GRPO.json"),
+                     ("eval", tmp_path / "SetPO_GRPO" / "final", "eval_SetPO_GRPO.json"),
+                     ("passk", ["base model", "GRPO", "SetPO+GRPO"])]
+    with pytest.raises(ValueError, match="valid stages: rl, eval"):
+        ml.run_study(cfg, stages=["train"])
