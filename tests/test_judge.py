@@ -506,15 +506,16 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_transformers_serve_end_to_end(tiny_chat_model, tmp_path):
-    """transformers' own OpenAI-compatible server with the tiny random Qwen2: real protocol, real replies (noise,
-    so every score is missing, counted), a cache hit on rerun, and a kill mid-run giving one clear error."""
+    """transformers' own OpenAI-compatible server with the tiny random Qwen2: the real protocol and real replies
+    (noise, parsed like any reply, so almost surely missing scores), a cache hit on rerun, and a killed server
+    giving one clear error with the cache intact. The server is stopped when the test ends, pass or fail."""
     port = _free_port()
-    log = open(tmp_path / "serve.log", "w")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "HF_HUB_DISABLE_TELEMETRY": "1"}
-    exe = Path(sys.executable).with_name("transformers")
-    proc = subprocess.Popen([str(exe), "serve", str(tiny_chat_model), "--host", "127.0.0.1", "--port", str(port),
-                             "--device", "cpu", "--log-level", "info"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(tiny_chat_model), "--host",
+           "127.0.0.1", "--port", str(port), "--device", "cpu", "--log-level", "info"]
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.time() + 120
         while True:
@@ -565,6 +566,11 @@ def test_transformers_judge_in_process(tiny_chat_model, tmp_path):
     [r] = judge_items(too_long, judge, tmp_path / "c.jsonl", progress=False)
     assert r["score"] is None and f"exceeds the judge's context of {CONTEXT}" in r["missing"]
     assert len(read_records(tmp_path / "c.jsonl")) == 2  # a rejected set is not cached: a rerun asks again
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(items_for(["P0", "P1"], "GRPO")))
+    assert cli_main([str(run), "--local", str(tiny_chat_model), "--max-tokens", "4", "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "run.json.judged.json").read_text())
+    assert summary["judge"]["backend"] == "transformers" and summary["methods"]["GRPO"]["n"] == 2
 
 
 def test_open_judge_checks_its_arguments(tmp_path, monkeypatch):
