@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINES = {"trl", "transformers", "verl", "accelerate", "datasets", "vllm", "ray", "tokenizers", "peft"}
+ENGINES = {"trl", "transformers", "verl", "accelerate", "datasets", "vllm", "ray", "tokenizers", "peft", "openai"}
 MAX_LINES = 600  # a module you can read in one sitting; a longer one needs a reason (none does today)
 
 
@@ -40,10 +40,14 @@ def files(*patterns: str) -> list[Path]:
 
 
 # setpo/verl_plugin.py is verl's entry point (``verl.plugins``): it sits at the top so that verl can load it while
-# ``import verl`` runs (setpo/verl/__init__ imports verl's trainer), but it is an engine adapter.
-ADAPTERS_AT_TOP = {"cli.py", "verl_plugin.py"}
-CORE = [p for p in files("setpo/*.py", "setpo/setgrpo/*.py") if p.name not in ADAPTERS_AT_TOP]
-ENGINE_ADAPTERS = files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py")
+# ``import verl`` runs (setpo/verl/__init__ imports verl's trainer), but it is an engine adapter. The judge's
+# client and in-process backend talk to openai / transformers: adapters inside the core's setpo.judge package.
+# The command lines (setpo.cli, python -m setpo.judge) are the top layer: they may import anything.
+COMMAND_LINES = files("setpo/cli.py", "setpo/judge/__main__.py")
+JUDGE_ADAPTERS = files("setpo/judge/client.py", "setpo/judge/backends.py")
+ENGINE_ADAPTERS = files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py") + JUDGE_ADAPTERS
+CORE = [p for p in files("setpo/*.py", "setpo/setgrpo/*.py", "setpo/judge/*.py")
+        if p not in ENGINE_ADAPTERS and p not in COMMAND_LINES]
 STUDIES = files("setpo/studies/*.py")
 ENVS = files("envs/**/*.py")
 
@@ -92,7 +96,7 @@ def test_importing_the_core_loads_no_engine():
     import subprocess
     import sys
 
-    code = ("import sys, setpo, setpo.setgrpo, setpo.embed, setpo.records; "
+    code = ("import sys, setpo, setpo.setgrpo, setpo.embed, setpo.records, setpo.judge; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in %r or m.startswith('envs')))" % (ENGINES,))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout
