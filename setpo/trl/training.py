@@ -11,7 +11,10 @@ does not do on its own:
   resumed run generate different ones;
 - the probe sampler leaves torch's global RNG alone (the rollouts draw from it), and the probe file is cut
   back to the checkpoint's step on resume (the steps after it are probed again, identically);
-- damaged files are errors that name the file and what to do.
+- damaged or missing files are errors that name the file and what to do: each checkpoint carries a list of the
+  files it was saved with (``MANIFEST``), and a resume refuses a checkpoint that has lost one, since the Trainer
+  would quietly carry on without it (no ``rng_state.pth``: other rollouts; no ``optimizer.pt``: a fresh
+  optimizer) and the run would no longer match an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -29,6 +32,18 @@ from typing import Any
 from setpo.records import read_records, write_json, write_text
 
 STAGING = ".checkpoint-staging"  # not matched by the Trainer's "checkpoint-*" globs
+MANIFEST = "setpo_checkpoint_files.json"  # {"files": {relative path: bytes}}, written into each checkpoint last
+
+# What a resume reads from a checkpoint saved before manifests existed (transformers' Trainer: the weights, the
+# optimizer, the LR scheduler, the RNG states, the trainer state). Each entry: alternatives, any one suffices.
+_RESUME_NEEDS = (
+    ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+     "adapter_model.safetensors", "adapter_model.bin"),
+    ("optimizer.pt",),
+    ("scheduler.pt",),
+    ("rng_state.pth", "rng_state_0.pth"),
+    ("trainer_state.json",),
+)
 
 
 def _checkpoint_step(path: Path) -> int | None:
@@ -51,14 +66,45 @@ def last_checkpoint(folder: Path) -> str | None:
     return str(max(found)[1]) if found else None
 
 
+def write_manifest(checkpoint: Path) -> None:
+    """Record every file of a just-saved ``checkpoint`` with its size in ``checkpoint/MANIFEST``."""
+    checkpoint = Path(checkpoint)
+    files = {f.relative_to(checkpoint).as_posix(): f.stat().st_size for f in sorted(checkpoint.rglob("*"))
+             if f.is_file() and f.name != MANIFEST}
+    write_json(checkpoint / MANIFEST, {"files": files})
+
+
 def check_checkpoint(checkpoint: Path) -> None:
-    """Raise a ValueError naming the first damaged file of ``checkpoint`` (truncated safetensors, torch zip
-    archives or JSON) and what to do. Reads headers and zip directories only, so it is cheap for big models."""
+    """Raise a ValueError naming the first missing or damaged file of ``checkpoint`` and what to do.
+
+    Missing: a file the checkpoint's ``MANIFEST`` lists (or, for a checkpoint saved without one, a file a resume
+    reads: weights, optimizer.pt, scheduler.pt, rng_state.pth, trainer_state.json). Damaged: a size other than
+    the manifest's, or a truncated safetensors, torch zip archive or JSON file. Reads headers and zip
+    directories only, so it is cheap for big models."""
     from safetensors import safe_open
 
     checkpoint = Path(checkpoint)
     remedy = (f"delete {checkpoint} to resume from an earlier checkpoint (or its parent folder "
               f"{checkpoint.parent} to start this run over)")
+    manifest = checkpoint / MANIFEST
+    if manifest.is_file():
+        try:
+            listed = json.loads(manifest.read_text())["files"]
+            listed = {str(name): int(size) for name, size in listed.items()}
+        except Exception as e:  # noqa: BLE001 - any failure to read is reported the same way
+            raise ValueError(f"{manifest} is damaged ({type(e).__name__}: {e}); {remedy}") from None
+        for name, size in listed.items():
+            f = checkpoint / name
+            if not f.is_file():
+                raise ValueError(f"{f} is missing (the checkpoint was saved with it, and resuming without it would "
+                                 f"not continue the same run); {remedy}")
+            if f.stat().st_size != size:
+                raise ValueError(f"{f} is damaged ({f.stat().st_size} bytes, {size} when saved); {remedy}")
+    else:
+        for names in _RESUME_NEEDS:
+            if not any((checkpoint / n).is_file() for n in names):
+                raise ValueError(f"{checkpoint / names[0]} is missing (a resume reads it; without it the run would "
+                                 f"not continue the same way); {remedy}")
     for f in sorted(checkpoint.rglob("*")):
         if not f.is_file():
             continue
@@ -110,6 +156,7 @@ def _atomic_checkpoints(trainer) -> None:
         finally:
             trainer.args.output_dir = str(out)
         if trainer.args.should_save:
+            write_manifest(staging / name)  # last, so a checkpoint with a manifest is complete
             target = out / name
             if target.exists():  # an incomplete leftover of an earlier, killed save at this step
                 shutil.rmtree(target)
@@ -257,5 +304,5 @@ def quiet_libraries() -> None:
     transformers.utils.logging.set_verbosity_error()
 
 
-__all__ = ["check_checkpoint", "generation_aligned_save_steps", "last_checkpoint", "probe_callback",
-           "progress_callback", "quiet_libraries", "read_records", "train_resumable"]
+__all__ = ["MANIFEST", "check_checkpoint", "generation_aligned_save_steps", "last_checkpoint", "probe_callback",
+           "progress_callback", "quiet_libraries", "read_records", "train_resumable", "write_manifest"]
