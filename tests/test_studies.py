@@ -171,3 +171,17 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
                      ("passk", ["base model", "GRPO", "SetPO+GRPO"])]
     with pytest.raises(ValueError, match="valid stages: rl, eval"):
         ml.run_study(cfg, stages=["train"])
+
+
+def test_sampling_reports_progress_per_batch_and_samples_the_same():
+    """The evaluation's progress lines come from a callback per batch, which leaves the samples as they were."""
+    from setpo.studies.sampling import sample_completions
+    from setpo.studies.tiny_models import ModelSize, build_model, build_tokenizer
+
+    tok = build_tokenizer()
+    model = build_model(tok, ModelSize(32, 1, 2, 1, 64, 48))
+    prompts = ["1 2 = 3\n", "2 3 = 6\n", "4 4 = 8\n", "5 1 = 4\n", "7 2 = 9\n"]
+    seen = []
+    out = sample_completions(model, tok, prompts, 2, 1.0, batch_sequences=4, seed=3, progress=seen.append)
+    assert seen == [2, 2, 1]
+    assert out == sample_completions(model, tok, prompts, 2, 1.0, batch_sequences=4, seed=3)

@@ -320,15 +320,17 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
 
 
 def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
-                   temperature: float, path: Path) -> dict:
-    """Sample ``cfg.eval_samples`` completions per problem and score them; cached in ``path``."""
+                   temperature: float, path: Path, log=None) -> dict:
+    """Sample ``cfg.eval_samples`` completions per problem and score them; cached in ``path``. log: a progress
+    line at most every 10 s while sampling."""
     if path.exists():
         return read_json(path, "delete it to evaluate again")
     tokenizer, model = load_trained(model_dir)
     t0 = time.time()
+    progress = None if log is None else Progress(log, f"[eval] {path.stem}: problems sampled", len(instances)).step
     samples = sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
                                  temperature, cfg.eval_top_p, cfg.rl_max_completion_length,
-                                 batch_sequences=cfg.eval_batch_sequences, seed=cfg.seed + 1)
+                                 batch_sequences=cfg.eval_batch_sequences, seed=cfg.seed + 1, progress=progress)
     result = evaluate_samples(instances, samples)
     result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
                   examples=[s[:4] for s in samples[:5]])
@@ -441,7 +443,7 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) 
                                and run.beta == cfg.main_beta and run.preset == "grpo")
         for temp in (cfg.eval_temperatures if both else (1.0,)):
             t = time.time()
-            r = evaluate_model(cfg, mdir, data.test, temp, out / "eval" / f"{name}_T{temp:g}.json")
+            r = evaluate_model(cfg, mdir, data.test, temp, out / "eval" / f"{name}_T{temp:g}.json", log)
             results[f"{name}_T{temp:g}"] = r
             log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
                 f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
@@ -479,7 +481,7 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, sft_final: Pa
         return final
 
     def validate(run: RLRun) -> dict:
-        return evaluate_model(cfg, train(run), data.val, 1.0, out / "val" / f"{run.name}_T1.json")
+        return evaluate_model(cfg, train(run), data.val, 1.0, out / "val" / f"{run.name}_T1.json", log)
 
     if not (out / "diagnostics.json").exists():
         write_json(out / "diagnostics.json", diagnose_embedders(cfg, data, embedders, reference))
