@@ -157,7 +157,8 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(ml, "train_runs", lambda cfg, train, probes, embedder=None, log=print:
                         calls.append(("train", len(probes))) or {"GRPO": "g", "SetPO+GRPO": "s"})
-    monkeypatch.setattr(ml, "evaluate_model", lambda cfg, d, problems, cache=None: calls.append(("eval", d, cache.name)))
+    monkeypatch.setattr(ml, "evaluate_model",
+                        lambda cfg, d, problems, cache=None: calls.append(("eval", d, cache.name)))
     monkeypatch.setattr(ml, "evaluate_pass_at_k", lambda cfg, models, problems, cache_dir=None:
                         calls.append(("passk", list(models))))
     monkeypatch.setattr(ml, "resolve_model_path", lambda cfg: "base")

@@ -324,7 +324,7 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
     """Sample ``cfg.eval_samples`` completions per problem and score them; cached in ``path``. log: a progress
     line at most every 10 s while sampling."""
     if path.exists():
-        return read_json(path, "delete it to evaluate again")
+        return read_json(path, "delete it and rerun to evaluate again")
     tokenizer, model = load_trained(model_dir)
     t0 = time.time()
     progress = None if log is None else Progress(log, f"[eval] {path.stem}: problems sampled", len(instances)).step
@@ -447,7 +447,8 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) 
             results[f"{name}_T{temp:g}"] = r
             log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
                 f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
-    summary = summarize(cfg, runs, chosen, results, selection, read_json(out / "diagnostics.json", "delete it"))
+    diagnostics = read_json(out / "diagnostics.json", "delete it and rerun --stages rl to diagnose again")
+    summary = summarize(cfg, runs, chosen, results, selection, diagnostics)
     write_json(out / "results.json", summary)
     write_text(out / "results.md", results_markdown(summary))
     log(results_markdown(summary))

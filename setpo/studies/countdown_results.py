@@ -182,7 +182,7 @@ def training_curves(out: str | Path, runs: Sequence[RLRun]):
         path = Path(out) / "rl" / run.name / "log_history.json"
         if not path.exists():
             continue
-        hist = read_json(path, "delete the run folder to train it again")
+        hist = read_json(path, "delete the run folder and rerun to train it again")
         for h in hist:
             if "reward" not in h:
                 continue  # the second mini-batch of a generation batch logs no rollout metrics

@@ -209,7 +209,7 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
     Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds"}.
     """
     if cache is not None and Path(cache).is_file():
-        return read_json(Path(cache), "delete it to evaluate again")
+        return read_json(Path(cache), "delete it and rerun to evaluate again")
     problems = list(problems[:cfg.eval_limit] if cfg.eval_limit else problems)
     tokenizer = load_tokenizer(model_dir)
     t0 = time.time()
@@ -284,7 +284,8 @@ def run_study(cfg: MathRunConfig, embedder=None, log=print, stages: Sequence[str
         finals = train_runs(cfg, train, val[:cfg.n_probe], embedder=embedder, log=log)
     out: dict = {"finals": finals}
     if "eval" in stages:
-        out["results"] = {label: evaluate_model(cfg, final, val, cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
+        out["results"] = {label: evaluate_model(cfg, final, val,
+                                                cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
                           for label, final in finals.items()}
         models = {"base model": resolve_model_path(cfg), **finals}
         out["pass_at_k"] = evaluate_pass_at_k(cfg, models, load_passk_problems(cfg), cache_dir=cfg.run_dir)

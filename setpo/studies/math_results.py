@@ -100,7 +100,7 @@ def training_figure(run_dirs: Mapping[str, str | Path], title: str = ""):
     (``setpo.studies.figures.metric_curves``)."""
     series = []
     for i, (label, d) in enumerate(run_dirs.items()):
-        history = read_json(Path(d) / "log_history.json", "delete the run folder to train it again")
+        history = read_json(Path(d) / "log_history.json", "delete the run folder and rerun to train it again")
         points = {key: [(h["step"], h[key]) for h in history if h.get(key) is not None] for key, _ in TRAINING_KEYS}
         series.append((label, run_colour(i), {key: tuple(zip(*pts)) for key, pts in points.items() if pts}))
     return metric_curves(series, TRAINING_KEYS, title=title, markers=True, panel_px=(380, 280))

@@ -112,5 +112,6 @@ def write_figure1(results: dict[str, list], out_dir: Path, projection: str, comm
     Returns (plotly figure, html path, png path). Used by `make demo` and notebook 01 alike.
     """
     fig, _ = trajectory_figure({label: runs[0] for label, runs in results.items()}, method=projection)
-    html, png = save_figure(fig, Path(out_dir) / "fig1_toy_mode_collapse", figure_record(results, projection, command))
+    record = figure_record(results, projection, command)
+    html, png = save_figure(fig, Path(out_dir) / "fig1_toy_mode_collapse", record)
     return fig, html, png
