@@ -7,6 +7,8 @@ Only `figures` writes the committed figures/ folder; `demo` writes to runs/demo/
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import runpy
 import sys
 import time
@@ -22,8 +24,48 @@ FIGURE_NOTEBOOKS = [
     "03_countdown_pass_at_k",
     "05_setgrpo_noisy_graders",
 ]
+MAX_SEEDS = 1000                      # seeds per method or λ: more is a typo, not a study
 DEMO_DIR = ROOT / "runs" / "demo"     # scratch: smoke and interactive runs never touch figures/
 FIGURES_DIR = ROOT / "figures"        # committed: written only by `setpo figures` (`make figures`)
+
+
+# ---- argument types (each refusal is one line, exit status 2, before any work) ------------------------------
+
+def lam(text: str) -> float:
+    """A λ: finite and >= 0 (0 is the base algorithm); -0 is 0."""
+    return nonnegative_float(text) + 0.0
+
+
+def seed_count(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_SEEDS} seeds, got {value}")
+    return value
+
+
+def out_dir(text: str) -> str:
+    """A folder to write into: not empty (that would be the current folder), not a file, not under a file, and
+    writable where it exists or would be created."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a folder path, got {text!r} (an empty path is the current folder)")
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be created: {str(existing)!r} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: no permission to write in {str(existing)!r}")
+    return text
+
+
+def _twice(values) -> list:
+    seen, twice = set(), []
+    for v in values:
+        if v in seen and v not in twice:
+            twice.append(v)
+        seen.add(v)
+    return twice
 
 
 # ---- commands -----------------------------------------------------------------------------------------
@@ -77,21 +119,21 @@ def build_parser() -> Parser:
     p = Parser(prog="setpo", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="toy mode-collapse demo: GRPO vs SetPO on the multi-modal bandit")
-    d.add_argument("--out-dir", default=str(DEMO_DIR),
+    d.add_argument("--out-dir", type=out_dir, default=str(DEMO_DIR),
                    help=f"where Figure 1 and its record go (default {DEMO_DIR.relative_to(ROOT)}/, not committed; "
                         "`setpo figures` writes figures/)")
-    d.add_argument("--seeds", type=positive_int, default=5, help="seeds per method (default 5)")
+    d.add_argument("--seeds", type=seed_count, default=5, help=f"seeds per method (default 5, at most {MAX_SEEDS})")
     d.add_argument("--smoke", action="store_true", help="a few steps only, to check that it runs")
     d.set_defaults(fn=cmd_demo)
     s = sub.add_parser("sweep", help="toy: correct modes kept by SetPO for each λ (λ = 0 is plain GRPO)")
-    s.add_argument("--lams", type=nonnegative_float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.5, 1.0],
-                   help="values of λ (finite, >= 0; 0 is the base algorithm)")
-    s.add_argument("--seeds", type=positive_int, default=5, help="seeds per λ (default 5)")
+    s.add_argument("--lams", type=lam, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.5, 1.0],
+                   help="values of λ (finite, >= 0, each once; 0 is the base algorithm)")
+    s.add_argument("--seeds", type=seed_count, default=5, help=f"seeds per λ (default 5, at most {MAX_SEEDS})")
     s.add_argument("--algo", default="grpo", choices=["grpo", "gspo", "dapo"], help="base algorithm")
     s.set_defaults(fn=cmd_sweep)
     f = sub.add_parser("figures", help="regenerate the committed figures by running the notebooks headless")
     f.add_argument("names", nargs="*", help=f"notebooks to run (default: {' '.join(FIGURE_NOTEBOOKS)})")
-    f.add_argument("--out-dir", default=str(FIGURES_DIR), help="where the figures go (default figures/)")
+    f.add_argument("--out-dir", type=out_dir, default=str(FIGURES_DIR), help="where the figures go (default figures/)")
     f.set_defaults(fn=cmd_figures)
     b = sub.add_parser("bench", help="run benchmarks/*.py; each prints a table and writes it to runs/bench/")
     b.add_argument("names", nargs="*", help="benchmark script stems to run (default: all)")
@@ -99,10 +141,36 @@ def build_parser() -> Parser:
     return p
 
 
+def _negative_lams(argv: list[str]) -> list[str]:
+    """Values after --lams that argparse would take for options ("-inf", "-1e3": not negative numbers to it),
+    so that the refusal names --lams instead of saying "unrecognized arguments"."""
+    out, inside = [], False
+    for tok in argv:
+        if tok == "--lams":
+            inside = True
+        elif tok.startswith("--"):
+            inside = False
+        elif inside and tok.startswith("-"):
+            try:
+                value = float(tok)
+            except ValueError:
+                continue
+            if not (math.isfinite(value) and value >= 0):  # "-0" is 0, a λ
+                out.append(tok)
+    return out
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """Parse and check everything a command needs before it starts (names that must exist included)."""
     p = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if _negative_lams(argv):
+        p.error(f"argument --lams: expected a finite number >= 0, got {_negative_lams(argv)[0]}")
     args = p.parse_args(argv)
+    if args.cmd == "sweep" and _twice(args.lams):
+        p.error(f"argument --lams: {', '.join(map(str, _twice(args.lams)))} given more than once (each λ is one row)")
+    if args.cmd in ("figures", "bench") and _twice(args.names):
+        p.error(f"{args.cmd}: {', '.join(_twice(args.names))} named more than once")
     if args.cmd == "figures":
         known = sorted(n.stem for n in (ROOT / "notebooks").glob("*.ipynb"))
         unknown = [n for n in args.names if n not in known]

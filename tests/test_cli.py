@@ -44,6 +44,26 @@ def no_work(monkeypatch):
     (["sweep", "--lams", "-1", "nan"], "--lams"),
     (["sweep", "--lams", "0.1", "inf"], "--lams"),
     (["sweep", "--algo", "ppo"], "--algo"),
+    # issue 21: the issue's own command line, and every other option of `setpo` the same way
+    (["sweep", "--lams", "-1", "nan", "0.5"], "--lams"),
+    (["sweep", "--lams", "0.5", "-inf"], "--lams: expected a finite number >= 0, got -inf"),
+    (["sweep", "--lams", "-1e3"], "--lams: expected a finite number >= 0, got -1e3"),
+    (["sweep", "--lams", "0.5", "0.5"], "0.5 given more than once"),
+    (["sweep", "--lams", "0", "-0"], "given more than once"),
+    (["sweep", "--lams"], "--lams"),
+    (["sweep", "--seeds", "99999999999999999999"], "at most 1000"),
+    (["sweep", "--seeds", "2.5"], "--seeds"),
+    (["demo", "--seeds", "-3"], "--seeds"),
+    (["demo", "--seeds", "1001"], "at most 1000"),
+    (["demo", "--out-dir", ""], "empty path is the current folder"),
+    (["demo", "--out-dir", "  "], "--out-dir"),
+    (["demo", "--out-dir", "README.md"], "is a file, not a folder"),
+    (["demo", "--out-dir", "README.md/sub"], "cannot be created"),
+    (["figures", "--out-dir", ""], "empty path is the current folder"),
+    (["figures", "--out-dir", "README.md"], "is a file"),
+    (["figures", "01_toy_mode_collapse", "01_toy_mode_collapse"], "named more than once"),
+    (["bench", "estimator", "estimator"], "named more than once"),
+    (["demo", "--smoke", "extra"], "unrecognized arguments"),
     (["bench", "no_such"], "no benchmark no_such"),
     (["figures", "no_such_notebook"], "no notebook no_such_notebook"),
     (["frobnicate"], "invalid choice"),
@@ -105,7 +125,17 @@ def test_only_figures_writes_the_committed_figures(monkeypatch, tmp_path, capsys
     assert "[1/1] notebooks/01_toy_mode_collapse.ipynb" in out and "done in" in out
 
 
+def test_bad_out_dirs_are_named_relative_to_the_working_folder(tmp_path, monkeypatch, capsys, no_work):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    _refused(cli.main, ["demo", "--out-dir", "a_file/figs"], capsys, "'a_file' is a file")
+    assert cli.parse_args(["demo", "--out-dir", "new/deeper"]).out_dir == "new/deeper"  # created later, by the work
+    assert not (tmp_path / "new").exists()
+    assert cli.parse_args(["sweep", "--lams", "-0", "1e3"]).lams == [0.0, 1000.0]
+    assert str(cli.parse_args(["sweep", "--lams", "-0"]).lams[0]) == "0.0"  # a row labelled 0.0, not -0.0
+
+
 def test_exit_status_from_a_real_process():
-    for argv in (["-m", "setpo.cli", "sweep", "--lams", "-1", "nan"], ["-m", "setpo.cli", "bench", "no_such"]):
+    for argv in (["-m", "setpo.cli", "sweep", "--lams", "-1", "nan", "0.5"], ["-m", "setpo.cli", "bench", "no_such"]):
         r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
