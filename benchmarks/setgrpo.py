@@ -22,7 +22,7 @@ import setpo
 from envs.rubric import RubricTask
 from setpo.records import markdown_table, time_side_by_side, write_bench_report
 from setpo.setgrpo import SetGRPO, reference_coefficients
-from setpo.studies.rubric import LinearSoftmaxPolicy, TrainConfig, _draw_groups
+from setpo.studies.rubric import LinearSoftmaxPolicy, TrainConfig, draw_groups
 
 LM_SHAPES = [(64, 8, 1024), (64, 8, 8192), (256, 16, 4096)]
 MAX_COEFF_MS = 820.0  # 1% of the paper's 82 s GRPO step (Table 6): SetGRPO's coefficients must stay below it
@@ -40,7 +40,7 @@ def toy_rows(repeats: int = 60) -> list[dict]:
     sg = SetGRPO(tc.setgrpo)
 
     def calibrate():
-        p, r = _draw_groups(task, policy, tc.n_cal_groups, g, gen)
+        p, r = draw_groups(task, policy, tc.n_cal_groups, g, gen)
         scores = task.grade(p, r, gen)
         ref = reference_coefficients(task.regrade(p, r, tc.n_regrades, gen), group_size=g)
         sg.calibrate(scores, ref, policy.grad_features(p, r), group_size=g)
@@ -49,7 +49,7 @@ def toy_rows(repeats: int = 60) -> list[dict]:
     batch = {}
 
     def sample():
-        batch["p"], batch["r"] = _draw_groups(task, policy, tc.batch_prompts, g, gen)
+        batch["p"], batch["r"] = draw_groups(task, policy, tc.batch_prompts, g, gen)
         batch["s"] = task.grade(batch["p"], batch["r"], gen)
 
     def update(coef):

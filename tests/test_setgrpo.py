@@ -28,7 +28,7 @@ from setpo.setgrpo import (
     safe_recovery,
     worst_case_agreement,
 )
-from setpo.studies.rubric import LinearSoftmaxPolicy, _draw_groups, train
+from setpo.studies.rubric import LinearSoftmaxPolicy, draw_groups, train
 
 G = 8
 
@@ -44,7 +44,7 @@ def one_thread():
 
 def draw(task, policy, n_groups, gen, regrades=2):
     """Graded groups from the toy: scores (N, 2), reference a* (N,), exact gradient features (N, d)."""
-    p, r = _draw_groups(task, policy, n_groups, G, gen)
+    p, r = draw_groups(task, policy, n_groups, G, gen)
     scores = task.grade(p, r, gen)
     ref = reference_coefficients(task.regrade(p, r, regrades, gen), group_size=G)
     return scores, ref, policy.grad_features(p, r)

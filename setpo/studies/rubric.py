@@ -43,7 +43,7 @@ from setpo.studies.arguments import Parser, positive_int
 from setpo.studies.rubric_config import RubricStudyConfig, TrainConfig
 from setpo.studies.rubric_results import format_table
 
-__all__ = ["LinearSoftmaxPolicy", "RubricStudyConfig", "TrainConfig", "compare", "coverage_study",
+__all__ = ["LinearSoftmaxPolicy", "RubricStudyConfig", "TrainConfig", "compare", "coverage_study", "draw_groups",
            "format_table", "invariance_table", "risk_study", "run_study", "train"]
 
 
@@ -78,8 +78,10 @@ class LinearSoftmaxPolicy:
         return float((self.log_probs().exp() * self.task.quality).sum(-1).mean())
 
 
-def _draw_groups(task, policy, n_groups, group_size, gen):
-    """n_groups prompts drawn uniformly, G responses each from the current policy; contiguous groups."""
+def draw_groups(task: RubricTask, policy: LinearSoftmaxPolicy, n_groups: int, group_size: int,
+                gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n_groups`` prompts drawn uniformly and ``group_size`` responses each from the current policy:
+    (prompts, responses), both (n_groups · G,), rows in contiguous groups of G (one prompt per group)."""
     heads = torch.randint(task.config.n_prompts, (n_groups,), generator=gen)
     return heads.repeat_interleave(group_size), policy.sample(heads, group_size, gen)
 
@@ -110,7 +112,7 @@ def train(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
     for step in range(tc.steps):
         hist["true_quality"].append(policy.true_quality())
         if sg is not None and sg.needs_calibration(step):
-            cp, cr = _draw_groups(task, policy, tc.n_cal_groups, g, gen)
+            cp, cr = draw_groups(task, policy, tc.n_cal_groups, g, gen)
             scores = task.grade(cp, cr, gen)
             if tc.reference == "expert":
                 regrades = task.expert_grade(cp, cr, tc.n_regrades, gen)
@@ -120,7 +122,7 @@ def train(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
             calls += scores.numel()
             sg.calibrate(scores, reference_coefficients(regrades, group_size=g), policy.grad_features(cp, cr),
                          group_size=g, step=step)
-        prompts, responses = _draw_groups(task, policy, tc.batch_prompts, g, gen)
+        prompts, responses = draw_groups(task, policy, tc.batch_prompts, g, gen)
         if sg is None:
             scores = task.regrade(prompts, responses, tc.grpo_gradings, gen)            # (R, N, 2)
             calls += scores.numel()
@@ -186,7 +188,7 @@ def compare(seeds=range(5), task_config: RubricToyConfig | None = None,
 
 
 def _graded(task, policy, n_groups, g, gen, n_regrades=2):
-    p, r = _draw_groups(task, policy, n_groups, g, gen)
+    p, r = draw_groups(task, policy, n_groups, g, gen)
     scores = task.grade(p, r, gen)
     ref = reference_coefficients(task.regrade(p, r, n_regrades, gen), group_size=g)
     return scores, ref, policy.grad_features(p, r)
