@@ -217,8 +217,8 @@ def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:
 
 def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log) -> Path:
     """Warm start by supervised fine-tuning on solver solutions; returns the final model directory."""
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+    from datasets import Dataset  # the engine (datasets, TRL, transformers): imported when a stage trains, so
+    from trl import SFTConfig, SFTTrainer  # that reading a finished study (notebook 03) stays light
 
     from setpo.trl import train_resumable
 
@@ -252,7 +252,7 @@ def _clean_checkpoints(folder: Path) -> None:
 
 def load_trained(model_dir: Path):
     """(tokenizer, float32 model) of a finished stage; a damaged folder is a ValueError naming it."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # the engine, when a model is loaded
 
     try:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
@@ -288,7 +288,7 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
     needs the study's, see ``resolve_embedder``). The run's seed sets TRL's sampling and prompt order.
     callbacks: extra TrainerCallbacks (the tests use one to interrupt a run).
     """
-    from datasets import Dataset
+    from datasets import Dataset  # the engine, imported when a run trains (see train_sft)
 
     from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
 
