@@ -104,4 +104,5 @@ def read_json(path: Path, remedy: str = "delete it to start over"):
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is damaged (not valid JSON: {e}); {remedy}") from None
+        # torch's / json's text first, then the file and what to do: the last words a user reads
+        raise ValueError(f"not valid JSON ({e}): {path} is damaged; {remedy}") from None
