@@ -59,3 +59,23 @@ def check_options(options, known: tuple[str, ...]) -> dict:
     if unknown:
         raise ValueError(f"options has unknown key(s) {unknown!r:.80}; the valid keys are {list(known)}")
     return dict(options)
+
+
+def finite_real(value, name: str, low: float | None = None, high: float | None = None) -> float:
+    """``value`` as a finite Python float in [low, high] (either bound optional); not bool, str, None or complex."""
+    if low is None and high is None:
+        want = f"{name} must be a finite number"
+    elif high is None:
+        want = f"{name} must be a finite number >= {low}"
+    elif low is None:
+        want = f"{name} must be a finite number <= {high}"
+    else:
+        want = f"{name} must be a finite number in [{low}, {high}]"
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{want}, got {value!r:.80} ({type(value).__name__})")
+    f = float(value)
+    if not math.isfinite(f) or (low is not None and f < low) or (high is not None and f > high):
+        raise ValueError(f"{want}, got {value!r}")
+    return f

@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envs._checks import whole_number
+
 _log = logging.getLogger(__name__)
 
 #: Characters at the end of an unboxed completion that the answer parser sees.
@@ -227,8 +229,8 @@ def load_math_problems(path: str | Path, *, source: str | None = None, limit: in
     p = Path(path).expanduser()
     if not p.is_file():
         raise FileNotFoundError(f"no math data file at {str(p)!r}. {HOW_TO_GET_DATA}")
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be >= 1, got {limit}")
+    if limit is not None:
+        limit = whole_number(limit, "limit", 1)
     rows = _read_rows(p)
     if not rows:
         raise ValueError(f"{p}: no rows")
@@ -458,8 +460,7 @@ def _smoke_problem(rng: random.Random) -> tuple[str, int]:
 
 def smoke_problems(n: int = 64, seed: int = 0) -> list[MathProblem]:
     """``n`` generated arithmetic word problems with non-negative integer answers, reproducible from ``seed``."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    n, seed = whole_number(n, "n", 1), whole_number(seed, "seed")
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -471,10 +472,14 @@ def smoke_problems(n: int = 64, seed: int = 0) -> list[MathProblem]:
 def write_smoke_files(out_dir: str | Path, *, n_train: int = 256, n_val: int = 64, seed: int = 0
                       ) -> tuple[Path, Path]:
     """Write GSM8K-style ``train.jsonl`` and ``val.jsonl`` (``question``, ``answer`` = '... #### N')."""
+    seed = whole_number(seed, "seed")
+    splits = (("train", smoke_problems(n_train, seed)), ("val", smoke_problems(n_val, seed + 1)))  # checked first
     d = Path(out_dir)
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"out_dir {str(d)!r} is a file, not a folder")
     d.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, problems in (("train", smoke_problems(n_train, seed)), ("val", smoke_problems(n_val, seed + 1))):
+    for name, problems in splits:
         path = d / f"{name}.jsonl"
         with path.open("w", encoding="utf-8") as f:
             for p in problems:
@@ -485,7 +490,7 @@ def write_smoke_files(out_dir: str | Path, *, n_train: int = 256, n_val: int = 6
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m envs.math", description=__doc__.split("\n\n")[0])
+    ap = _Parser(prog="python -m envs.math", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("prepare", help="a GSM8K/MATH500/AIME/AMC file -> verl parquet with the Qwen-Math template")
     pr.add_argument("input")
@@ -494,16 +499,40 @@ def main(argv: Sequence[str] | None = None) -> None:
     pr.add_argument("--split", default="train")
     sm = sub.add_parser("smoke", help="write a generated train.jsonl / val.jsonl pair")
     sm.add_argument("out_dir")
-    sm.add_argument("--n-train", type=int, default=256)
-    sm.add_argument("--n-val", type=int, default=64)
+    sm.add_argument("--n-train", type=_count, default=256)
+    sm.add_argument("--n-val", type=_count, default=64)
     sm.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    if args.cmd == "prepare":
-        problems = load_math_problems(args.input, source=args.source)
-        print(write_verl_parquet(problems, args.output, split=args.split), f"({len(problems)} problems)")
-    else:
-        for p in write_smoke_files(args.out_dir, n_train=args.n_train, n_val=args.n_val, seed=args.seed):
-            print(p)
+    # bad input (a missing or unreadable file, an output that is a folder): one line, exit status 2
+    try:
+        if args.cmd == "prepare":
+            out = Path(args.output)
+            if not args.output.strip() or out.is_dir():
+                raise ValueError(f"output {args.output!r} must be a file path for the parquet, not a folder")
+            problems = load_math_problems(args.input, source=args.source)
+            print(write_verl_parquet(problems, args.output, split=args.split), f"({len(problems)} problems)")
+        else:
+            for p in write_smoke_files(args.out_dir, n_train=args.n_train, n_val=args.n_val, seed=args.seed):
+                print(p)
+    except (ValueError, FileNotFoundError) as err:
+        ap.exit(2, f"{ap.prog}: error: {' '.join(str(err).split())}\n")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors as one line (``prog: error: ...``), exit status 2, like the ``setpo`` commands."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
 
 
 if __name__ == "__main__":

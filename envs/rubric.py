@@ -20,9 +20,12 @@ reference (``TrainConfig.reference = "expert"``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from envs._checks import finite_real, whole_number
 
 __all__ = ["RubricTask", "RubricToyConfig"]
 
@@ -51,30 +54,36 @@ class RubricToyConfig:
     expert_noise: float = 0.05
 
     def __post_init__(self):
-        if self.n_prompts < 1 or self.n_responses < 2 or self.feature_dim < 1:
-            raise ValueError("need n_prompts >= 1, n_responses >= 2 and feature_dim >= 1")
-        if not 0 <= self.ambiguous_fraction <= 1:
-            raise ValueError(f"ambiguous_fraction must be in [0, 1], got {self.ambiguous_fraction}")
-        if len(self.grader_noise) != 2 or len(self.slip_prob) != 2:
-            raise ValueError("grader_noise and slip_prob need one value per grader (two graders)")
-        if any(s < 0 for s in self.grader_noise) or any(not 0 <= p <= 1 for p in self.slip_prob):
-            raise ValueError("grader_noise must be >= 0 and slip_prob in [0, 1]")
-        if self.taste_scale < 0 or self.expert_noise < 0:
-            raise ValueError("taste_scale and expert_noise must be >= 0")
+        for name, low in (("n_prompts", 1), ("n_responses", 2), ("feature_dim", 1)):
+            setattr(self, name, whole_number(getattr(self, name), name, low))
+        # the real-valued fields are checked, not converted (the values stay as given, in records too)
+        finite_real(self.quality_scale, "quality_scale")
+        finite_real(self.ambiguous_fraction, "ambiguous_fraction", 0, 1)
+        finite_real(self.taste_scale, "taste_scale", 0)
+        finite_real(self.expert_noise, "expert_noise", 0)
+        for name, high in (("grader_noise", None), ("slip_prob", 1)):
+            pair = getattr(self, name)
+            if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise ValueError(f"{name} needs one value per grader (two graders), got {pair!r:.80}")
+            for i, v in enumerate(pair):
+                finite_real(v, f"{name}[{i}]", 0, high)
 
 
 def _times(times: int) -> int:
-    if int(times) != times or times < 1:
-        raise ValueError(f"times must be a positive integer, got {times}")
-    return int(times)
+    try:
+        return whole_number(times, "times", 1)
+    except ValueError:
+        raise ValueError(f"times must be a positive integer, got {times!r:.80}") from None
 
 
 class RubricTask:
     """Prompts, responses, latent quality and two noisy graders; seeded, float64."""
 
     def __init__(self, config: RubricToyConfig | None = None, seed: int = 0):
+        if config is not None and not isinstance(config, RubricToyConfig):
+            raise ValueError(f"config must be a RubricToyConfig, got {type(config).__name__}")
         self.config = cfg = config or RubricToyConfig()
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator().manual_seed(whole_number(seed, "seed", 0))
         p, m, d = cfg.n_prompts, cfg.n_responses, cfg.feature_dim
         unit = lambda v: v / v.norm()  # noqa: E731
         self.features = torch.randn(p, m, d, generator=gen, dtype=torch.float64)          # φ (P, M, d)

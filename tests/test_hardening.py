@@ -353,3 +353,97 @@ def test_reward_adapters_name_a_missing_dataset_column():
     with pytest.raises(ValueError, match=r"math_reward_func needs the dataset column\(s\) \['answer'\]"):
         math_reward_func(["\\boxed{1}"], solution=["1"])
     assert countdown_reward(["<answer>1</answer>"], numbers=[[1]], target=[1]) == [1.0]
+
+
+# ------------------------------------------------------------------------------ the other entry points
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_prompts=None), "n_prompts"), (dict(n_prompts=2.5), "n_prompts"), (dict(n_responses=1), "n_responses"),
+    (dict(feature_dim=True), "feature_dim"), (dict(quality_scale=float("nan")), "quality_scale"),
+    (dict(taste_scale=float("inf")), "taste_scale"), (dict(taste_scale=float("nan")), "taste_scale"),
+    (dict(expert_noise=float("nan")), "expert_noise"), (dict(ambiguous_fraction=None), "ambiguous_fraction"),
+    (dict(grader_noise=(0.1, float("inf"))), r"grader_noise\[1\]"), (dict(grader_noise=(0.1, -1)), "grader_noise"),
+    (dict(grader_noise="ab"), "grader_noise"), (dict(slip_prob=(0.1, float("nan"))), r"slip_prob\[1\]"),
+    (dict(slip_prob=(0.1,)), "slip_prob"), (dict(grader_noise=(0.1, None)), r"grader_noise\[1\]"),
+])
+def test_rubric_config_checks_every_field(kwargs, match):
+    from envs.rubric import RubricToyConfig
+
+    with pytest.raises(ValueError, match=match) as err:
+        RubricToyConfig(**kwargs)
+    _one_line(err)
+
+
+def test_rubric_task_checks_seed_config_and_times():
+    from envs.rubric import RubricTask, RubricToyConfig
+
+    for call, match in ((lambda: RubricTask(seed=-1), "seed"), (lambda: RubricTask(seed=1.5), "seed"),
+                        (lambda: RubricTask({"n_prompts": 3}), "RubricToyConfig")):
+        with pytest.raises(ValueError, match=match):
+            call()
+    task = RubricTask(RubricToyConfig(n_prompts=4, n_responses=3), seed=0)
+    idx, gen = torch.tensor([0, 1]), torch.Generator().manual_seed(0)
+    for times in (None, float("inf"), float("nan"), 0, 1.5, "2"):
+        with pytest.raises(ValueError, match="times must be a positive integer"):
+            task.regrade(idx, idx, times, gen)
+    assert task.regrade(idx, idx, 2.0, gen).shape == (2, 2, 2)
+
+
+def test_math_loaders_and_command_line_check_their_arguments(tmp_path, capsys):
+    import envs.math as md
+
+    train, _ = md.write_smoke_files(tmp_path / "data", n_train=3, n_val=2)
+    for limit in (2.5, True, "3", float("nan"), 0):
+        with pytest.raises(ValueError, match="limit"):
+            md.load_math_problems(train, limit=limit)
+    assert len(md.load_math_problems(train, limit=2.0)) == 2
+    for n in (None, 2.5, 0, float("inf")):
+        with pytest.raises(ValueError, match="n must be"):
+            md.smoke_problems(n)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        md.write_smoke_files(tmp_path / "a_file", n_train=2, n_val=2)
+    with pytest.raises(ValueError, match="n must be"):
+        md.write_smoke_files(tmp_path / "never", n_train=0)
+    assert not (tmp_path / "never").exists()  # checked before anything is written
+    for argv, match in ((["smoke", str(tmp_path / "x"), "--n-train", "0"], "--n-train"),
+                        (["prepare", str(tmp_path / "missing.jsonl"), str(tmp_path / "o.parquet")], "no math data"),
+                        (["prepare", str(train), str(tmp_path)], "not a folder")):
+        with pytest.raises(SystemExit) as e:
+            md.main(argv)
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and len(err.splitlines()) == 1 and match in err, err
+
+
+def test_countdown_data_functions_check_their_arguments(tmp_path):
+    from envs.countdown import distinct_correct_solutions, export_parquet, load_countdown_tasks
+
+    inst = generate_instances(2, seed=0)
+    for kwargs, match in ((dict(chat="no"), "chat"), (dict(chat=1), "chat"), (dict(split=""), "split"),
+                          (dict(data_source=None), "data_source"), (dict(style="csv"), "style")):
+        with pytest.raises(ValueError, match=match):
+            export_parquet(inst, tmp_path / "x.parquet", **kwargs)
+    with pytest.raises(ValueError, match="is a folder"):
+        export_parquet(inst, tmp_path)
+    with pytest.raises(ValueError, match="instances must be"):
+        export_parquet(5, tmp_path / "x.parquet")
+    import pandas as pd
+
+    pd.DataFrame({"nums": [[1, 2]], "target": [3]}).to_parquet(tmp_path / "tasks.parquet")
+    for limit in ("1", 1.5, float("nan"), -1):
+        with pytest.raises(ValueError, match="limit"):
+            load_countdown_tasks(tmp_path / "tasks.parquet", limit=limit)
+    assert load_countdown_tasks(tmp_path / "tasks.parquet", limit=1.0)[0].target == 3
+    with pytest.raises(ValueError, match="answers must be a sequence"):
+        distinct_correct_solutions(5, [1, 2], 3)
+
+
+def test_probe_callback_checks_its_period(tmp_path):
+    from setpo.trl.training import probe_callback
+
+    for every in (0, -1, 1.5, None, float("nan")):
+        with pytest.raises(ValueError, match="every"):
+            probe_callback(lambda model, step: [], tmp_path / "p.jsonl", every)
+    with pytest.raises(ValueError, match="sample must be a callable"):
+        probe_callback("sampler", tmp_path / "p.jsonl", 2)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
+from envs._checks import whole_number
 from envs.countdown.solver import CountdownInstance
 from envs.countdown.verifier import _check_instance, make_prompt
 
@@ -45,6 +46,15 @@ def export_parquet(
 
     if style not in ("trl", "verl"):
         raise ValueError(f"style must be 'trl' or 'verl', got {style!r}")
+    if chat is not None and not isinstance(chat, bool):
+        raise ValueError(f"chat must be None, True or False, got {chat!r}")
+    for name, value in (("split", split), ("data_source", data_source)):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    if isinstance(instances, (str, bytes)) or not isinstance(instances, Iterable):
+        raise ValueError(f"instances must be a sequence of CountdownInstance, got {type(instances).__name__}")
+    if Path(path).is_dir():
+        raise ValueError(f"path {str(path)!r} is a folder; give the parquet file's path")
     rows = []
     for i, inst in enumerate(instances):
         if not isinstance(inst, CountdownInstance):
@@ -89,8 +99,8 @@ def load_countdown_tasks(path, limit: int | None = None) -> list[CountdownInstan
     files = sorted(p.rglob("*.parquet")) if p.is_dir() else [p]
     if not files:
         raise FileNotFoundError(f"no *.parquet files under {str(p)!r}. {COUNTDOWN_TASKS_HELP}")
-    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 0):
-        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    if limit is not None:
+        limit = whole_number(limit, "limit", 0)
     out: list[CountdownInstance] = []
     for f in files:
         df = pd.read_parquet(f, columns=None)

@@ -309,6 +309,8 @@ def distinct_correct_solutions(answers, numbers, target, *, extract: bool = True
     """
     if isinstance(answers, str):
         raise ValueError("answers must be a sequence of strings, got a single string")
+    if not isinstance(answers, Iterable):
+        raise ValueError(f"answers must be a sequence of strings, got {type(answers).__name__}")
     counts: dict[str, int] = {}
     for a in answers:
         form = correct_canonical_form(a, numbers, target, extract=extract)

@@ -272,6 +272,11 @@ def probe_callback(sample: Callable[[Any, int], list[dict]], path: Path, every: 
     """
     from transformers import TrainerCallback
 
+    from setpo.groups import check_int
+
+    every = check_int(every, "every", minimum=1)
+    if not callable(sample):
+        raise ValueError(f"sample must be a callable (model, step) -> records, got {type(sample).__name__}")
     path = Path(path)
 
     class ProbeCallback(TrainerCallback):
