@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -89,6 +89,8 @@ class Embedder(Protocol):
 def _check_texts(texts) -> list[str]:
     if isinstance(texts, str):
         raise ValueError("texts must be a sequence of strings, got a single str (wrap it in a list)")
+    if not isinstance(texts, Iterable) or isinstance(texts, (bytes, Mapping)):
+        raise ValueError(f"texts must be a sequence of strings, got {type(texts).__name__}")
     texts = list(texts)
     bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
     if bad:

@@ -329,6 +329,14 @@ def test_other_embedders_check_their_arguments(make, match):
     _one_line(err)
 
 
+@pytest.mark.parametrize("texts", [None, 5, b"ab", {"a": 1}])
+def test_embedders_name_texts_that_are_not_a_sequence(texts):
+    for emb in (HashedNgramEmbedder(8), TableEmbedder({"a": [1.0]})):
+        with pytest.raises(ValueError, match="texts must be a sequence of strings") as err:
+            emb(texts)
+        _one_line(err)
+
+
 def test_hashed_embedder_with_a_huge_ngram_is_fast_and_unchanged():
     """ngram=(1, 10**9) looped a billion times per text before (a hang); run in a subprocess with a timeout so
     that a regression fails instead of hanging the suite."""
