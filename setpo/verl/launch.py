@@ -12,13 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from setpo.presets import PRESETS, AlgorithmPreset, get_preset
+from setpo.presets import PAPER_RUN, PRESETS, AlgorithmPreset, get_preset
 from setpo.verl.estimator import ESTIMATOR_NAME, PLUGIN_ENV, PLUGIN_MODULE, SetPOVerlSettings
-from setpo.verl.trainer import setpo_task_runner
+from setpo.verl.trainer import PROGRESS_ENV, PROGRESS_FILE, setpo_task_runner
 
 # verl names for the base estimator when SetPO is switched off (plain GRPO/GSPO/DAPO baselines).
 _VERL_BASE = {"grpo": ("grpo", True), "dr_grpo": ("grpo", False), "rloo": ("rloo", True)}
 _VERL_LOSS_MODE = {"token": "vanilla", "sequence": "gspo"}
+DEVICES = ("cuda", "cpu")
+#: the CPU platform module (setpo.verl.cpu; imported only by CPU runs) and its rollout's name.
+CPU_MODULE = "setpo.verl.cpu"
+CPU_ROLLOUT = "hf"
+#: the verifier verl's reward loop calls (``reward.custom_reward_function``) for each task's data.
+TASK_REWARDS = {"math": "pkg://envs.math", "countdown": "pkg://envs.countdown"}
 
 
 def _fmt(v: Any) -> str:
@@ -63,12 +69,15 @@ class VerlLaunchConfig:
     embedding_model: EMBEDDING_MODEL_PATH, or "default" / "hash" (see ``SetPOVerlSettings``).
     algo: a key of ``setpo.presets.PRESETS`` (ALGO). lam: λ (SETPO_LAMBDA; None: the preset's).
     setpo: False runs the plain base algorithm (verl's own estimator) for the baseline.
-    nnodes, n_gpus_per_node: cluster shape (NNODES, N_GPUS_PER_NODE).
+    nnodes, n_gpus_per_node: cluster shape (NNODES, N_GPUS_PER_NODE); on the CPU, workers per node.
     rollout_n (G), temperature, max_response_length, kl_coef, train_batch_size (prompts per step),
-    total_epochs: the paper's 6, 0.9, 756, 1e-4, 64, 2. max_prompt_length: **design choice**, 512 covers
-    GSM8K/MATH prompts with the template. ppo_mini_batch_size = train_batch_size: one on-policy update per
-    step (**design choice**; the paper gives only the global batch).
-    val_n, val_temperature, val_top_p: Pass@1 as avg@k at T=0.5, top-p 0.9 (the paper's k is 64).
+    total_epochs: the paper's (``setpo.presets.PAPER_RUN``: 6, 0.9, 756, 1e-4, 64, 2). max_prompt_length:
+    **design choice**, 512 covers GSM8K/MATH prompts with the template. ppo_mini_batch_size =
+    train_batch_size: one on-policy update per step (**design choice**; the paper gives only the global batch).
+    val_n, val_temperature, val_top_p: Pass@1 as avg@k at T=0.5, top-p 0.9 (PAPER_RUN: k = 64).
+    device: "cuda" (vLLM rollouts) or "cpu" (``setpo.verl.cpu``: FSDP2 over gloo, transformers rollouts).
+    task: "math" (``envs.math`` verifier) or "countdown" (``envs.countdown`` verifier). total_training_steps:
+    stop after this many steps (None: verl's, from the epochs).
     rollout_tp, gpu_memory_utilization, micro_batch_per_gpu: engine sizing, not science.
     """
 
@@ -81,17 +90,17 @@ class VerlLaunchConfig:
     setpo: bool = True
     nnodes: int = 1
     n_gpus_per_node: int = 8
-    rollout_n: int = 6
-    temperature: float = 0.9
+    rollout_n: int = PAPER_RUN.num_generations
+    temperature: float = PAPER_RUN.temperature
     max_prompt_length: int = 512
-    max_response_length: int = 756
-    kl_coef: float = 1e-4
-    train_batch_size: int = 64
+    max_response_length: int = PAPER_RUN.max_completion_length
+    kl_coef: float = PAPER_RUN.beta
+    train_batch_size: int = PAPER_RUN.prompts_per_step
     ppo_mini_batch_size: int | None = None
-    total_epochs: int = 2
-    val_n: int = 64
-    val_temperature: float = 0.5
-    val_top_p: float = 0.9
+    total_epochs: int = PAPER_RUN.num_train_epochs
+    val_n: int = PAPER_RUN.eval_k
+    val_temperature: float = PAPER_RUN.eval_temperature
+    val_top_p: float = PAPER_RUN.eval_top_p
     test_freq: int = 20
     save_freq: int = 50
     rollout_name: str = "vllm"
@@ -104,9 +113,20 @@ class VerlLaunchConfig:
     experiment_name: str | None = None
     output_dir: str = "runs/verl"
     logger: tuple[str, ...] = ("console",)
+    device: str = "cuda"
+    task: str = "math"
+    total_training_steps: int | None = None
+    seed: int = 0
+    tokenizer_path: str | None = None
 
     def __post_init__(self):
         get_preset(self.algo)
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {list(DEVICES)}, got {self.device!r}")
+        if self.task not in TASK_REWARDS:
+            raise ValueError(f"task must be one of {sorted(TASK_REWARDS)}, got {self.task!r}")
+        if self.total_training_steps is not None and self.total_training_steps < 1:
+            raise ValueError(f"total_training_steps must be >= 1, got {self.total_training_steps}")
         if self.rollout_n < 3 and self.setpo:
             raise ValueError(f"SetPO needs at least 3 rollouts per prompt (rollout_n), got {self.rollout_n}")
         for name in ("nnodes", "n_gpus_per_node", "rollout_n", "train_batch_size", "total_epochs", "val_n"):
@@ -144,8 +164,9 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
         "data.filter_overlong_prompts=true",
         "data.truncation=error",
         f"{ar}.model.path={_fmt(cfg.model_path)}",
-        f"{ar}.model.use_remove_padding=true",
-        f"{ar}.model.enable_gradient_checkpointing=true",
+        *([f"{ar}.model.tokenizer_path={_fmt(cfg.tokenizer_path)}"] if cfg.tokenizer_path else []),
+        f"{ar}.model.use_remove_padding={_fmt(cfg.device != 'cpu')}",
+        f"{ar}.model.enable_gradient_checkpointing={_fmt(cfg.device != 'cpu')}",
         f"{ar}.actor.ppo_mini_batch_size={cfg.ppo_mini_batch_size or cfg.train_batch_size}",
         f"{ar}.actor.ppo_micro_batch_size_per_gpu={cfg.micro_batch_per_gpu}",
         f"{ar}.actor.use_kl_loss=true",
@@ -155,7 +176,7 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
         f"{ar}.actor.optim.lr_scheduler_type=constant",
         f"{ar}.actor.optim.lr_warmup_steps=0",
         *verl_preset_overrides(p),
-        f"{ar}.rollout.name={cfg.rollout_name}",
+        f"{ar}.rollout.name={CPU_ROLLOUT if cfg.device == 'cpu' else cfg.rollout_name}",
         f"{ar}.rollout.n={cfg.rollout_n}",
         f"{ar}.rollout.temperature={cfg.temperature!r}",
         f"{ar}.rollout.tensor_model_parallel_size={cfg.rollout_tp}",
@@ -168,7 +189,7 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
         f"{ar}.ref.log_prob_micro_batch_size_per_gpu={2 * cfg.micro_batch_per_gpu}",
         "algorithm.use_kl_in_reward=false",
         "critic.enable=false",  # group-relative estimators need no critic; saying so also keeps verl quiet about it
-        "reward.custom_reward_function.path=pkg://envs.math",
+        f"reward.custom_reward_function.path={_fmt(TASK_REWARDS[cfg.task])}",
         "reward.custom_reward_function.name=verl_compute_score",
         f"trainer.nnodes={cfg.nnodes}",
         f"trainer.n_gpus_per_node={cfg.n_gpus_per_node}",
@@ -182,8 +203,14 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
         f"trainer.experiment_name={_fmt(cfg.run_name)}",
         f"trainer.default_local_dir={_fmt(str(out_dir / 'checkpoints'))}",
         f"trainer.logger={_fmt(list(cfg.logger))}",
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.{PLUGIN_ENV}={PLUGIN_MODULE}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{PLUGIN_ENV}={_fmt(plugin_modules(cfg.device))}",
+        f"data.seed={cfg.seed}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{PROGRESS_ENV}={_fmt(str(out_dir / PROGRESS_FILE))}",
     ]
+    if cfg.total_training_steps is not None:
+        o.append(f"trainer.total_training_steps={cfg.total_training_steps}")
+    if cfg.device == "cpu":
+        o += cpu_overrides(cfg.n_gpus_per_node)
     if cfg.setpo:
         s = "+algorithm.setpo"
         o += [
@@ -198,6 +225,45 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
         name, by_std = _VERL_BASE[p.estimator]
         o += [f"algorithm.adv_estimator={name}", f"algorithm.norm_adv_by_std_in_grpo={_fmt(by_std)}"]
     return o
+
+
+def plugin_modules(device: str = "cuda") -> str:
+    """What ``VERL_USE_EXTERNAL_MODULES`` names in every Ray worker: the plug-in, and on the CPU its platform."""
+    return PLUGIN_MODULE + (f",{CPU_MODULE}" if device == "cpu" else "")
+
+
+def cpu_overrides(workers: int) -> list[str]:
+    """verl settings of a CPU run (``setpo.verl.cpu``): the platform in every worker, ``workers`` logical Ray
+    GPUs (one per FSDP2 worker over gloo), transformers rollouts, sdpa attention, float32, no torch compile."""
+    ar = "actor_rollout_ref"
+    out = [
+        "trainer.device=cpu",
+        f"+ray_kwargs.ray_init.num_gpus={workers}",
+        f"ray_kwargs.ray_init.num_cpus={4 * workers + 8}",  # logical: verl's bundles ask 3 CPUs per worker
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM=cpu",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS='1'",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.MKL_NUM_THREADS='1'",
+        "+ray_kwargs.ray_init.include_dashboard=false",
+        f"+{ar}.model.override_config.attn_implementation=sdpa",
+        f"{ar}.rollout.tensor_model_parallel_size=1",
+        f"{ar}.rollout.free_cache_engine=false",
+        f"{ar}.rollout.enforce_eager=true",
+        # one process each where verl starts eight by default: every Ray process imports verl (~20 s of CPU)
+        f"{ar}.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+        "data.dataloader_num_workers=0",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    ]
+    for role in ("actor", "ref"):
+        out += [
+            f"{ar}.{role}.strategy=fsdp2",
+            f"{ar}.{role}.use_torch_compile=false",
+            f"{ar}.{role}.fsdp_config.use_torch_compile=false",
+            f"+{ar}.{role}.fsdp_config.mixed_precision.param_dtype=fp32",
+            f"+{ar}.{role}.fsdp_config.mixed_precision.reduce_dtype=fp32",
+            f"+{ar}.{role}.fsdp_config.mixed_precision.buffer_dtype=fp32",
+        ]
+    return out
 
 
 def verl_config_dir() -> Path:
@@ -280,6 +346,8 @@ def _parser() -> argparse.ArgumentParser:
                            ("print-config", "prepare data, compose and validate, print the overrides; no run")):
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument("--model-path", required=True, help="local base model directory (MODEL_PATH)")
+        sp.add_argument("--tokenizer-path", default=None,
+                        help="local tokenizer directory, when not the model's (default: --model-path)")
         sp.add_argument("--train-file", required=True,
                         help="training data (TRAIN_FILE): verl parquet or raw GSM8K/MATH parquet/jsonl; "
                              "comma-separated list allowed")
@@ -291,7 +359,27 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--lam", type=float, default=None, help="λ (default: the preset's)")
         sp.add_argument("--no-setpo", action="store_true", help="plain base algorithm (baseline run)")
         sp.add_argument("--nnodes", type=int, default=1, help="nodes in the Ray cluster (default: 1)")
-        sp.add_argument("--n-gpus-per-node", type=int, default=8, help="GPUs per node (default: 8)")
+        sp.add_argument("--n-gpus-per-node", type=int, default=None,
+                        help="GPUs per node; with --device cpu, FSDP workers per node (default: 8, cpu: 2)")
+        sp.add_argument("--device", default="cuda", choices=DEVICES,
+                        help="cuda: vLLM rollouts on GPUs; cpu: verl's trainer on the CPU (setpo.verl.cpu: FSDP2 "
+                             "over gloo, transformers rollouts), for laptops and CI (default: cuda)")
+        sp.add_argument("--task", default="math", choices=sorted(TASK_REWARDS),
+                        help="which verifier scores the responses: math (envs.math) or countdown "
+                             "(envs.countdown) (default: math)")
+        sp.add_argument("--rollout-n", type=int, default=d["rollout_n"].default,
+                        help="rollouts per prompt, G (default: %(default)s)")
+        sp.add_argument("--train-batch-size", type=int, default=d["train_batch_size"].default,
+                        help="prompts per step (default: %(default)s)")
+        sp.add_argument("--max-prompt-length", type=int, default=d["max_prompt_length"].default,
+                        help="prompt tokens (default: %(default)s)")
+        sp.add_argument("--max-response-length", type=int, default=d["max_response_length"].default,
+                        help="response tokens (default: %(default)s)")
+        sp.add_argument("--total-steps", type=int, default=None,
+                        help="stop after this many training steps (default: all epochs)")
+        sp.add_argument("--total-epochs", type=int, default=d["total_epochs"].default,
+                        help="passes over the training data (default: %(default)s)")
+        sp.add_argument("--seed", type=int, default=0, help="data shuffling seed (default: 0)")
         sp.add_argument("--val-n", type=int, default=d["val_n"].default,
                         help="samples per validation prompt; Pass@1 = avg@N (default: %(default)s)")
         sp.add_argument("--test-freq", type=int, default=d["test_freq"].default,
@@ -321,7 +409,11 @@ def launch_config_from_args(args) -> VerlLaunchConfig:
         train_files=[prepare_data(f, args.data_dir, "train") for f in _split_files(args.train_file)],
         val_files=[prepare_data(f, args.data_dir, "test") for f in _split_files(args.val_file)],
         embedding_model=args.embedding_model, algo=args.algo, lam=args.lam, setpo=not args.no_setpo,
-        nnodes=args.nnodes, n_gpus_per_node=args.n_gpus_per_node, val_n=args.val_n, test_freq=args.test_freq,
+        nnodes=args.nnodes, n_gpus_per_node=args.n_gpus_per_node or (2 if args.device == "cpu" else 8),
+        val_n=args.val_n, test_freq=args.test_freq, device=args.device, task=args.task, rollout_n=args.rollout_n,
+        train_batch_size=args.train_batch_size, max_prompt_length=args.max_prompt_length,
+        max_response_length=args.max_response_length, total_training_steps=args.total_steps,
+        total_epochs=args.total_epochs, seed=args.seed, tokenizer_path=args.tokenizer_path,
         save_freq=args.save_freq, rollout_tp=args.rollout_tp, gpu_memory_utilization=args.gpu_memory_utilization,
         micro_batch_per_gpu=args.micro_batch_per_gpu, embedding_device=args.embedding_device,
         output_dir=str(Path(args.output_dir).expanduser().resolve()), experiment_name=args.experiment_name,
@@ -353,13 +445,67 @@ def main(argv: Sequence[str] | None = None) -> None:
     run_dir = Path(cfg.output_dir) / cfg.run_name
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")  # the run's record of its config
+    run(config, device=cfg.device, progress_file=run_dir / PROGRESS_FILE)
+
+
+def run(config, device: str = "cuda", progress_file: str | Path | None = None, heartbeat_s: float = 10.0) -> None:
+    """verl's ``run_ppo`` with SetPO's task runner; on the CPU with ``setpo.verl.cpu`` in this process too.
+
+    A heartbeat line every ``heartbeat_s`` seconds (elapsed time, and the step the trainer reached, from
+    ``progress_file``) keeps a long step visibly alive. Ray is shut down at the end, pass or fail, when this
+    call started it.
+    """
+    import threading
+    import time
+
+    import ray
+
     # The driver imports verl before Ray starts; make sure its own process has the plug-in too.
-    os.environ.setdefault(PLUGIN_ENV, PLUGIN_MODULE)
+    os.environ.setdefault(PLUGIN_ENV, plugin_modules(device))
+    if device == "cpu":
+        os.environ["VERL_PLATFORM"] = "cpu"
+        import importlib
+
+        importlib.import_module(CPU_MODULE).install()
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
     auto_set_device(config)
-    run_ppo(config, task_runner_class=setpo_task_runner())
+    if progress_file is not None:
+        Path(progress_file).unlink(missing_ok=True)
+    start, done = time.perf_counter(), threading.Event()
+
+    def beat():
+        while not done.wait(heartbeat_s):
+            where = ""
+            try:
+                import json
+
+                p = json.loads(Path(progress_file).read_text()) if progress_file else {}
+                where = f", step {p['step']}/{p['total']} ({p['phase']})"
+            except (OSError, ValueError, KeyError):
+                pass
+            print(f"[setpo.verl] {time.perf_counter() - start:.0f} s{where}", flush=True)
+
+    started_ray = not ray.is_initialized()
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        for attempt in range(3):
+            try:
+                run_ppo(config, task_runner_class=setpo_task_runner())
+                break
+            except Exception as err:  # noqa: BLE001 - only Ray's own start-up timeout is retried
+                # ray.init waits a fixed 30 s for the raylet; on a loaded machine it can take longer
+                if "timed out during startup" not in str(err) or attempt == 2:
+                    raise
+                print(f"[setpo.verl] Ray did not start in time ({err}); retrying", flush=True)
+                ray.shutdown()
+    finally:
+        done.set()
+        if started_ray and ray.is_initialized():
+            ray.shutdown()
+    print(f"[setpo.verl] done in {time.perf_counter() - start:.0f} s", flush=True)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

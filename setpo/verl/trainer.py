@@ -5,6 +5,8 @@ own advantage step, and the task runner that selects it (see ``setpo.verl``)."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import time
 from collections.abc import Iterator
 
@@ -15,6 +17,12 @@ from setpo.verl.estimator import (
     embedder_from_settings,
     session_layout,
 )
+
+
+#: the environment variable naming the file where the trainer records its progress (the launcher sets it in the
+#: Ray job's runtime_env; its heartbeat reads the file), and that file's name in the run folder.
+PROGRESS_ENV = "SETPO_VERL_PROGRESS"
+PROGRESS_FILE = "progress.json"
 
 
 class SetPOTrainerMixin:
@@ -30,13 +38,40 @@ class SetPOTrainerMixin:
     complete trajectory). At λ = 0 nothing is embedded.
     """
 
+    def _setpo_progress(self, phase: str) -> None:
+        path = os.environ.get(PROGRESS_ENV)
+        if not path:
+            return
+        record = {"step": int(getattr(self, "global_steps", 0)), "total": getattr(self, "total_training_steps", None),
+                  "phase": phase, "time": time.time()}
+        tmp = f"{path}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, path)
+        except OSError:  # progress is a courtesy: a read-only or vanished folder must not stop training
+            pass
+
+    def on_train_begin(self):
+        self._setpo_progress("train")
+        return super().on_train_begin()
+
+    def on_step_begin(self):
+        self._setpo_progress("step")
+        return super().on_step_begin()
+
+    def on_validate_begin(self):
+        self._setpo_progress("validate")
+        return super().on_validate_begin()
+
     def _setpo_fetch(self, batch) -> tuple[list[str], list]:
         import transfer_queue as tq
 
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "responses"])
         responses = data["responses"].to_padded_tensor(padding=self.tokenizer.pad_token_id)
         texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-        return texts, list(data["uid"].tolist())
+        uids = data["uid"]  # a NonTensorStack (tolist) or, from TensorDict indexing, a plain list of strings
+        return texts, list(uids.tolist() if hasattr(uids, "tolist") else uids)
 
     def _compute_advantage(self, batch, metrics: dict):
         if self.config.algorithm.adv_estimator != ESTIMATOR_NAME:
