@@ -123,3 +123,16 @@ def test_a_checkpoint_saved_without_a_file_list_needs_what_a_resume_reads(runs):
             f.unlink()
     train_rl(cfg, RUN, data, sft, run_dir, **QUIET)
     _assert_same(root / "straight", run_dir)
+
+
+def test_a_checkpoint_without_trainer_state_is_incomplete_and_the_run_starts_over_identically(runs):
+    """trainer_state.json is what the Trainer writes last: a checkpoint without it is one a kill interrupted, so
+    it is not resumed from; the run starts over (here: from step 0) and ends as the uninterrupted one."""
+    cfg, data, sft, root = runs
+    run_dir = _fresh_copy(root, "no_state")
+    (run_dir / "checkpoint-2" / "trainer_state.json").unlink()
+    assert last_checkpoint(run_dir) is None
+    logs = []
+    train_rl(cfg, RUN, data, sft, run_dir, log=logs.append)
+    assert not any("resuming" in line for line in logs)
+    _assert_same(root / "straight", run_dir)
