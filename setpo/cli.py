@@ -167,6 +167,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if _negative_lams(argv):
         p.error(f"argument --lams: expected a finite number >= 0, got {_negative_lams(argv)[0]}")
     args = p.parse_args(argv)
+    if args.cmd == "demo":
+        target = Path(args.out_dir).expanduser().resolve()
+        if target == FIGURES_DIR.resolve() or FIGURES_DIR.resolve() in target.parents:
+            p.error(f"demo: --out-dir {args.out_dir} is inside the committed figures/ folder, which only "
+                    f"`setpo figures` writes; use another folder (default {DEMO_DIR.relative_to(ROOT)}/)")
     if args.cmd == "sweep" and _twice(args.lams):
         p.error(f"argument --lams: {', '.join(map(str, _twice(args.lams)))} given more than once (each λ is one row)")
     if args.cmd in ("figures", "bench") and _twice(args.names):

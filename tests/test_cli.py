@@ -64,6 +64,8 @@ def no_work(monkeypatch):
     (["figures", "01_toy_mode_collapse", "01_toy_mode_collapse"], "named more than once"),
     (["bench", "estimator", "estimator"], "named more than once"),
     (["demo", "--smoke", "extra"], "unrecognized arguments"),
+    (["demo", "--out-dir", str(ROOT / "figures")], "only `setpo figures` writes"),
+    (["demo", "--out-dir", str(ROOT / "figures" / "demo")], "inside the committed figures/"),
     (["bench", "no_such"], "no benchmark no_such"),
     (["figures", "no_such_notebook"], "no notebook no_such_notebook"),
     (["frobnicate"], "invalid choice"),
