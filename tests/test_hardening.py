@@ -455,3 +455,14 @@ def test_probe_callback_checks_its_period(tmp_path):
             probe_callback(lambda model, step: [], tmp_path / "p.jsonl", every)
     with pytest.raises(ValueError, match="sample must be a callable"):
         probe_callback("sampler", tmp_path / "p.jsonl", 2)
+
+
+def test_progress_callback_checks_its_period():
+    from setpo.trl.training import progress_callback
+
+    for every_s in (float("nan"), -1.0, None, "10"):
+        with pytest.raises(ValueError, match="every_s"):
+            progress_callback(print, "rl", every_s)
+    with pytest.raises(ValueError, match="log must be a callable"):
+        progress_callback("stdout", "rl")
+    progress_callback(print, "rl", 0)  # every log line

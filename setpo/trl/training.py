@@ -174,6 +174,12 @@ def progress_callback(log: Callable[[str], Any], label: str, every_s: float = 10
     progress bar is off and stdout is a file or a notebook."""
     from transformers import TrainerCallback
 
+    from setpo.groups import check_real
+
+    every_s = check_real(every_s, "every_s", minimum=0)
+    if not callable(log):
+        raise ValueError(f"log must be a callable taking one line, got {type(log).__name__}")
+
     class ProgressCallback(TrainerCallback):
         def on_train_begin(self, args, state, control, **kw):
             self.t0 = self.last = time.time()
