@@ -51,7 +51,9 @@ Outputs under ``--out``: ``config.json``, ``data.json`` (the splits), ``sft/`` a
 checkpoints, ``log_history.json``, ``probes.jsonl``: samples on fixed validation problems over training),
 ``diagnostics.json``, ``val/<run>_T1.json`` and ``selection.json`` (the validation search),
 ``eval/<run>_T<temp>.json`` (the test split), ``results.json`` (every run's row and the paired differences,
-``countdown_results.summarize``) and ``results.md``.
+``countdown_results.summarize``) and ``results.md``. With a judge (``--judge-url URL --judge-model NAME`` or
+``--judge-path DIR``), stage "judge" adds the LLM-judged diversity of the main cell's methods at T = 1
+(``judge_runs``) to both, its verdicts cached in ``judge_cache.jsonl``; without one it does nothing.
 """
 
 from __future__ import annotations
@@ -73,15 +75,14 @@ import torch
 from envs.countdown import (
     CountdownInstance,
     canonical_form,
-    distinct_correct_solutions,
     extract_answer,
+    make_prompt,
     make_splits,
     score_answer,
     solve,
 )
 from setpo.diagnostics import diagnose_embedder
 from setpo.embed import CenteredEmbedder, load_embedder
-from setpo.metrics import diversity_width_and_average_modes, pass_at_k
 from setpo.records import read_json, write_json, write_text
 from setpo.studies.countdown_config import (  # noqa: F401  (load_config: the study's public API)
     STEPS_PER_GENERATION,
@@ -90,8 +91,9 @@ from setpo.studies.countdown_config import (  # noqa: F401  (load_config: the st
     claim_folder,
     load_config,
 )
+from setpo.studies import judging
 from setpo.studies.arguments import Parser
-from setpo.studies.countdown_results import results_markdown, summarize
+from setpo.studies.countdown_results import evaluate_samples, results_markdown, summarize  # noqa: F401 (public API)
 from setpo.studies.sampling import sample_completions
 from setpo.studies.stages import Progress, chosen_stages, refusal, stage_done, unreadable
 from setpo.studies.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, build_model, build_tokenizer
@@ -175,32 +177,6 @@ def warm_start_texts(cfg: CountdownLMConfig, data: CountdownData | None = None, 
 
 def rl_rows(instances: Sequence[CountdownInstance]) -> list[dict]:
     return [{"prompt": prompt_text(i), "numbers": list(i.numbers), "target": i.target} for i in instances]
-
-
-# --------------------------------------------------------------------------------------------------
-# Sampling and evaluation
-# --------------------------------------------------------------------------------------------------
-
-
-def evaluate_samples(instances: Sequence[CountdownInstance], samples: Sequence[Sequence[str]]) -> dict:
-    """pass@k (k = 1..n), accuracy and the diversity numbers from n samples per problem.
-
-    Returns {"n", "correct" (per problem), "distinct" (per problem), "pass_at_k" (list, k = 1..n, mean over
-    problems), "accuracy" (mean fraction correct = pass@1), "diversity_width", "average_modes",
-    "average_modes_all" (over all problems, unsolved counting 0)}.
-    """
-    n = len(samples[0]) if samples else 0
-    if len(samples) != len(instances) or any(len(s) != n for s in samples) or n == 0:
-        raise ValueError("samples must hold the same number (>= 1) of completions for every instance")
-    correct, distinct = [], []
-    for inst, texts in zip(instances, samples):
-        correct.append(sum(score_answer(t, inst.numbers, inst.target) == 1.0 for t in texts))
-        distinct.append(len(distinct_correct_solutions(texts, inst.numbers, inst.target)))
-    curve = [sum(pass_at_k(n, c, k) for c in correct) / len(correct) for k in range(1, n + 1)]
-    width, modes = diversity_width_and_average_modes(distinct)
-    _, modes_all = diversity_width_and_average_modes(distinct, over="all")
-    return {"n": n, "correct": correct, "distinct": distinct, "pass_at_k": curve, "accuracy": curve[0],
-            "diversity_width": width, "average_modes": modes, "average_modes_all": modes_all}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -319,18 +295,27 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
     return final
 
 
+def sample_eval(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
+                temperature: float, label: str = "", log=None) -> list[list[str]]:
+    """The ``cfg.eval_samples`` completions per problem an evaluation scores (seeded: sampling again gives them
+    again). log: a progress line at most every 10 s."""
+    tokenizer, model = load_trained(model_dir)
+    progress = None if log is None else Progress(log, f"[eval] {label}: problems sampled", len(instances)).step
+    return sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
+                              temperature, cfg.eval_top_p, cfg.rl_max_completion_length,
+                              batch_sequences=cfg.eval_batch_sequences, seed=cfg.seed + 1, progress=progress)
+
+
 def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
-                   temperature: float, path: Path, log=None) -> dict:
-    """Sample ``cfg.eval_samples`` completions per problem and score them; cached in ``path``. log: a progress
-    line at most every 10 s while sampling."""
+                   temperature: float, path: Path, log=None, texts_file: Path | None = None) -> dict:
+    """Sample ``cfg.eval_samples`` completions per problem (``sample_eval``) and score them; cached in ``path``.
+    texts_file: where to keep the completions (for the judge; None keeps none)."""
     if path.exists():
         return read_json(path, "delete it and rerun to evaluate again")
-    tokenizer, model = load_trained(model_dir)
     t0 = time.time()
-    progress = None if log is None else Progress(log, f"[eval] {path.stem}: problems sampled", len(instances)).step
-    samples = sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
-                                 temperature, cfg.eval_top_p, cfg.rl_max_completion_length,
-                                 batch_sequences=cfg.eval_batch_sequences, seed=cfg.seed + 1, progress=progress)
+    samples = sample_eval(cfg, model_dir, instances, temperature, path.stem, log)
+    if texts_file is not None:
+        write_json(texts_file, samples)
     result = evaluate_samples(instances, samples)
     result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
                   examples=[s[:4] for s in samples[:5]])
@@ -343,7 +328,7 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
 # --------------------------------------------------------------------------------------------------
 
 
-STAGES = ("sft", "rl", "eval")
+STAGES = ("sft", "rl", "eval", "judge")
 
 
 def resolve_embedder(spec: str, reference_texts: Sequence[str] | Callable[[], Sequence[str]], cache: dict):
@@ -431,8 +416,12 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) 
         runs, chosen, selection = _train_everything(cfg, data, sft_final, log, t0)
     else:
         runs, chosen, selection = _trained_runs(cfg)
+    judge = "judge" in stages and judging.judge_configured(cfg)
     if "eval" not in stages:
-        return {}
+        if not judge:
+            return {}
+        summary = read_json(_require(out / "results.json", "eval"), "delete it and rerun --stages eval")
+        return _write_summary(out, {**summary, "judged": judge_runs(cfg, data, runs, log)}, log)
     # the test split, once, after every run has finished
     models = {"sft": sft_final, **{run.name: _require(out / "rl" / run.name / "final", "rl") for run in runs}}
     (out / "eval").mkdir(exist_ok=True)
@@ -443,23 +432,50 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) 
                                and run.beta == cfg.main_beta and run.preset == "grpo")
         for temp in (cfg.eval_temperatures if both else (1.0,)):
             t = time.time()
-            r = evaluate_model(cfg, mdir, data.test, temp, out / "eval" / f"{name}_T{temp:g}.json", log)
+            path = out / "eval" / f"{name}_T{temp:g}.json"
+            r = evaluate_model(cfg, mdir, data.test, temp, path, log,
+                               texts_file=judging.texts_path(path) if judge and temp == 1.0 else None)
             results[f"{name}_T{temp:g}"] = r
             log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
                 f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
     diagnostics = read_json(out / "diagnostics.json", "delete it and rerun --stages rl to diagnose again")
     summary = summarize(cfg, runs, chosen, results, selection, diagnostics)
-    write_json(out / "results.json", summary)
-    write_text(out / "results.md", results_markdown(summary))
-    log(results_markdown(summary))
+    if judge:
+        summary["judged"] = judge_runs(cfg, data, runs, log)
+    _write_summary(out, summary, log)
     log(f"[study] finished in {time.time() - t0:.0f}s")
     return summary
 
 
+def _write_summary(out: Path, summary: dict, log) -> dict:
+    write_json(out / "results.json", summary)
+    write_text(out / "results.md", results_markdown(summary))
+    log(results_markdown(summary))
+    return summary
+
+
+def judge_runs(cfg: CountdownLMConfig, data: CountdownData, runs: Sequence[RLRun], log=_log, judge=None) -> dict:
+    """Stage "judge": the LLM-judged diversity (``judging.judge_methods``) of the warm start's and the main cell's
+    methods (seeds pooled) from their test-split responses at T = 1 (``judging.eval_responses``: kept by the
+    evaluation, or sampled again with its seeds); verdicts cached in ``out/judge_cache.jsonl``. The judge reads
+    each problem as the public English prompt states it (``make_prompt``; the model's own is too terse)."""
+    out = Path(cfg.out)
+    members = [("warm start (SFT)", out / "eval" / "sft_T1.json", out / "sft" / "final")] + [
+        (r.variant, out / "eval" / f"{r.name}_T1.json", out / "rl" / r.name / "final") for r in runs
+        if r.group_size == cfg.main_group_size and r.beta == cfg.main_beta]
+    problems = [make_prompt(i.numbers, i.target, chat=True)[-1]["content"] for i in data.test]
+    return judging.judge_evaluations(cfg, problems, members,
+                                     lambda d: sample_eval(cfg, d, data.test, 1.0),
+                                     lambda texts: evaluate_samples(data.test, texts)["correct"], cfg.eval_samples,
+                                     out, log, judge)
+
+
 def _require(final: Path, stage: str) -> Path:
-    """``final`` when its stage is done; otherwise a refusal saying which stage to run first."""
-    if not stage_done(final):
-        raise refusal(f"stage {stage!r} has not finished (no {final.name}/done.json)", final,
+    """``final`` when its stage is done (a final folder: its done.json; a file: it exists); otherwise a refusal
+    saying which stage to run first."""
+    if not (final.is_file() if final.suffix == ".json" else stage_done(final)):
+        missing = final.name if final.suffix else f"{final.name}/done.json"
+        raise refusal(f"stage {stage!r} has not finished (no {missing})", final,
                       f"run that stage first (--stages {stage}), then rerun")
     return final
 
@@ -523,6 +539,7 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
                    help=f"comma-separated stages to run, of {','.join(STAGES)} (default: all)")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
                    help="override config fields, e.g. --set rl_steps=100 'rl_seeds=[0,1,2,3,4]' 'search_embedders=[\"hash\"]'")
+    judging.add_judge_arguments(p)
     a = p.parse_args(argv)
     try:
         stages = chosen_stages(a.stages, STAGES)
@@ -540,6 +557,7 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
             overrides[key] = json.loads(value)
         except json.JSONDecodeError:
             overrides[key] = value  # a bare string
+    overrides.update(judging.judge_overrides(a, p, stages))
     try:
         if a.smoke:
             cfg = CountdownLMConfig.smoke(**({"out": a.out} if a.out else {}), **overrides)
@@ -552,7 +570,11 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
 
 def main(argv=None) -> int:
     cfg, stages = parse_args(argv)
-    run_study(cfg, stages=stages)
+    try:
+        run_study(cfg, stages=stages)
+    except ValueError as err:  # a refusal (another config's folder, a stage not run, a judge down): one line
+        print(f"python -m setpo.studies.countdown: error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

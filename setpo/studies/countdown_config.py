@@ -26,6 +26,7 @@ from pathlib import Path
 from setpo.presets import PRESETS
 from setpo.records import read_json
 from setpo.studies import stages
+from setpo.studies.judging import JUDGE_FIELDS, check_judge_fields, judge_configured, without_judge
 from setpo.studies.tiny_models import ModelSize
 
 STEPS_PER_GENERATION = 2  # optimizer steps per generated batch (TRL's steps_per_generation)
@@ -85,6 +86,8 @@ class CountdownLMConfig:
     ``eval_temperatures`` (default T = 1 only: on 2 cores sampling 200 x 64 completions costs as much as an RL
     run, and T = 1 is where the paper measures diversity).
     Probes: ``probe_samples`` samples on ``n_probe`` validation problems every ``probe_every`` RL steps.
+    Judge (optional, stage "judge"): ``judge_url`` + ``judge_model`` (a server) or ``judge_path`` (a local model),
+    ``judge_limit``, ``judge_samples``; see ``setpo.studies.judging``. None: no judge.
     """
 
     out: str = "runs/countdown"
@@ -131,6 +134,12 @@ class CountdownLMConfig:
     n_probe: int = 3
     probe_samples: int = 16
     probe_every: int = 10
+    # the optional LLM judge (stage "judge", ``setpo.studies.judging``; None: no judge, records as without it)
+    judge_url: str | None = None
+    judge_model: str | None = None
+    judge_path: str | None = None
+    judge_limit: int | None = None
+    judge_samples: int | None = None
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -194,6 +203,10 @@ class CountdownLMConfig:
                 raise ValueError(f"unknown preset {p!r} in extra_presets; known: {sorted(PRESETS)}")
         if self.n_val < self.n_probe:
             raise ValueError("need n_val >= n_probe")
+        check_judge_fields(self, self.eval_samples)
+        if judge_configured(self) and 1.0 not in self.eval_temperatures:
+            raise ValueError(f"the judge judges the responses sampled at T = 1; keep 1.0 in eval_temperatures, got "
+                             f"{self.eval_temperatures}")
 
     @classmethod
     def smoke(cls, out: str = "runs/countdown_smoke", **kw) -> "CountdownLMConfig":
@@ -265,8 +278,9 @@ def _check_types(obj, prefix: str = "") -> None:
 
 
 # Fields that do not change any result: where the folder is seen from, how many threads run, how often
-# checkpoints are written. Everything else must match to reuse a folder.
-RESULT_NEUTRAL_FIELDS = ("out", "threads", "rl_save_steps")
+# checkpoints are written, and the judge (it judges what the evaluation sampled; not in config.json at all).
+# Everything else must match to reuse a folder.
+RESULT_NEUTRAL_FIELDS = ("out", "threads", "rl_save_steps", *JUDGE_FIELDS)
 
 
 def load_config(out: str | Path) -> CountdownLMConfig:
@@ -282,6 +296,6 @@ def claim_folder(cfg: CountdownLMConfig) -> None:
     """Write ``<out>/config.json`` for a new study, or check that the folder's study has the same config
     (``setpo.studies.stages.claim_folder``): a folder made with another config is refused, naming the differing
     fields, and so is a folder holding results but no config.json (nothing says which config made them)."""
-    stages.claim_folder(cfg.out, asdict(cfg), RESULT_NEUTRAL_FIELDS,
+    stages.claim_folder(cfg.out, without_judge(asdict(cfg)), RESULT_NEUTRAL_FIELDS,
                         results=("sft", "rl", "eval", "results.json"),
                         remedy="use another --out, or delete that folder and rerun")

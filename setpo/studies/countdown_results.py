@@ -4,7 +4,8 @@ twin + run record).
 
 The study itself (``setpo.studies.countdown``) writes everything under its ``out`` folder; ``summarize`` turns its
 evaluations into the record (``results.json``, and ``figures/fig3_countdown_results.json`` through ``make
-figures``), and everything else here only reads that record and draws it.
+figures``), and everything else here only reads that record and draws it. ``evaluate_samples`` scores one
+evaluation's samples (pass@k, width, average modes), the numbers every row is made of.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from envs.countdown import CountdownInstance, distinct_correct_solutions, score_answer
+from setpo.metrics import diversity_width_and_average_modes, pass_at_k
 from setpo.records import read_json, read_records
 from setpo.studies.countdown_config import CountdownLMConfig, RLRun
+from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 from setpo.studies.figures import (
     BASELINE_COLOUR,
     SETPO_COLOURS,
@@ -57,6 +61,27 @@ def mean_ci(values: Sequence[float]) -> dict:
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
 
 
+def evaluate_samples(instances: Sequence[CountdownInstance], samples: Sequence[Sequence[str]]) -> dict:
+    """pass@k (k = 1..n), accuracy and the diversity numbers from n samples per problem.
+
+    Returns {"n", "correct" (per problem), "distinct" (per problem), "pass_at_k" (list, k = 1..n, mean over
+    problems), "accuracy" (mean fraction correct = pass@1), "diversity_width", "average_modes",
+    "average_modes_all" (over all problems, unsolved counting 0)}.
+    """
+    n = len(samples[0]) if samples else 0
+    if len(samples) != len(instances) or any(len(s) != n for s in samples) or n == 0:
+        raise ValueError("samples must hold the same number (>= 1) of completions for every instance")
+    correct, distinct = [], []
+    for inst, texts in zip(instances, samples):
+        correct.append(sum(score_answer(t, inst.numbers, inst.target) == 1.0 for t in texts))
+        distinct.append(len(distinct_correct_solutions(texts, inst.numbers, inst.target)))
+    curve = [sum(pass_at_k(n, c, k) for c in correct) / len(correct) for k in range(1, n + 1)]
+    width, modes = diversity_width_and_average_modes(distinct)
+    _, modes_all = diversity_width_and_average_modes(distinct, over="all")
+    return {"n": n, "correct": correct, "distinct": distinct, "pass_at_k": curve, "accuracy": curve[0],
+            "diversity_width": width, "average_modes": modes, "average_modes_all": modes_all}
+
+
 def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: RLRun, results: dict, selection: dict,
               diagnostics: dict) -> dict:
     """The study's record: one row per (run, seed, temperature) with pass@k as fractions, width and average
@@ -80,7 +105,7 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: RLRun, resu
                          "pass_at_k": {str(k): r["pass_at_k"][k - 1] for k in _ks(n)}, "pass_curve": r["pass_at_k"],
                          "width": r["diversity_width"], "avg_modes": r["average_modes"],
                          "n_problems": len(r["correct"]), "run": d or None})
-    return {"config": json.loads(json.dumps(asdict(cfg))), "chosen": chosen.variant, "runs": rows,
+    return {"config": json.loads(json.dumps(without_judge(asdict(cfg)))), "chosen": chosen.variant, "runs": rows,
             "paired": paired_differences(cfg, rows), "selection": selection, "diagnostics": diagnostics}
 
 
@@ -125,14 +150,17 @@ def _ci(d: dict, scale: float = 100.0, digits: int = 1) -> str:
 
 def results_markdown(summary: dict) -> str:
     """The tables of the README and notebook 03, all from the record: the main cell (mean over seeds), the paired
-    differences with 95% intervals, the other cells, the validation search and the embedder diagnostics."""
+    differences with 95% intervals, the other cells, the validation search and the embedder diagnostics; with
+    a judge (``summary["judged"]``, stage "judge"), the main cell's judged diversity column and what it is."""
     cfg = summary["config"]
     n = str(cfg["eval_samples"])
     rows = summary["runs"]
+    judged = summary.get("judged")
     lines = [f"Countdown test split: {cfg['n_test']} problems, n = {n} samples each, top-p {cfg['eval_top_p']}. "
              f"Chosen on validation: {summary['chosen']}.", "",
              f"Main cell (G = {cfg['main_group_size']}, β = {cfg['main_beta']:g}), T = 1, mean over seeds:", "",
-             f"| method | seeds | pass@1 | pass@{n} | avg modes | width |", "|---|---|---|---|---|---|"]
+             f"| method | seeds | pass@1 | pass@{n} | avg modes | width |" + (f" {JUDGED_COLUMN} |" if judged else ""),
+             "|---|---|---|---|---|---|" + ("---|" if judged else "")]
     groups: dict = {}
     for r in rows:
         if r["T"] == 1.0 and (r["name"] == "sft" or _in_main_cell(r, cfg)):
@@ -140,7 +168,10 @@ def results_markdown(summary: dict) -> str:
     for label, rs in groups.items():
         m = lambda f: statistics.mean(f(r) for r in rs)  # noqa: E731
         lines.append(f"| {label} | {len(rs) if rs[0]['seed'] is not None else '-'} | {m(lambda r: r['pass_at_k']['1']):.3f} "
-                     f"| {m(lambda r: r['pass_at_k'][n]):.3f} | {m(lambda r: r['avg_modes']):.2f} | {m(lambda r: r['width']):.1f} |")
+                     f"| {m(lambda r: r['pass_at_k'][n]):.3f} | {m(lambda r: r['avg_modes']):.2f} | {m(lambda r: r['width']):.1f} |"
+                     + (f" {judged_cell(judged['methods'].get(rs[0]['variant']))} |" if judged else ""))
+    if judged:
+        lines += ["", judged_note(judged) + " Seeds pooled."]
     lines += ["", "Paired differences against GRPO of the same seed (points for pass@k; 95% t-interval over seeds):", "",
               f"| method | pass@1 | pass@{n} | avg modes | width | share of GRPO's pass@{n} loss won back |",
               "|---|---|---|---|---|---|"]
@@ -352,7 +383,8 @@ def write_results(summary: dict, out_dir: str | Path, record: dict) -> tuple[str
     (markdown, path of the .md)."""
     table = results_markdown(summary)
     path = save_table(table, Path(out_dir) / "fig3_countdown_results",
-                      {**record, **{k: summary[k] for k in ("chosen", "runs", "paired", "selection", "diagnostics")}},
+                      {**record, **{k: summary[k] for k in ("chosen", "runs", "paired", "selection", "diagnostics",
+                                                            "judged") if k in summary}},
                       note=f"Made by `{record['command']}`; every row, seed and setting in "
                            "`fig3_countdown_results.json` beside this file.")
     return table, path

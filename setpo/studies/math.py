@@ -7,8 +7,9 @@ but every code path runs. Data, template and reward come from ``envs.math``.
 
 Laid out like the other studies: the config in ``math_config`` (``MathRunConfig``, the paper's run settings
 as defaults), the stages here (data: ``load_study_problems``; "rl": ``train_rl`` per run, ``train_runs`` for
-both; "eval": ``evaluate_model``, avg@k, and ``evaluate_pass_at_k``; ``run_study`` runs them), the figures and
-tables in ``math_results``.
+both; "eval": ``evaluate_model``, avg@k, and ``evaluate_pass_at_k``; "judge", only with a judge configured:
+``judge_runs``, the LLM-judged diversity of each run's evaluation responses; ``run_study`` runs them, ``main``
+is ``python -m setpo.studies.math``), the figures and tables in ``math_results``.
 Each run folder is claimed for one configuration (``run_config.json``, ``setpo.studies.stages.claim_folder``):
 a rerun with another one is refused, naming the fields. transformers, TRL, datasets and vLLM are imported
 inside the functions that use them: importing this module (for its config or its figures) must stay light.
@@ -16,11 +17,13 @@ inside the functions that use them: importing this module (for its config or its
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import torch
@@ -28,14 +31,18 @@ import torch
 from envs.math import MathProblem, load_math_problems, math_reward, qwen_math_messages, smoke_problems, to_trl_records
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
+from setpo.studies import judging
+from setpo.studies.arguments import Parser
 from setpo.studies.math_config import TRAINING_NEUTRAL_FIELDS, MathRunConfig, cuda, uses_vllm
 from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_check.py's names)
+from setpo.studies.math_results import write_results
 from setpo.studies.sampling import sample_completions
 from setpo.studies.stages import chosen_stages, claim_folder, stage_done
 from setpo.studies.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
 
-STAGES = ("rl", "eval")
+STAGES = ("rl", "eval", "judge")
+PROG = "python -m setpo.studies.math"
 
 
 def load_tokenizer(model_path: str | Path):
@@ -147,7 +154,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
 
     out = Path(cfg.run_dir) / label.replace("+", "_")
     final = out / "final"
-    claim_folder(out, {"label": label, "lambda": lam, "config": asdict(cfg)},
+    claim_folder(out, {"label": label, "lambda": lam, "config": judging.without_judge(asdict(cfg))},
                  [f"config.{name}" for name in TRAINING_NEUTRAL_FIELDS], record="run_config.json",
                  results=("final", "checkpoint-*", "log_history.json", "probes.jsonl"),
                  remedy="use another run_dir, or delete that folder and rerun")
@@ -200,19 +207,20 @@ def train_runs(cfg: MathRunConfig, train: Sequence[MathProblem], probes: Sequenc
     return finals
 
 
-def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
-                   cache: str | Path | None = None) -> dict:
-    """Pass@1 as avg@k: k samples per problem at T = eval_temperature, top-p eval_top_p, mean fraction correct.
+def evaluated_problems(cfg: MathRunConfig, problems: Sequence[MathProblem]) -> list[MathProblem]:
+    """The problems an evaluation samples: the first ``eval_limit`` (all without one)."""
+    return list(problems[:cfg.eval_limit] if cfg.eval_limit else problems)
 
-    Also the unbiased pass@j curve for j = 1..k (``setpo.pass_at_k``) and avg@k per data source. Generation
-    by vLLM when ``use_vllm`` resolves true, else ``generate``. Cached as JSON in ``cache`` when given.
-    Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds"}.
-    """
-    if cache is not None and Path(cache).is_file():
-        return read_json(Path(cache), "delete it and rerun to evaluate again")
-    problems = list(problems[:cfg.eval_limit] if cfg.eval_limit else problems)
+
+def eval_file(cfg: MathRunConfig, label: str) -> Path:
+    """Where stage "eval" caches a run's avg@k evaluation."""
+    return Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json"
+
+
+def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem]) -> list[list[str]]:
+    """The ``eval_k`` responses per problem an evaluation scores (seeded: sampling again gives them again): by vLLM
+    when ``use_vllm`` resolves true (in a fresh process), else ``generate``."""
     tokenizer = load_tokenizer(model_dir)
-    t0 = time.time()
     if uses_vllm(cfg):
         prompts = chat_prompts(tokenizer, [p.question for p in problems])
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
@@ -227,6 +235,25 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
         model.to("cuda" if on_gpu else "cpu")
         texts = sample_responses(model, tokenizer, [p.question for p in problems], cfg.eval_k,
                                  cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length, seed=cfg.seed + 1)
+    return texts
+
+
+def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
+                   cache: str | Path | None = None, texts_file: str | Path | None = None) -> dict:
+    """Pass@1 as avg@k: k samples per problem at T = eval_temperature, top-p eval_top_p, mean fraction correct.
+
+    Also the unbiased pass@j curve for j = 1..k (``setpo.pass_at_k``) and avg@k per data source
+    (``sample_eval_texts`` samples). Cached as JSON in ``cache`` when given; texts_file: a JSON file that keeps the
+    sampled responses (for the judge, ``judging.texts_path``; None keeps none).
+    Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds"}.
+    """
+    if cache is not None and Path(cache).is_file():
+        return read_json(Path(cache), "delete it and rerun to evaluate again")
+    problems = evaluated_problems(cfg, problems)
+    t0 = time.time()
+    texts = sample_eval_texts(cfg, model_dir, problems)
+    if texts_file is not None:
+        write_json(Path(texts_file), texts)
     correct = [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)]
     k = cfg.eval_k
     per_source: dict[str, list[float]] = {}
@@ -260,7 +287,7 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
     curve is the unbiased estimator at every k from one set of samples. Cached per model in ``cache_dir``.
     Returns label -> ``evaluate_model``'s result (``pass_at_k[k-1]`` is pass@k).
     """
-    pcfg = replace(cfg, eval_k=cfg.passk_max, eval_limit=None)
+    pcfg = replace(cfg, eval_k=cfg.passk_max, eval_limit=None, **dict.fromkeys(judging.JUDGE_FIELDS))  # no judge
     out = {}
     for label, model_dir in models.items():
         name = label.replace("+", "_").replace(" ", "_")
@@ -272,11 +299,30 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
 evaluate_avg_at_k = evaluate_model  # the name scripts/gpu_check.py calls; Pass@1 as avg@k is what it computes
 
 
+def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem], log=print,
+               judge=None) -> dict:
+    """Stage "judge": the LLM-judged diversity (``setpo.studies.judging.judge_methods``) of the responses each
+    run sampled in its avg@k evaluation (``eval_file``; kept beside it when the evaluation ran with a judge,
+    else sampled again with its seeds), on the evaluated validation problems; verdicts cached in
+    ``run_dir/judge_cache.jsonl``. Returns the judged record ({"judge", "prompt_version", "methods", ...})."""
+    problems = evaluated_problems(cfg, problems)
+    members = [(label, eval_file(cfg, label), Path(final)) for label, final in finals.items()]
+    return judging.judge_evaluations(
+        cfg, [p.question for p in problems], members, lambda d: sample_eval_texts(cfg, d, problems),
+        lambda texts: [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)], cfg.eval_k,
+        cfg.run_dir, log, judge)
+
+
 def run_study(cfg: MathRunConfig, embedder=None, log=print, stages: Sequence[str] = STAGES) -> dict:
     """The whole study, resumable, as notebook 04 runs it: data, both RL runs (stage "rl"), then avg@k on the
     validation problems and the large-budget pass@k against the base model (stage "eval"; cached beside the
-    runs in ``run_dir``). Returns {"finals", "results", "pass_at_k"} (the stages run)."""
+    runs in ``run_dir``), then, only with a judge configured, the judged diversity of the avg@k responses
+    (stage "judge", ``judge_runs``). Returns {"finals", "results", "pass_at_k", "judged"} (the stages run;
+    "judge" reads the cached evaluations into "results")."""
     stages = chosen_stages(stages, STAGES)
+    judge = judging.judge_configured(cfg)
+    if stages == ["judge"] and not judge:
+        raise ValueError("stage 'judge' needs a judge: set judge_url and judge_model (a server), or judge_path")
     train, val = load_study_problems(cfg)
     log(f"[data] {len(train)} training and {len(val)} validation problems")
     finals = {label: Path(cfg.run_dir) / label.replace("+", "_") / "final" for label in cfg.runs()}
@@ -284,11 +330,98 @@ def run_study(cfg: MathRunConfig, embedder=None, log=print, stages: Sequence[str
         finals = train_runs(cfg, train, val[:cfg.n_probe], embedder=embedder, log=log)
     out: dict = {"finals": finals}
     if "eval" in stages:
-        out["results"] = {label: evaluate_model(cfg, final, val,
-                                                cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
+        keep = judge and "judge" in stages  # the judge reads the responses back instead of sampling them again
+        out["results"] = {label: evaluate_model(cfg, final, val, cache=eval_file(cfg, label),
+                                                texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None)
                           for label, final in finals.items()}
         models = {"base model": resolve_model_path(cfg), **finals}
         out["pass_at_k"] = evaluate_pass_at_k(cfg, models, load_passk_problems(cfg), cache_dir=cfg.run_dir)
+    if "judge" in stages and judge:
+        out["judged"] = judge_runs(cfg, finals, val, log)
+        if "results" not in out:
+            out["results"] = {label: read_json(eval_file(cfg, label), "delete it and rerun --stages eval")
+                              for label in finals}
     return out
 
 
+def parse_args(argv=None) -> tuple[MathRunConfig, list[str]]:
+    """The config and stages a command line asks for, every value checked before any work starts."""
+    p = Parser(prog=PROG, description="GRPO vs SetPO+GRPO on math word problems with TRL (notebook 04).")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--full", action="store_true", help="the paper's settings (give --set model_path=DIR ...)")
+    mode.add_argument("--cpu-demo", action="store_true", help="the CPU demo: tiny random model, generated problems")
+    mode.add_argument("--smoke", action="store_true", help="the CPU demo at toy size (seconds)")
+    mode.add_argument("--config", metavar="RUN_CONFIG", help="a run's run_config.json: the config of a finished run "
+                      "(its run_dir: the folder above it), e.g. to judge it")
+    p.add_argument("--run-dir", help="models, checkpoints, evaluations (default runs/qwen_math, runs/qwen_math_smoke)")
+    p.add_argument("--stages", default=",".join(STAGES),
+                   help=f"comma-separated stages to run, of {','.join(STAGES)} (default: all; judge only with a judge)")
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
+                   help="override config fields, e.g. --set model_path=/models/Qwen2.5-Math-1.5B eval_k=16")
+    judging.add_judge_arguments(p)
+    a = p.parse_args(argv)
+    try:
+        stages = chosen_stages(a.stages, STAGES)
+    except ValueError as e:
+        p.error(f"--stages: {e}")
+    known = {f.name for f in fields(MathRunConfig)}
+    overrides = {}
+    if a.config:
+        path = Path(a.config)
+        try:
+            saved = read_json(path, "give a run's run_config.json")
+        except (OSError, ValueError) as e:
+            p.error(f"--config {path}: {e}")
+        saved = saved.get("config", saved) if isinstance(saved, dict) else None
+        if not isinstance(saved, dict):
+            p.error(f"--config {path}: not a run_config.json (no config in it)")
+        overrides = {k: v for k, v in saved.items() if k in known}
+        overrides["run_dir"] = str(path.resolve().parent.parent)
+    for item in a.set:
+        key, eq, value = item.partition("=")
+        if not eq:
+            p.error(f"--set: expected FIELD=VALUE, got {item!r}")
+        if key not in known or key in judging.JUDGE_FIELDS or key == "run_dir":
+            p.error(f"--set: unknown config field {key!r} (the judge and run_dir have their own options); known: "
+                    + ", ".join(sorted(known - {"run_dir", *judging.JUDGE_FIELDS})))
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value  # a bare string
+    overrides.update(judging.judge_overrides(a, p, stages))
+    if a.run_dir:
+        overrides["run_dir"] = a.run_dir
+    try:
+        if a.smoke or a.cpu_demo:
+            cfg = MathRunConfig.cpu_demo(smoke=a.smoke, **{"run_dir": f"runs/qwen_math{'_smoke' if a.smoke else ''}",
+                                                          **overrides})
+        else:
+            cfg = MathRunConfig(**overrides)
+    except (TypeError, ValueError) as e:
+        p.error(str(e))
+    return cfg, stages
+
+
+def main(argv=None) -> int:
+    """``python -m setpo.studies.math``: the study's stages, then ``run_dir/results.md`` and its record
+    ``results.json`` (``math_results.write_results``) when there are evaluations. A refusal (a folder made with
+    another config, a judge that cannot be reached) is one line on stderr and exit status 1."""
+    cfg, stages = parse_args(argv)
+    from setpo.trl import quiet_libraries  # imports TRL: only once the arguments are known to be good
+
+    quiet_libraries()
+    try:
+        out = run_study(cfg, stages=stages)
+    except ValueError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 1
+    if "results" in out:
+        command = " ".join([PROG, *judging.redact_command(sys.argv[1:] if argv is None else argv)])
+        table, path = write_results(cfg, out, command)
+        print(table)
+        print(f"results: {path} (record: {path.with_suffix('.json')})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

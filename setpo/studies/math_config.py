@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from setpo.presets import PAPER_RUN, get_preset
+from setpo.studies.judging import JUDGE_FIELDS, check_judge_fields
 
 
 @dataclass
@@ -39,6 +40,10 @@ class MathRunConfig:
     passk_max: the largest k (the paper's large budget: 256); n = passk_max samples per problem at
         T = eval_temperature, top-p eval_top_p, and pass@k for k = 1..passk_max by the unbiased estimator.
     passk_limit: keep the first N pass@k problems (None: all of the file; 30 generated ones without a file).
+    judge_url, judge_model (an OpenAI-compatible server) or judge_path (a local chat model), judge_limit,
+        judge_samples: the optional LLM judge of stage "judge" (``setpo.studies.judging``): the judged
+        diversity of the responses each run sampled on the evaluated validation problems. None (default): no
+        judge; the study runs and records exactly as without these fields.
     """
 
     model_path: str | None = None
@@ -73,6 +78,11 @@ class MathRunConfig:
     passk_file: str | None = None
     passk_max: int = 256
     passk_limit: int | None = None
+    judge_url: str | None = None
+    judge_model: str | None = None
+    judge_path: str | None = None
+    judge_limit: int | None = None
+    judge_samples: int | None = None
 
     def __post_init__(self):
         get_preset(self.algo)
@@ -85,6 +95,7 @@ class MathRunConfig:
                      "passk_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_judge_fields(self, self.eval_k)
 
     @classmethod
     def cpu_demo(cls, smoke: bool = False, **overrides) -> "MathRunConfig":
@@ -108,10 +119,10 @@ class MathRunConfig:
 
 
 # Fields that change nothing a run folder holds (where it is, how often it checkpoints, how much GPU memory
-# vLLM takes, and every evaluation setting: evaluations are cached apart, by the caller). Everything else must
-# match the folder's run_config.json to reuse it.
+# vLLM takes, every evaluation setting: evaluations are cached apart, by the caller; and the judge, which
+# judges what the evaluation sampled). Everything else must match the folder's run_config.json to reuse it.
 TRAINING_NEUTRAL_FIELDS = ("run_dir", "save_steps", "vllm_gpu_memory_utilization", "eval_k", "eval_temperature",
-                           "eval_top_p", "eval_limit", "passk_file", "passk_max", "passk_limit")
+                           "eval_top_p", "eval_limit", "passk_file", "passk_max", "passk_limit", *JUDGE_FIELDS)
 
 
 def cuda() -> bool:

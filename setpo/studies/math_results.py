@@ -4,7 +4,9 @@ records, ``log_history.json``, evaluation results), with the shared builders of 
 - ``pass_at_k_figure`` / ``pass_at_k_table``: the large-budget pass@k comparison against the base model;
 - ``training_figure``: reward, within-group similarity and distinct correct responses over training;
 - ``trajectory_figure``: where the responses to fixed prompts go over training (``read_probes``);
-- ``results_table``: Pass@1 as avg@k per run and data source; ``figure_record``: the record beside a figure.
+- ``results_table``: Pass@1 as avg@k per run and data source (and the judged diversity, with a judge);
+  ``figure_record``: the record beside a figure; ``results_record`` / ``write_results``: the record beside the
+  results table, and the table and record of ``python -m setpo.studies.math`` (``run_dir/results.md``, ``.json``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from setpo.studies.figures import (
     project_frame,
     run_colour,
     run_record,
+    save_table,
     trajectory_figure as shared_trajectory_figure,
 )
+from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 from setpo.studies.math_config import MathRunConfig, uses_vllm
 
 
@@ -106,12 +110,18 @@ def training_figure(run_dirs: Mapping[str, str | Path], title: str = ""):
     return metric_curves(series, TRAINING_KEYS, title=title, markers=True, panel_px=(380, 280))
 
 
-def results_table(results: Mapping[str, dict], eval_k: int, note: str = "") -> str:
-    """Pass@1 as avg@k per run (rows) and data source (columns), in %, as markdown."""
+def results_table(results: Mapping[str, dict], eval_k: int, note: str = "", judged: Mapping | None = None) -> str:
+    """Pass@1 as avg@k per run (rows) and data source (columns), in %, as markdown. judged: stage "judge"'s
+    record (``math.judge_runs``), which adds the judged diversity column (mean [95% CI], missing count) and
+    a line naming the judge and prompt version; None: the table without them."""
     sources = sorted({s for r in results.values() for s in r["per_source"]})
-    table = markdown_table([{"run": label, **{s: f"{100 * r['per_source'][s]:.1f}" for s in sources},
-                             f"all (avg@{eval_k})": f"{100 * r['avg_at_k']:.1f}"} for label, r in results.items()])
-    return table + (f"\n\n*{note}*" if note else "")
+    rows = [{"run": label, **{s: f"{100 * r['per_source'][s]:.1f}" for s in sources},
+             f"all (avg@{eval_k})": f"{100 * r['avg_at_k']:.1f}"} for label, r in results.items()]
+    if judged is not None:
+        for row in rows:
+            row[JUDGED_COLUMN] = judged_cell(judged["methods"].get(row["run"]))
+        note = " ".join(filter(None, [judged_note(judged), note]))
+    return markdown_table(rows) + (f"\n\n*{note}*" if note else "")
 
 
 def figure_record(cfg: MathRunConfig, command: str = "notebooks/04_qwen_math_gpu", **extra) -> dict:
@@ -122,7 +132,28 @@ def figure_record(cfg: MathRunConfig, command: str = "notebooks/04_qwen_math_gpu
             "validation data": cfg.val_file or "generated (envs.math.smoke_problems)",
             "pass@k data": cfg.passk_file or "generated (envs.math.smoke_problems)",
             "generation": "vLLM" if uses_vllm(cfg) else "transformers generate"}
-    return run_record(command, config=vars(cfg), seeds=[cfg.seed], uses=uses, **extra)
+    return run_record(command, config=without_judge(vars(cfg)), seeds=[cfg.seed], uses=uses, **extra)
+
+
+def results_record(record: Mapping, results: Mapping[str, dict], judged: Mapping | None = None, **extra) -> dict:
+    """The record beside the results table: ``record`` (``figure_record``), every run's evaluation without its
+    example texts, and the judged summaries when there is a judge (no judge: no judge key at all)."""
+    out = {**record, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"} for k, r in results.items()},
+           **extra}
+    if judged is not None:
+        out["judged"] = dict(judged)
+    return out
+
+
+def write_results(cfg: MathRunConfig, out: Mapping, command: str) -> tuple[str, Path]:
+    """``run_dir/results.md`` (``results_table``) and ``run_dir/results.json`` (its record, ``results_record``,
+    with the pass@k curves when stage "eval" ran) from ``math.run_study``'s output. Returns (table, path)."""
+    tiny = cfg.model_path is None
+    table = results_table(out["results"], cfg.eval_k, judged=out.get("judged"),
+                          note="Tiny random model: these numbers mean nothing." if tiny else "")
+    extra = {"pass_at_k": {k: r["pass_at_k"] for k, r in out["pass_at_k"].items()}} if "pass_at_k" in out else {}
+    record = results_record(figure_record(cfg, command), out["results"], out.get("judged"), **extra)
+    return table, save_table(table, Path(cfg.run_dir) / "results", record)
 
 
 def _hover_text(text: str, width: int = 80, max_lines: int = 12) -> str:

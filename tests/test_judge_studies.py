@@ -1,0 +1,212 @@
+"""Issue 22 item 4: the math and Countdown studies take an optional judge (``--judge-url/--judge-model`` or
+``--judge-path``). The math study at smoke size, judged by the scripted OpenAI-compatible server of
+tests/judge_server.py on 127.0.0.1: the record and the table hold the judged score per method with the prompt
+version, a rerun asks the judge nothing again, a judge that is down is one refusal line; without a judge the
+record has no judge key at all and the training folders' claims do not change. Bad judge flags are refused
+before any work (one line, exit status 2)."""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+import setpo.studies.countdown as countdown
+from setpo.judge import PROMPT_VERSION
+from setpo.records import read_records
+from setpo.studies import judging
+from setpo.studies import math as ml
+from setpo.studies.countdown_config import CountdownLMConfig
+from setpo.studies.countdown_results import results_markdown
+
+SERVER = Path(__file__).with_name("judge_server.py")
+SECRET = "sk-test-study-0c4e9a2fSECRET"
+
+
+class Server:
+    """tests/judge_server.py as a process on 127.0.0.1: ``url``, ``requests()``, ``stop()``."""
+
+    def __init__(self, folder: Path, rules=()):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "rules.json").write_text(json.dumps(list(rules)))
+        self.log = folder / "requests.jsonl"
+        self.proc = subprocess.Popen([sys.executable, str(SERVER), "--script", str(folder / "rules.json"),
+                                      "--log", str(self.log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 20)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith("PORT "):
+            self.stop()
+            raise RuntimeError(f"scripted judge server did not start: {line!r}")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
+
+    def requests(self) -> list[dict]:
+        return read_records(self.log) if self.log.exists() else []
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            stream.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    started: list[Server] = []
+
+    def start(rules=()) -> Server:
+        started.append(Server(tmp_path / f"server{len(started)}", rules))
+        return started[-1]
+
+    try:
+        yield start
+    finally:  # stopped when the test ends, pass or fail
+        for s in started:
+            s.stop()
+
+
+def _keys(obj) -> set[str]:
+    """Every key of a JSON value, at any depth."""
+    if isinstance(obj, dict):
+        return set(obj) | {k for v in obj.values() for k in _keys(v)}
+    if isinstance(obj, list):
+        return {k for v in obj for k in _keys(v)}
+    return set()
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_math_study_judged_per_method_with_the_prompt_version(tmp_path, server, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run = tmp_path / "run"
+    # 1. no judge: the study as before; its record and table know nothing of a judge
+    assert ml.main(["--smoke", "--run-dir", str(run)]) == 0
+    record = json.loads((run / "results.json").read_text())
+    assert not {k for k in _keys(record) if "judge" in k}, "a record without a judge has judge keys"
+    assert "judge" not in (run / "results.md").read_text().lower()
+    assert not list(run.glob("*.texts.json")) and not (run / judging.JUDGE_CACHE).exists()
+    claims = {p: p.read_bytes() for p in run.glob("*/run_config.json")}
+    assert len(claims) == 2 and not {k for b in claims.values() for k in _keys(json.loads(b)) if "judge" in k}
+    evals = {p: p.read_bytes() for p in run.glob("eval_*.json")}
+    assert len(evals) == 2
+
+    # 2. judge the finished runs: training and evaluation are reused (the judge is result-neutral for the claims)
+    cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(run))
+    first = ml.evaluated_problems(cfg, ml.load_study_problems(cfg)[1])[0].question
+    judge = server([{"when": first, "reply": "I would rather not grade this."}])  # SCORE: 5 for every other set
+    argv = ["--smoke", "--run-dir", str(run), "--stages", "judge", "--judge-url", judge.url, "--judge-model", "judge-m"]
+    capsys.readouterr()
+    assert ml.main(argv) == 0
+    shown = capsys.readouterr().out
+    asked = judge.requests()
+    assert asked and {r["model"] for r in asked} == {"judge-m"} and all(SECRET in r["auth"] for r in asked)
+    record = json.loads((run / "results.json").read_text())
+    judged = record["judged"]
+    assert judged["prompt_version"] == PROMPT_VERSION and judged["judge"]["model"] == "judge-m"
+    assert judged["problems"] == cfg.eval_limit and judged["responses_per_set"] == cfg.eval_k
+    assert set(judged["methods"]) == {"GRPO", "SetPO+GRPO"}
+    for s in judged["methods"].values():
+        assert s["prompt_version"] == PROMPT_VERSION and s["n"] == cfg.eval_limit
+        assert (s["mean"], s["scored"], s["missing"]) == (5.0, cfg.eval_limit - 1, 1)
+        assert s["missing_reasons"] == {"no score line": 1}
+    # the evaluations kept no texts: they were sampled again with the same seeds, and matched
+    assert set(judged["responses"].values()) == {"sampled again"}
+    table = (run / "results.md").read_text()
+    assert judging.JUDGED_COLUMN in table and table.count("5.00 [5.00, 5.00], 1 missing") == 2
+    assert PROMPT_VERSION in table and judging.JUDGED_COLUMN in shown
+    assert {p: p.read_bytes() for p in run.glob("*/run_config.json")} == claims
+    assert {p: p.read_bytes() for p in run.glob("eval_*.json") if ".texts." not in p.name} == evals
+    assert len(list(run.glob("eval_*.texts.json"))) == 2  # kept for the next judge
+    assert all(SECRET.encode() not in b for b in _files(run).values()), "the API key reached the run folder"
+
+    # 3. a rerun asks the judge nothing: every verdict is in the cache beside the runs
+    n = len(asked)
+    assert ml.main(argv) == 0 and len(judge.requests()) == n
+    assert json.loads((run / "results.json").read_text())["judged"]["methods"] == judged["methods"]
+
+    # 4. a judge that is down: one line that ends with what to do, exit status 1, nothing else changed
+    judge.stop()
+    capsys.readouterr()
+    assert ml.main([*argv[:-1], "another-judge"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "down or too slow" in err and err.endswith("rerun --stages judge")
+    assert SECRET not in err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--judge-url", "http://127.0.0.1:9/v1"], "--judge-url needs --judge-model"),
+    (["--judge-model", "m"], "--judge-model needs --judge-url"),
+    (["--judge-url", "ftp://host/v1", "--judge-model", "m"], "http://HOST:PORT/v1"),
+    (["--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "m", "--judge-path", "/x"], "not both"),
+    (["--judge-path", "/no/such/model"], "no model there"),
+    (["--stages", "judge"], "--stages judge needs a judge"),
+    (["--judge-samples", "4"], "need a judge"),
+    (["--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "m", "--judge-samples", "1"], "judge_samples"),
+    (["--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "m", "--judge-limit", "0"], "--judge-limit"),
+])
+@pytest.mark.parametrize("study", ["math", "countdown"])
+def test_bad_judge_flags_are_refused_before_any_work(study, argv, match, capsys, monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    module = ml if study == "math" else countdown
+    monkeypatch.setattr(module, "run_study", lambda *a, **k: pytest.fail("the study started"))
+    with pytest.raises(SystemExit) as e:
+        module.main(["--smoke", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and match in err, err
+
+
+def test_good_judge_flags_reach_the_config_and_stay_out_of_the_claims(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(countdown, "run_study", lambda cfg, stages: seen.update(cfg=cfg, stages=stages))
+    argv = ["--smoke", "--out", str(tmp_path / "cd"), "--judge-url", "http://u:pw@127.0.0.1:9/v1/", "--judge-model",
+            "m", "--judge-limit", "3", "--judge-samples", "4"]
+    assert countdown.main(argv) == 0
+    cfg = seen["cfg"]
+    assert (cfg.judge_url, cfg.judge_model, cfg.judge_limit, cfg.judge_samples) == (
+        "http://u:pw@127.0.0.1:9/v1/", "m", 3, 4) and seen["stages"] == list(countdown.STAGES)
+    countdown.claim_folder(cfg)  # the folder's config.json never holds the judge (nor its URL's password)
+    saved = json.loads((tmp_path / "cd" / "config.json").read_text())
+    assert not {k for k in saved if k.startswith("judge")}
+    countdown.claim_folder(CountdownLMConfig.smoke(out=str(tmp_path / "cd")))  # the same folder without a judge
+    model = tmp_path / "judge_model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    cfg, stages = ml.parse_args(["--smoke", "--judge-path", str(model), "--stages", "judge"])
+    assert cfg.judge_path == str(model) and stages == ["judge"] and judging.judge_configured(cfg)
+    assert ml.parse_args(["--smoke"])[0].judge_path is None
+
+
+def test_countdown_table_and_record_gain_the_judged_column_only_with_a_judge():
+    """The Countdown results table from a record: the judged column (mean [95% CI], missing) per main-cell
+    method with the judge and prompt version named under it; a record without "judged" gives the table as
+    before."""
+    cfg = CountdownLMConfig.smoke()
+    row = lambda variant, seed: {"name": f"{variant}{seed}", "variant": variant, "method": variant, "seed": seed,  # noqa: E731
+                                 "G": cfg.main_group_size, "beta": cfg.main_beta, "T": 1.0, "primary": False, "lam": 0,
+                                 "pass_at_k": {"1": 0.5, str(cfg.eval_samples): 0.7}, "avg_modes": 1.5, "width": 2}
+    summary = {"config": judging.without_judge(json.loads(json.dumps(asdict(cfg)))), "chosen": "x",
+               "runs": [row("GRPO", 0), row("GRPO", 1)], "paired": [],
+               "selection": {"rule": "r", "grpo": {"pass1": 0.5, "passn": 0.7}, "candidates": {}}, "diagnostics": {}}
+    plain = results_markdown(summary)
+    assert "judge" not in plain.lower()
+    judged = {"judge": {"backend": "openai", "model": "judge-m"}, "prompt_version": PROMPT_VERSION, "scale": [1, 10],
+              "problems": 4, "responses_per_set": 8,
+              "methods": {"GRPO": {"mean": 6.5, "lo": 5.25, "hi": 7.75, "missing": 2}}}
+    table = results_markdown({**summary, "judged": judged})
+    header = next(line for line in table.splitlines() if line.startswith("| method | seeds"))
+    assert header.endswith(f"| {judging.JUDGED_COLUMN} |")
+    assert "| 6.50 [5.25, 7.75], 2 missing |" in table and PROMPT_VERSION in table and "judge-m" in table
+    # only the main table changes (its header and row gain the column, the note follows it); the rest is as it was
+    added = [line for line in table.splitlines() if line not in plain.splitlines()]
+    assert len(added) == 4 and added[-1].startswith("Judged diversity: judge-m")
+    assert [line for line in plain.splitlines() if line not in table.splitlines()] == [
+        plain.splitlines()[4], plain.splitlines()[6]]
