@@ -43,7 +43,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 
-class _Expr:
+class CanonicalExpr:
     """A canonical expression node; ``text`` is its canonical string, the identity used everywhere.
 
     kind "n": items is the integer. kind "+": items is a tuple of (sign, node), sign ±1, nodes not sums,
@@ -57,19 +57,19 @@ class _Expr:
     __slots__ = ("_value", "items", "kind", "odd", "text")
 
     def __init__(self, kind: str, items, text: str, odd: bool = False):
-        self.kind, self.items, self.text, self.odd, self._value = kind, items, text, odd, _UNSET
+        self.kind, self.items, self.text, self.odd, self._value = kind, items, text, odd, UNSET
 
     def __repr__(self) -> str:
-        return f"_Expr({self.text!r})"
+        return f"CanonicalExpr({self.text!r})"
 
 
-_UNSET = object()
+UNSET = object()
 
 
-def _value(x: _Expr) -> Fraction | None:
+def _value(x: CanonicalExpr) -> Fraction | None:
     """Exact value of a node, None after a division by zero (a "*" node's without any outer sign)."""
     v = x._value
-    if v is not _UNSET:
+    if v is not UNSET:
         return v
     if x.kind == "n":
         v = Fraction(x.items)
@@ -93,11 +93,11 @@ def _value(x: _Expr) -> Fraction | None:
     return v
 
 
-def _leaf(value: int) -> _Expr:
-    return _Expr("n", value, str(value))
+def canonical_leaf(value: int) -> CanonicalExpr:
+    return CanonicalExpr("n", value, str(value))
 
 
-def _terms(x: _Expr) -> tuple:
+def _terms(x: CanonicalExpr) -> tuple:
     return x.items if x.kind == "+" else ((1, x),)
 
 
@@ -105,7 +105,7 @@ def _sum_order(term) -> tuple:
     return -term[0], term[1].text
 
 
-def _make_sum(terms) -> _Expr:
+def _make_sum(terms) -> CanonicalExpr:
     # A term that is its own negation carries no sign of its own: x - t == x + t when t == -t.
     terms = [(1, node) if node.odd else (s, node) for s, node in terms]
     if len(terms) == 1 and terms[0][0] == 1:
@@ -122,27 +122,27 @@ def _make_sum(terms) -> _Expr:
             minus.append(node.text)
     text = "".join(parts)
     # Its own negation when the terms that have a sign cancel in pairs (both lists are sorted).
-    return _Expr("+", tuple(terms), text[1:] if text[0] == "+" else text, odd=plus == minus)
+    return CanonicalExpr("+", tuple(terms), text[1:] if text[0] == "+" else text, odd=plus == minus)
 
 
-def _negate(x: _Expr) -> _Expr:
+def canonical_negation(x: CanonicalExpr) -> CanonicalExpr:
     return _make_sum(tuple((-s, node) for s, node in _terms(x)))
 
 
-def _add(x: _Expr, y: _Expr) -> _Expr:
+def canonical_sum(x: CanonicalExpr, y: CanonicalExpr) -> CanonicalExpr:
     return _make_sum(_terms(x) + _terms(y))
 
 
-def _sub(x: _Expr, y: _Expr) -> _Expr:
+def canonical_difference(x: CanonicalExpr, y: CanonicalExpr) -> CanonicalExpr:
     return _make_sum(_terms(x) + tuple((-s, node) for s, node in _terms(y)))
 
 
-def _orientation_key(x: _Expr) -> tuple[int, str]:
+def _orientation_key(x: CanonicalExpr) -> tuple[int, str]:
     """Structural tie-break between a sum and its negation: fewer negative terms, then smaller text."""
     return (sum(s < 0 for s, _ in x.items) if x.kind == "+" else 0), x.text
 
 
-def _factors(x: _Expr) -> tuple[int, tuple]:
+def _factors(x: CanonicalExpr) -> tuple[int, tuple]:
     """(sign, factors) of x as a factor of a product, with every sum factor in its canonical orientation.
 
     A sum factor is kept as written or negated (its sign moved to the product), whichever has a positive
@@ -158,14 +158,14 @@ def _factors(x: _Expr) -> tuple[int, tuple]:
             flip = False
         else:
             v = _value(x)
-            flip = (v < 0) if v else _orientation_key(_negate(x)) < _orientation_key(x)
+            flip = (v < 0) if v else _orientation_key(canonical_negation(x)) < _orientation_key(x)
         if flip:
-            flipped = _negate(x)  # the inner node for a negated leaf or product, else the sum negated
+            flipped = canonical_negation(x)  # the inner node for a negated leaf or product, else the sum negated
             return -1, (flipped.items if flipped.kind == "*" else ((1, flipped),))
     return 1, ((1, x),)
 
 
-def _make_product(sign: int, factors) -> _Expr:
+def _make_product(sign: int, factors) -> CanonicalExpr:
     if len(factors) == 1 and factors[0][0] == 1:
         node = factors[0][1]
     else:
@@ -174,21 +174,21 @@ def _make_product(sign: int, factors) -> _Expr:
         for i, (e, f) in enumerate(items):
             piece = f.text if f.kind == "n" else f"({f.text})"
             parts.append(piece if i == 0 else ("*" if e > 0 else "/") + piece)
-        node = _Expr("*", items, "".join(parts), odd=any(f.odd for _, f in items))
+        node = CanonicalExpr("*", items, "".join(parts), odd=any(f.odd for _, f in items))
     # A product with a factor that is its own negation is its own negation: it keeps no sign.
-    return node if sign > 0 or node.odd else _negate(node)
+    return node if sign > 0 or node.odd else canonical_negation(node)
 
 
-def _mul(x: _Expr, y: _Expr) -> _Expr:
+def canonical_product(x: CanonicalExpr, y: CanonicalExpr) -> CanonicalExpr:
     sx, fx = _factors(x)
     sy, fy = _factors(y)
     return _make_product(sx * sy, fx + fy)
 
 
-def _div(x: _Expr, y: _Expr) -> _Expr:
+def canonical_quotient(x: CanonicalExpr, y: CanonicalExpr) -> CanonicalExpr:
     sx, fx = _factors(x)
     sy, fy = _factors(y)
     return _make_product(sx * sy, fx + tuple((-e, f) for e, f in fy))
 
 
-_CANON_OPS = {"+": _add, "-": _sub, "*": _mul, "/": _div}
+CANONICAL_OPS = {"+": canonical_sum, "-": canonical_difference, "*": canonical_product, "/": canonical_quotient}

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 from envs._checks import whole_number
 from envs.countdown.solver import CountdownInstance
-from envs.countdown.verifier import _check_instance, make_prompt
+from envs.countdown.verifier import check_instance, make_prompt
 
 COUNTDOWN_TASKS_HELP = (
     "Countdown-Tasks-3to4 is the public dataset 'Jiayi-Pan/Countdown-Tasks-3to4' on the Hugging Face Hub; "
@@ -112,7 +112,7 @@ def load_countdown_tasks(path, limit: int | None = None) -> list[CountdownInstan
         for nums, target in zip(df["nums"], df["target"]):
             if limit is not None and len(out) >= limit:
                 return out
-            numbers, t = _check_instance(list(nums), target)
+            numbers, t = check_instance(list(nums), target)
             if not isinstance(t, int):
                 raise ValueError(f"{f}: target must be an integer, got {target!r}")
             out.append(CountdownInstance(numbers, t))

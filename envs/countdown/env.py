@@ -10,7 +10,7 @@ import gymnasium as gym
 
 from envs._checks import check_options, check_seed, whole_number
 from envs.countdown.solver import CountdownInstance, generate_instances
-from envs.countdown.verifier import CORRECT_REWARD, _check_instance, extract_answer, make_prompt, score_answer
+from envs.countdown.verifier import CORRECT_REWARD, check_instance, extract_answer, make_prompt, score_answer
 
 # Prompts are ASCII; a completion may hold any character, but the declared action space (what
 # ``action_space.sample()`` draws) is printable ASCII, and ``step`` accepts any string.
@@ -28,7 +28,7 @@ def _instance(inst, i: int) -> CountdownInstance:
     if len(pair) != 2:
         raise ValueError(f"instances[{i}] must be a (numbers, target) pair, got {len(pair)} items")
     try:
-        return CountdownInstance(*_check_instance(*pair))
+        return CountdownInstance(*check_instance(*pair))
     except ValueError as err:
         raise ValueError(f"instances[{i}]: {err}") from None
 

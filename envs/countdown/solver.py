@@ -10,8 +10,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from envs._checks import whole_number
-from envs.countdown.canonical import _UNSET, _add, _div, _leaf, _mul, _sub
-from envs.countdown.verifier import TOLERANCE, _check_instance, make_prompt, score_answer
+from envs.countdown.canonical import (UNSET, canonical_difference, canonical_leaf, canonical_product,
+                                      canonical_quotient, canonical_sum)
+from envs.countdown.verifier import TOLERANCE, check_instance, make_prompt, score_answer
 
 # --------------------------------------------------------------------------------------------------
 # Solver
@@ -30,12 +31,12 @@ def solve(numbers: Sequence[int], target, limit: int | None = None) -> list[str]
     stops once that many have been found (which ones is then deterministic but not the sorted prefix).
     Four numbers take a few tens of milliseconds.
     """
-    numbers, target = _check_instance(numbers, target)
+    numbers, target = check_instance(numbers, target)
     if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
         raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
     found: dict[str, None] = {}
     seen: set[tuple[str, ...]] = set()
-    pool = tuple(sorted(((Fraction(v), _leaf(v)) for v in numbers), key=lambda p: p[1].text))
+    pool = tuple(sorted(((Fraction(v), canonical_leaf(v)) for v in numbers), key=lambda p: p[1].text))
 
     def full() -> bool:
         return limit is not None and len(found) >= limit
@@ -51,13 +52,14 @@ def solve(numbers: Sequence[int], target, limit: int | None = None) -> list[str]
             return
         seen.add(key)
         for (a, x), (b, y), rest in _pick_two(pool):
-            combos = [(a + b, _add(x, y)), (a - b, _sub(x, y)), (b - a, _sub(y, x)), (a * b, _mul(x, y))]
+            combos = [(a + b, canonical_sum(x, y)), (a - b, canonical_difference(x, y)),
+                      (b - a, canonical_difference(y, x)), (a * b, canonical_product(x, y))]
             if b != 0:
-                combos.append((a / b, _div(x, y)))
+                combos.append((a / b, canonical_quotient(x, y)))
             if a != 0:
-                combos.append((b / a, _div(y, x)))
+                combos.append((b / a, canonical_quotient(y, x)))
             for item in combos:
-                if item[1]._value is _UNSET:  # the canonical node's value is known: spare recomputing it
+                if item[1]._value is UNSET:  # the canonical node's value is known: spare recomputing it
                     item[1]._value = item[0]
                 search(tuple(sorted(rest + (item,), key=lambda p: p[1].text)))
                 if full():

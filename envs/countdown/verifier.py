@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterable, Mapping, Sequence
 
-from envs.countdown.canonical import _CANON_OPS, _Expr, _leaf, _negate
+from envs.countdown.canonical import CANONICAL_OPS, CanonicalExpr, canonical_leaf, canonical_negation
 
 CORRECT_REWARD = 1.0
 FORMAT_REWARD = 0.1
@@ -57,7 +57,7 @@ _AST_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 @dataclass(frozen=True)
 class _Parsed:
     literals: tuple[int, ...]  # the integers the expression uses, in reading order
-    canon: _Expr
+    canon: CanonicalExpr
     value: Fraction | None  # None when the expression divides by zero
 
 
@@ -98,16 +98,16 @@ class _Refused(Exception):
     """An AST node outside the Countdown grammar."""
 
 
-def _walk(node: ast.AST, literals: list[int]) -> tuple[_Expr, Fraction | None]:
+def _walk(node: ast.AST, literals: list[int]) -> tuple[CanonicalExpr, Fraction | None]:
     """(canonical node, exact value or None after a division by zero) of an allowed AST."""
     if isinstance(node, ast.Constant):
         if type(node.value) is not int:  # floats, complex, strings, bools, Ellipsis, None
             raise _Refused
         literals.append(node.value)
-        return _leaf(node.value), Fraction(node.value)
+        return canonical_leaf(node.value), Fraction(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         canon, value = _walk(node.operand, literals)
-        return _negate(canon), (None if value is None else -value)
+        return canonical_negation(canon), (None if value is None else -value)
     if isinstance(node, ast.BinOp) and type(node.op) in _AST_OPS:
         op = _AST_OPS[type(node.op)]
         left, lv = _walk(node.left, literals)
@@ -116,7 +116,7 @@ def _walk(node: ast.AST, literals: list[int]) -> tuple[_Expr, Fraction | None]:
             value = None
         else:
             value = _VALUE_OPS[op](lv, rv)
-        return _CANON_OPS[op](left, right), value
+        return CANONICAL_OPS[op](left, right), value
     raise _Refused
 
 
@@ -162,7 +162,7 @@ def make_prompt(numbers: Sequence[int], target: int, chat: bool = False) -> str 
     Either way ``score_answer`` expects the completion only, without the prompt (the prompt's example
     answer would otherwise count as an answer when the completion has none).
     """
-    numbers, target = _check_instance(numbers, target)
+    numbers, target = check_instance(numbers, target)
     user = _user_text(numbers, target)
     if chat:
         return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
@@ -191,7 +191,7 @@ def extract_answer(text: str) -> str | None:
     return text[start + len(_OPEN) : end].strip()
 
 
-def _check_instance(numbers, target) -> tuple[tuple[int, ...], int | Fraction]:
+def check_instance(numbers, target) -> tuple[tuple[int, ...], int | Fraction]:
     """Validate caller-supplied (trusted) ground truth; a ValueError names the problem."""
     if isinstance(numbers, (str, bytes)) or not isinstance(numbers, Iterable):
         raise ValueError(f"numbers must be a sequence of integers, got {type(numbers).__name__}")
@@ -244,7 +244,7 @@ def score_answer(text: str, numbers: Sequence[int], target) -> float:
     """
     answer = extract_answer(text)
     if not answer:
-        _check_instance(numbers, target)  # a caller error is an error whatever the text
+        check_instance(numbers, target)  # a caller error is an error whatever the text
         return NO_ANSWER_REWARD
     correct = correct_canonical_form(answer, numbers, target, extract=False) is not None
     return CORRECT_REWARD if correct else FORMAT_REWARD
@@ -256,7 +256,7 @@ def correct_canonical_form(text: str, numbers: Sequence[int], target, extract: b
     extract=True: ``text`` is a completion, correct when ``score_answer`` gives 1.0. extract=False:
     ``text`` is a bare expression, held to the same rules.
     """
-    numbers, target = _check_instance(numbers, target)
+    numbers, target = check_instance(numbers, target)
     if extract:
         if not isinstance(text, str):
             raise ValueError(f"text must be a string, got {type(text).__name__}")
