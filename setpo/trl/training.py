@@ -204,6 +204,15 @@ def progress_callback(log: Callable[[str], Any], label: str, every_s: float = 10
     return ProgressCallback()
 
 
+#: written into a run's final folder last, when its model and records are all there: the run is finished.
+DONE_FILE = "done.json"
+
+
+def is_done(final) -> bool:
+    """Whether ``train_resumable`` finished the run whose final folder is ``final`` (its ``DONE_FILE``)."""
+    return (Path(final) / DONE_FILE).is_file()
+
+
 def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict, log=None, describe: str = "") -> Path:
     """Train to the end, resuming from the newest complete checkpoint in ``out_dir``; save model and tokenizer
     to ``final`` with ``done.json`` ({"seconds", "steps", **record}) and the run's ``log_history.json``.
@@ -245,7 +254,7 @@ def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
     write_json(out_dir / "log_history.json", _whole_run_history(trainer.state))
-    write_json(Path(final) / "done.json", {"seconds": time.time() - t0, "steps": trainer.state.global_step, **record})
+    write_json(Path(final) / DONE_FILE, {"seconds": time.time() - t0, "steps": trainer.state.global_step, **record})
     return Path(final)
 
 
