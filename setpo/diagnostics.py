@@ -46,8 +46,9 @@ def _quantile(x: torch.Tensor, q: float) -> float:
     return float(torch.quantile(x.double(), q)) if x.numel() else float("nan")
 
 
-def _auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
-    """Mann-Whitney AUC P(pos > neg) + P(pos = neg)/2, from average ranks (ties share their rank)."""
+def separation_auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
+    """Mann-Whitney AUC P(pos > neg) + P(pos = neg)/2 of two 1-D samples, from average ranks (ties share their
+    rank); NaN when either is empty."""
     if not pos.numel() or not neg.numel():
         return float("nan")
     values = torch.cat([pos, neg]).double()
@@ -85,7 +86,7 @@ def kernel_separation(emb, solution_ids: Sequence[Hashable], index=None, *,
     k_same, k_diff = k[same], k[different]
     mean = lambda x: float(x.double().mean()) if x.numel() else float("nan")  # noqa: E731
     return KernelSeparation(mean(k_same), _quantile(k_same, 0.05), mean(k_diff), _quantile(k_diff, 0.05),
-                            _auc(k_same, k_diff), int(k_same.numel()), int(k_diff.numel()))
+                            separation_auc(k_same, k_diff), int(k_same.numel()), int(k_diff.numel()))
 
 
 def collapsed_group_marginals(distinct_emb, copies: int = 4, others: int = 3) -> torch.Tensor:

@@ -7,16 +7,16 @@ import math
 import pytest
 import torch
 
-from setpo.diagnostics import _auc, collapsed_group_marginals, diagnose_embedder, kernel_separation
+from setpo.diagnostics import separation_auc, collapsed_group_marginals, diagnose_embedder, kernel_separation
 from setpo.diversity import marginals_by_definition
 
 
 def test_auc_matches_counting_pairs_with_ties():
     pos, neg = torch.tensor([0.9, 0.5, 0.5]), torch.tensor([0.5, 0.1])
     # pairs: (0.9>0.5) 1, (0.9>0.1) 1, (0.5=0.5) 0.5 twice, (0.5>0.1) 1 twice -> 5/6
-    assert _auc(pos, neg) == pytest.approx(5 / 6)
-    assert _auc(torch.ones(3), torch.ones(4)) == pytest.approx(0.5)
-    assert math.isnan(_auc(torch.ones(2), torch.empty(0)))
+    assert separation_auc(pos, neg) == pytest.approx(5 / 6)
+    assert separation_auc(torch.ones(3), torch.ones(4)) == pytest.approx(0.5)
+    assert math.isnan(separation_auc(torch.ones(2), torch.empty(0)))
 
 
 def test_orthogonal_solutions_are_perfectly_separated():
