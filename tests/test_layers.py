@@ -194,7 +194,7 @@ def test_relative_imports_resolve(path):
     assert not unresolved, f"{_rel(path)}: relative imports of no module: {unresolved}"
 
 
-@pytest.mark.parametrize("path", PACKAGE_FILES + files("benchmarks/*.py", "scripts/*.py"), ids=_rel)
+@pytest.mark.parametrize("path", PACKAGE_FILES + files("benchmarks/*.py", "scripts/*.py", "tests/*.py"), ids=_rel)
 def test_no_module_imports_another_modules_private_names(path):
     private = imports_of(path)[2]
     assert not private, f"{_rel(path)} imports underscore names {private}: make them public (documented) instead"
