@@ -23,6 +23,8 @@ DEVICES = ("cuda", "cpu")
 #: the CPU platform module (setpo.verl.cpu; imported only by CPU runs) and its rollout's name.
 CPU_MODULE = "setpo.verl.cpu"
 CPU_ROLLOUT = "hf"
+#: where verl's file logger (``--logger ...,file``) writes a run's metrics, in the run's folder
+METRICS_FILE = "metrics.jsonl"
 #: the verifier verl's reward loop calls (``reward.custom_reward_function``) for each task's data.
 TASK_REWARDS = {"math": "pkg://envs.math", "countdown": "pkg://envs.countdown"}
 
@@ -207,6 +209,8 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
         f"data.seed={cfg.seed}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.{PROGRESS_ENV}={_fmt(str(out_dir / PROGRESS_FILE))}",
     ]
+    if "file" in cfg.logger:  # verl's file logger: the run's metrics as JSON lines in its folder
+        o.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={_fmt(str(out_dir / METRICS_FILE))}")
     if cfg.total_training_steps is not None:
         o.append(f"trainer.total_training_steps={cfg.total_training_steps}")
     if cfg.device == "cpu":
@@ -400,7 +404,20 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--logger", default="console", help="comma-separated, e.g. console,wandb")
         sp.add_argument("--data-dir", default=None, help="where converted parquet files go")
         sp.add_argument("overrides", nargs="*", help="extra Hydra overrides for verl, applied last")
+    demo = sub.add_parser("cpu-demo", help="write a tiny Qwen2 and Countdown data for a CPU run; print its command")
+    demo.add_argument("--out", default="runs/verl_cpu_demo", help="folder for the model and data (default: %(default)s)")
     return ap
+
+
+def cpu_demo_command(paths: dict[str, str], output_dir: str = "runs/verl") -> list[str]:
+    """``python -m setpo.verl train`` on the CPU for the inputs ``setpo.verl.cpu.write_countdown_demo`` wrote:
+    SetPO+GRPO on Countdown, 2 FSDP2 workers, 4 prompts x 4 rollouts a step, 3 steps, hashed n-gram embedder."""
+    return ["python", "-m", "setpo.verl", "train", "--device", "cpu", "--task", "countdown",
+            "--model-path", paths["model"], "--tokenizer-path", paths["tokenizer"], "--train-file", paths["train"],
+            "--val-file", paths["val"], "--embedding-model", "hash", "--rollout-n", "4", "--train-batch-size", "4",
+            "--max-prompt-length", "48", "--max-response-length", "24", "--micro-batch-per-gpu", "4",
+            "--val-n", "2", "--test-freq", "3", "--save-freq", "3", "--total-steps", "3",
+            "--output-dir", output_dir]
 
 
 def launch_config_from_args(args) -> VerlLaunchConfig:
@@ -425,6 +442,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     """The command line. A missing file or a bad setting raises FileNotFoundError / ValueError here;
     ``python -m setpo.verl`` (``cli``) turns them into one line on stderr and exit status 2."""
     args = _parser().parse_args(argv)
+    if args.cmd == "cpu-demo":
+        import shlex
+
+        from setpo.verl.cpu import write_countdown_demo
+
+        paths = write_countdown_demo(Path(args.out).expanduser().resolve())
+        print(shlex.join(cpu_demo_command(paths)))
+        return
     if not Path(args.model_path).expanduser().is_dir():
         raise FileNotFoundError(f"no model directory at {args.model_path!r}; set MODEL_PATH to a local copy, e.g. "
                                 "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`")

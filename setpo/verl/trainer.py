@@ -23,6 +23,8 @@ from setpo.verl.estimator import (
 #: Ray job's runtime_env; its heartbeat reads the file), and that file's name in the run folder.
 PROGRESS_ENV = "SETPO_VERL_PROGRESS"
 PROGRESS_FILE = "progress.json"
+#: a folder: when set, the trainer writes each step's responses and advantages there (``_setpo_audit``)
+AUDIT_ENV = "SETPO_VERL_AUDIT"
 
 
 class SetPOTrainerMixin:
@@ -75,7 +77,9 @@ class SetPOTrainerMixin:
 
     def _compute_advantage(self, batch, metrics: dict):
         if self.config.algorithm.adv_estimator != ESTIMATOR_NAME:
-            return super()._compute_advantage(batch, metrics)
+            out = super()._compute_advantage(batch, metrics)
+            self._setpo_audit(out)
+            return out
         settings = SetPOVerlSettings.from_algorithm_config(self.config.algorithm)
         keys = [str(k) for k in batch.keys]
         emb = uids = None
@@ -87,7 +91,49 @@ class SetPOTrainerMixin:
         with batch_embeddings(emb, uids=uids, session_keys=keys) as record:
             out = super()._compute_advantage(batch, metrics)
         metrics.update(record.stats)
+        self._setpo_audit(out)
         return out
+
+    def _setpo_audit(self, batch) -> None:
+        """With ``SETPO_VERL_AUDIT`` set to a folder: write the step's responses, rewards, the advantages verl
+        stored, and verl's own ``"grpo"`` advantages recomputed on the same batch, as ``step_<N>.json`` (what
+        tests/test_verl_e2e.py checks SetPO's advantages against). Costs one TransferQueue read per step."""
+        folder = os.environ.get(AUDIT_ENV)
+        if not folder:
+            return
+        import numpy as np
+        import transfer_queue as tq
+        from verl.protocol import DataProto
+        from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+        fields = ["uid", "responses", "response_mask", "rm_scores", "advantages"]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        mask = data["response_mask"].to_padded_tensor(padding=0)
+        texts = self.tokenizer.batch_decode(data["responses"].to_padded_tensor(padding=self.tokenizer.pad_token_id),
+                                            skip_special_tokens=True)
+        uids = data["uid"]
+        uids = list(uids.tolist() if hasattr(uids, "tolist") else uids)
+        scores = data["rm_scores"].to_padded_tensor(padding=0)
+        stored = data["advantages"].to_padded_tensor(padding=0)
+        # verl's GRPO on the same rewards, by the same call the v1 trainer makes (_compute_advantage)
+        proto = DataProto.from_dict(tensors={"token_level_rewards": scores, "response_mask": mask},
+                                    non_tensors={"uid": np.array(uids, dtype=object)})
+        grpo = compute_advantage_for_multi_trajectories(
+            proto, batch_keys=[str(k) for k in batch.keys], adv_estimator="grpo", gamma=self.config.algorithm.gamma,
+            lam=self.config.algorithm.lam, num_repeat=self.config.actor_rollout_ref.rollout.n,
+            norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
+            config=self.config.algorithm).batch["advantages"]
+        rows = mask.sum(-1).long().tolist()
+        record = {"step": int(self.global_steps), "estimator": str(self.config.algorithm.adv_estimator),
+                  "keys": [str(k) for k in batch.keys], "uids": [str(u) for u in uids], "texts": texts,
+                  "scores": scores.sum(-1).tolist(), "response_tokens": rows,
+                  "advantages": [stored[i, :n].tolist() for i, n in enumerate(rows)],
+                  "grpo_advantages": [grpo[i, :n].tolist() for i, n in enumerate(rows)]}
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"step_{int(self.global_steps)}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(record, f)
+        os.replace(path + ".tmp", path)
 
 
 def session_texts(keys: list[str], texts: list[str]) -> list[str]:
