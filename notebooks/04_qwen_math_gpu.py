@@ -54,6 +54,9 @@ EVAL_LIMIT = None                  # evaluate the first N validation problems on
 PROJECTION = "umap"                # "umap" or "pca"
 PASSK_FILE = None                  # e.g. ".../aime24.parquet" (AIME-style: problem, answer); None: generated problems
 PASSK_MAX = 256                    # pass@k up to this k, from PASSK_MAX samples per problem
+JUDGE_URL = None                   # e.g. "http://127.0.0.1:8001/v1" (`vllm serve MODEL --port 8001`); None: no judge
+JUDGE_MODEL = None                 # the model name the judge server serves, e.g. "Qwen/Qwen2.5-7B-Instruct"
+JUDGE_PATH = None                  # or a local chat model folder, run in-process as the judge
 
 # %%
 import tempfile
@@ -63,6 +66,7 @@ import torch
 from IPython.display import Markdown, display
 
 from setpo.embed import load_embedder
+from setpo.studies import judging
 from setpo.studies import math as ml
 from setpo.studies import math_results as mr
 from setpo.studies.figures import save_figure, save_table, show, show_table
@@ -72,18 +76,20 @@ quiet_libraries()
 CUDA = torch.cuda.is_available()
 if not CUDA:
     torch.set_num_threads(2)
+JUDGE = dict(judge_url=JUDGE_URL, judge_model=JUDGE_MODEL, judge_path=JUDGE_PATH)  # all None: no judge
 if SMOKE:
     # a fresh run folder every time, so the smoke run really trains instead of resuming a finished one
-    cfg = ml.MathRunConfig.cpu_demo(smoke=True, algo=ALGO, lam=SETPO_LAMBDA, run_dir=tempfile.mkdtemp())
+    cfg = ml.MathRunConfig.cpu_demo(smoke=True, algo=ALGO, lam=SETPO_LAMBDA, run_dir=tempfile.mkdtemp(), **JUDGE)
     PROJECTION = "pca"
 elif MODEL_PATH is None:
     cfg = ml.MathRunConfig.cpu_demo(algo=ALGO, lam=SETPO_LAMBDA, embedder=EMBEDDING_MODEL_PATH,
                                     train_file=TRAIN_FILE, val_file=VAL_FILE, run_dir=RUN_DIR,
-                                    passk_file=PASSK_FILE)
+                                    passk_file=PASSK_FILE, **JUDGE)
 else:
     cfg = ml.MathRunConfig(model_path=MODEL_PATH, embedder=EMBEDDING_MODEL_PATH, train_file=TRAIN_FILE,
                            val_file=VAL_FILE, algo=ALGO, lam=SETPO_LAMBDA, max_steps=MAX_STEPS, eval_k=EVAL_K,
-                           eval_limit=EVAL_LIMIT, run_dir=RUN_DIR, passk_file=PASSK_FILE, passk_max=PASSK_MAX)
+                           eval_limit=EVAL_LIMIT, run_dir=RUN_DIR, passk_file=PASSK_FILE, passk_max=PASSK_MAX,
+                           **JUDGE)
 TINY = cfg.model_path is None
 if TINY:
     display(Markdown(
@@ -141,14 +147,22 @@ show(fig, png)
 # ## Pass@1 as avg@k
 # k samples per validation problem at T = 0.5, top-p 0.9; Pass@1 is the mean fraction correct (the
 # paper's avg@64). With several validation sources (e.g. GSM8K and MATH500) the table splits by source.
+#
+# **Judged diversity** (with `JUDGE_URL` and `JUDGE_MODEL`, or `JUDGE_PATH`): the paper's LLM-based
+# diversity score. A judge model reads each validation problem with the first 8 of the responses each run
+# sampled for it and rates how many genuinely different approaches they take, 1-10 (`setpo.judge`, prompt
+# version in the note under the table); the column is the mean over problems with its 95% interval, and the
+# sets the judge gave no valid score are counted as missing, never filled in. Verdicts are cached in `RUN_DIR`,
+# so a rerun asks again only what is missing. Without a judge the table is as it always was; no judged result
+# is shown on the CPU (no capable judge model can be had offline).
 
 # %%
-results = {label: ml.evaluate_model(cfg, final, val, cache=Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json")
-           for label, final in finals.items()}
-table = mr.results_table(results, cfg.eval_k, note="Tiny random model: these numbers mean nothing." if TINY else "")
+results = ml.evaluate_runs(cfg, finals, val)  # with a judge, each run's responses are kept for it
+judged = ml.judge_runs(cfg, finals, val) if judging.judge_configured(cfg) else None
+table = mr.results_table(results, cfg.eval_k, note="Tiny random model: these numbers mean nothing." if TINY else "",
+                         judged=judged)
 show_table(table)
-save_table(table, out / "qwen_math_results",
-           {**record, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"} for k, r in results.items()}})
+save_table(table, out / "qwen_math_results", mr.results_record(record, results, judged))
 
 # %% [markdown]
 # ## Pass@k at large budgets, against the base model

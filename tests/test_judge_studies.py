@@ -142,6 +142,36 @@ def test_math_study_judged_per_method_with_the_prompt_version(tmp_path, server, 
     assert SECRET not in err
 
 
+def test_countdown_study_judged_per_method_from_the_responses_its_evaluation_kept(tmp_path, server, monkeypatch):
+    """The Countdown study at smoke size with a judge from the start: the evaluation keeps its T = 1 responses,
+    stage "judge" reads them back (no second sampling), and results.json / results.md hold the judged score
+    per main-cell method (seeds pooled) with the prompt version; config.json never holds the judge."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    judge = server([{"when": "<response 1>", "reply": "Two approaches here.\nSCORE: 4"}])
+    out = tmp_path / "study"
+    argv = ["--smoke", "--out", str(out), "--set", "threads=1", "--judge-url", judge.url, "--judge-model", "judge-m",
+            "--judge-samples", "4", "--judge-limit", "3"]
+    assert countdown.main(argv) == 0
+    summary = json.loads((out / "results.json").read_text())
+    judged = summary["judged"]
+    cfg = CountdownLMConfig.smoke()
+    methods = {r["variant"] for r in summary["runs"] if r["T"] == 1.0}
+    assert set(judged["methods"]) == methods and len(methods) == 4  # the warm start, GRPO, SetPO, pairwise
+    assert judged["prompt_version"] == PROMPT_VERSION and (judged["problems"], judged["responses_per_set"]) == (3, 4)
+    for method, s in judged["methods"].items():
+        seeds = 1 if method.startswith("warm") else len(cfg.rl_seeds)
+        assert (s["n"], s["mean"], s["missing"], s["prompt_version"]) == (3 * seeds, 4.0, 0, PROMPT_VERSION)
+    assert set(judged["responses"].values()) == {"kept by the evaluation"}
+    asked = judge.requests()
+    assert all("<response 4>" in r["content"] and "<response 5>" not in r["content"] for r in asked)
+    assert "Using the numbers" in asked[0]["content"] and "<think>" not in asked[0]["content"]
+    table = (out / "results.md").read_text()
+    assert table.count("| 4.00 [4.00, 4.00], 0 missing |") == 4 and PROMPT_VERSION in table
+    assert not {k for k in json.loads((out / "config.json").read_text()) if k.startswith("judge")}
+    assert not {k for k in summary["config"] if k.startswith("judge")}
+    assert all(SECRET.encode() not in b for b in _files(out).values())
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--judge-url", "http://127.0.0.1:9/v1"], "--judge-url needs --judge-model"),
     (["--judge-model", "m"], "--judge-model needs --judge-url"),

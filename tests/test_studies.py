@@ -119,8 +119,8 @@ def test_countdown_stage_typo_names_the_valid_stages(capsys):
         countdown.main(["--smoke", "--stages", "sft,rll"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1
-    assert "unknown stage(s) ['rll']" in err and "valid stages: sft, rl, eval" in err
-    with pytest.raises(ValueError, match="valid stages: sft, rl, eval"):
+    assert "unknown stage(s) ['rll']" in err and "valid stages: sft, rl, eval, judge" in err
+    with pytest.raises(ValueError, match="valid stages: sft, rl, eval, judge"):
         run_study(CountdownLMConfig.smoke(), stages=["sft", "evaluate"])
     assert stages.chosen_stages("eval,sft", countdown.STAGES) == ["sft", "eval"]
 
@@ -157,8 +157,8 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(ml, "train_runs", lambda cfg, train, probes, embedder=None, log=print:
                         calls.append(("train", len(probes))) or {"GRPO": "g", "SetPO+GRPO": "s"})
-    monkeypatch.setattr(ml, "evaluate_model",
-                        lambda cfg, d, problems, cache=None: calls.append(("eval", d, cache.name)))
+    monkeypatch.setattr(ml, "evaluate_model", lambda cfg, d, problems, cache=None, texts_file=None:
+                        calls.append(("eval", d, cache.name, texts_file)))
     monkeypatch.setattr(ml, "evaluate_pass_at_k", lambda cfg, models, problems, cache_dir=None:
                         calls.append(("passk", list(models))))
     monkeypatch.setattr(ml, "resolve_model_path", lambda cfg: "base")
@@ -167,11 +167,16 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
     assert calls == [("train", cfg.n_probe)] and set(out) == {"finals"}
     calls.clear()
     out = ml.run_study(cfg, log=lambda *_: None, stages=["eval"])
-    assert calls == [("eval", tmp_path / "GRPO" / "final", "eval_GRPO.json"),
-                     ("eval", tmp_path / "SetPO_GRPO" / "final", "eval_SetPO_GRPO.json"),
+    assert calls == [("eval", tmp_path / "GRPO" / "final", "eval_GRPO.json", None),  # no judge: no texts kept
+                     ("eval", tmp_path / "SetPO_GRPO" / "final", "eval_SetPO_GRPO.json", None),
                      ("passk", ["base model", "GRPO", "SetPO+GRPO"])]
-    with pytest.raises(ValueError, match="valid stages: rl, eval"):
+    with pytest.raises(ValueError, match="valid stages: rl, eval, judge"):
         ml.run_study(cfg, stages=["train"])
+    with pytest.raises(ValueError, match="stage 'judge' needs a judge"):
+        ml.run_study(cfg, stages=["judge"])
+    calls.clear()
+    out = ml.run_study(cfg, log=lambda *_: None)  # every stage; without a judge, "judge" does nothing
+    assert [c[0] for c in calls] == ["train", "eval", "eval", "passk"] and "judged" not in out
 
 
 def test_sampling_reports_progress_per_batch_and_samples_the_same():

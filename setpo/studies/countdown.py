@@ -463,7 +463,8 @@ def judge_runs(cfg: CountdownLMConfig, data: CountdownData, runs: Sequence[RLRun
     members = [("warm start (SFT)", out / "eval" / "sft_T1.json", out / "sft" / "final")] + [
         (r.variant, out / "eval" / f"{r.name}_T1.json", out / "rl" / r.name / "final") for r in runs
         if r.group_size == cfg.main_group_size and r.beta == cfg.main_beta]
-    problems = [make_prompt(i.numbers, i.target, chat=True)[-1]["content"] for i in data.test]
+    problems = [make_prompt(i.numbers, i.target, chat=True)[-1]["content"].split(" Show your reasoning")[0]
+                for i in data.test]  # the task, without the format instructions of a reasoning model
     return judging.judge_evaluations(cfg, problems, members,
                                      lambda d: sample_eval(cfg, d, data.test, 1.0),
                                      lambda texts: evaluate_samples(data.test, texts)["correct"], cfg.eval_samples,

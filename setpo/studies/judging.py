@@ -157,15 +157,16 @@ def texts_path(eval_file: str | Path) -> Path:
 def eval_responses(eval_file: Path, n_problems: int, n_samples: int, sample: Callable[[], list[list[str]]],
                    correct: Callable[[list[list[str]]], list], log=print) -> tuple[list[list[str]], str]:
     """The responses of the evaluation cached in ``eval_file``: its texts file, or (an evaluation made without a
-    judge) ``sample()`` again with the evaluation's seeds, saved to the texts file. ``correct(texts)`` gives
-    the per-problem correct counts, checked against the evaluation's. Returns (texts, how they were had)."""
+    judge, or a texts file that is not this evaluation's) ``sample()`` again with the evaluation's seeds, saved
+    to the texts file. ``correct(texts)`` gives the per-problem correct counts, checked against the
+    evaluation's either way. Returns (texts, how they were had)."""
     path = texts_path(eval_file)
+    result = read_json(eval_file, "delete it and rerun --stages eval to evaluate again")
     if path.is_file():
         texts = read_json(path, "delete it and rerun the judge stage to sample them again")
-        if _shaped(texts, n_problems, n_samples):
+        if _shaped(texts, n_problems, n_samples) and list(correct(texts)) == list(result["correct"]):
             return texts, "kept by the evaluation"
-        log(f"[judge] {path} does not hold {n_problems} x {n_samples} responses; sampling them again")
-    result = read_json(eval_file, "delete it and rerun --stages eval to evaluate again")
+        log(f"[judge] {path} does not hold this evaluation's {n_problems} x {n_samples} responses; sampling again")
     log(f"[judge] {eval_file.name}: sampling the evaluation's responses again (same seeds; it kept no texts)")
     texts = sample()
     if not _shaped(texts, n_problems, n_samples):

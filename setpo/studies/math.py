@@ -299,6 +299,16 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
 evaluate_avg_at_k = evaluate_model  # the name scripts/gpu_check.py calls; Pass@1 as avg@k is what it computes
 
 
+def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem],
+                  keep_texts: bool | None = None) -> dict[str, dict]:
+    """Stage "eval"'s avg@k of every run (label -> final model folder), each cached in ``eval_file``.
+    keep_texts: keep the sampled responses beside each evaluation for the judge (None: when a judge is set)."""
+    keep = judging.judge_configured(cfg) if keep_texts is None else keep_texts
+    return {label: evaluate_model(cfg, final, problems, cache=eval_file(cfg, label),
+                                  texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None)
+            for label, final in finals.items()}
+
+
 def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem], log=print,
                judge=None) -> dict:
     """Stage "judge": the LLM-judged diversity (``setpo.studies.judging.judge_methods``) of the responses each
@@ -330,10 +340,7 @@ def run_study(cfg: MathRunConfig, embedder=None, log=print, stages: Sequence[str
         finals = train_runs(cfg, train, val[:cfg.n_probe], embedder=embedder, log=log)
     out: dict = {"finals": finals}
     if "eval" in stages:
-        keep = judge and "judge" in stages  # the judge reads the responses back instead of sampling them again
-        out["results"] = {label: evaluate_model(cfg, final, val, cache=eval_file(cfg, label),
-                                                texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None)
-                          for label, final in finals.items()}
+        out["results"] = evaluate_runs(cfg, finals, val, keep_texts=judge and "judge" in stages)
         models = {"base model": resolve_model_path(cfg), **finals}
         out["pass_at_k"] = evaluate_pass_at_k(cfg, models, load_passk_problems(cfg), cache_dir=cfg.run_dir)
     if "judge" in stages and judge:
