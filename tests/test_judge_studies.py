@@ -205,7 +205,10 @@ def test_good_judge_flags_reach_the_config_and_stay_out_of_the_claims(monkeypatc
         "http://u:pw@127.0.0.1:9/v1/", "m", 3, 4) and seen["stages"] == list(countdown.STAGES)
     countdown.claim_folder(cfg)  # the folder's config.json never holds the judge (nor its URL's password)
     saved = json.loads((tmp_path / "cd" / "config.json").read_text())
-    assert not {k for k in saved if k.startswith("judge")}
+    assert not {k for k in saved if k.startswith("judge")} and "u:pw@" not in json.dumps(saved)
+    # a command line kept in a record names the judge's URL without its user name and password
+    assert judging.redact_command(["--judge-url", "http://u:pw@h:8/v1", "--judge-url=https://u:pw@h/v1"]) == [
+        "--judge-url", "http://h:8/v1", "--judge-url=https://h/v1"]
     countdown.claim_folder(CountdownLMConfig.smoke(out=str(tmp_path / "cd")))  # the same folder without a judge
     model = tmp_path / "judge_model"
     model.mkdir()
@@ -213,6 +216,17 @@ def test_good_judge_flags_reach_the_config_and_stay_out_of_the_claims(monkeypatc
     cfg, stages = ml.parse_args(["--smoke", "--judge-path", str(model), "--stages", "judge"])
     assert cfg.judge_path == str(model) and stages == ["judge"] and judging.judge_configured(cfg)
     assert ml.parse_args(["--smoke"])[0].judge_path is None
+    # a finished run's own config (its run_config.json; run_dir: the folder above it), to judge it later
+    run = tmp_path / "runs" / "qwen" / "GRPO"
+    run.mkdir(parents=True)
+    saved = ml.MathRunConfig.cpu_demo(smoke=True, run_dir="../elsewhere", eval_k=3)
+    (run / "run_config.json").write_text(json.dumps({"label": "GRPO", "lambda": 0.0, "config": asdict(saved)}))
+    cfg, stages = ml.parse_args(["--config", str(run / "run_config.json"), "--stages", "judge", "--judge-url",
+                                 "http://127.0.0.1:9/v1", "--judge-model", "m"])
+    assert cfg.run_dir == str(run.parent) and cfg.eval_k == 3 and cfg.judge_model == "m"
+    # judging a run that has no evaluation yet says which stage to run first (the judge is never asked)
+    with pytest.raises(ValueError, match=r"no evaluation of 'GRPO' to judge: .*eval_GRPO.json; run stage 'eval' first"):
+        ml.run_study(cfg, log=lambda *_: None, stages=["judge"])
 
 
 def test_countdown_table_and_record_gain_the_judged_column_only_with_a_judge():
@@ -220,9 +234,12 @@ def test_countdown_table_and_record_gain_the_judged_column_only_with_a_judge():
     method with the judge and prompt version named under it; a record without "judged" gives the table as
     before."""
     cfg = CountdownLMConfig.smoke()
-    row = lambda variant, seed: {"name": f"{variant}{seed}", "variant": variant, "method": variant, "seed": seed,  # noqa: E731
-                                 "G": cfg.main_group_size, "beta": cfg.main_beta, "T": 1.0, "primary": False, "lam": 0,
-                                 "pass_at_k": {"1": 0.5, str(cfg.eval_samples): 0.7}, "avg_modes": 1.5, "width": 2}
+
+    def row(variant, seed):
+        return {"name": f"{variant}{seed}", "variant": variant, "method": variant, "seed": seed,
+                "G": cfg.main_group_size, "beta": cfg.main_beta, "T": 1.0, "primary": False, "lam": 0,
+                "pass_at_k": {"1": 0.5, str(cfg.eval_samples): 0.7}, "avg_modes": 1.5, "width": 2}
+
     summary = {"config": judging.without_judge(json.loads(json.dumps(asdict(cfg)))), "chosen": "x",
                "runs": [row("GRPO", 0), row("GRPO", 1)], "paired": [],
                "selection": {"rule": "r", "grpo": {"pass1": 0.5, "passn": 0.7}, "candidates": {}}, "diagnostics": {}}

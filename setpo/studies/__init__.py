@@ -8,12 +8,15 @@ read configs, never the other way round.
 - ``toy``: the multi-modal bandit of the paper's Figure 1, GRPO vs SetPO (notebook 01, ``make demo``);
 - ``countdown``: a tiny Qwen2 model on Countdown, SFT warm start, GRPO vs SetPO+GRPO, pass@k and distinct
   solutions (notebook 03, ``python -m setpo.studies.countdown``);
-- ``math``: Qwen2.5-Math (or a tiny model of the same architecture on the CPU) on GSM8K-style data (notebook 04);
+- ``math``: Qwen2.5-Math (or a tiny model of the same architecture on the CPU) on GSM8K-style data (notebook 04,
+  ``python -m setpo.studies.math``);
 - ``rubric``: SetGRPO on the rubric-graded toy (notebook 05, ``python -m setpo.studies.rubric``).
 
 Shared by them: ``stages`` (is a stage done, which stages to run, claiming a run folder for one config,
-refusals that end with the file and what to do, progress lines), ``figures`` (every figure: an interactive
-plotly HTML, its static PNG twin drawn by ``static_render``, a run record, and the builders the studies share),
-``sampling`` (generation from a transformers model), ``tiny_models`` (models built from a config) and
-``arguments`` (command-line checks). ``explain`` draws notebook 02; ``notebook_runs`` runs notebooks headless.
+refusals that end with the file and what to do, progress lines), ``judging`` (the optional LLM judge of the
+math and Countdown studies' stage "judge": the judged diversity per method, ``setpo.judge``), ``figures``
+(every figure: an interactive plotly HTML, its static PNG twin drawn by ``static_render``, a run record, and
+the builders the studies share), ``sampling`` (generation from a transformers model), ``tiny_models`` (models
+built from a config) and ``arguments`` (command-line checks). ``explain`` draws notebook 02; ``notebook_runs``
+runs notebooks headless.
 """
