@@ -1,7 +1,8 @@
 """Issue 22 item 4: the math and Countdown studies take an optional judge (``--judge-url/--judge-model`` or
 ``--judge-path``). The math study at smoke size, judged by the scripted OpenAI-compatible server of
-tests/judge_server.py on 127.0.0.1: the record and the table hold the judged score per method with the prompt
-version, a rerun asks the judge nothing again, a judge that is down is one refusal line; without a judge the
+tests/judge_server.py on 127.0.0.1 (and by a local model in-process): the record and the table hold the judged
+score per method with the prompt version, a rerun asks the judge nothing again, a judge that is down is one
+refusal line; the Countdown study the same way from the responses its evaluation kept; without a judge the
 record has no judge key at all and the training folders' claims do not change. Bad judge flags are refused
 before any work (one line, exit status 2)."""
 
@@ -140,6 +141,16 @@ def test_math_study_judged_per_method_with_the_prompt_version(tmp_path, server, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "down or too slow" in err and err.endswith("rerun --stages judge")
     assert SECRET not in err
+
+    # 5. a local judge model, in-process (the tiny model: its context cannot hold the prompt, so every score is
+    # missing, counted with its reason, and none is made up)
+    assert ml.main(["--smoke", "--run-dir", str(run), "--stages", "judge", "--judge-path", str(run / "tiny_model")]) == 0
+    judged = json.loads((run / "results.json").read_text())["judged"]
+    assert judged["judge"]["backend"] == "transformers" and judged["prompt_version"] == PROMPT_VERSION
+    for s in judged["methods"].values():
+        assert (s["mean"], s["scored"], s["missing"]) == (None, 0, cfg.eval_limit)
+        assert all("exceeds the judge's context" in why for why in s["missing_reasons"])
+    assert (run / "results.md").read_text().count(f"| -, {cfg.eval_limit} missing |") == 2
 
 
 def test_countdown_study_judged_per_method_from_the_responses_its_evaluation_kept(tmp_path, server, monkeypatch):
