@@ -218,12 +218,12 @@ def judge_methods(cfg, problems: Sequence[str], sets_by_method: Mapping[str, Seq
              for method, runs in sets_by_method.items() for sets in runs for p, s in zip(problems, sets)]
     cache = Path(folder) / JUDGE_CACHE
     judge = open_study_judge(cfg) if judge is None else judge
-    log(f"[judge] {len(items)} sets ({len(problems)} problems x {len(sets_by_method)} methods, {m} responses each) "
+    log(f"[judge] {len(items)} sets ({len(problems)} problems, {len(sets_by_method)} methods, {m} responses each) "
         f"with {judge!r}, prompt {PROMPT_VERSION}; cache {cache}")
     try:
-        results = judge_items(items, judge, cache, progress=False)
+        results = judge_items(items, judge, cache)  # a progress bar; at least a line every 10 s into a log file
     except JudgeUnavailable as err:
-        raise refusal(f"the judge {judge!r} cannot be used: {err}", cache,
+        raise refusal(f"the judge cannot be used: {err}", cache,
                       "start the judge (or fix --judge-url/--judge-model) and rerun --stages judge") from None
     summary = summarize(results, judge)
     for method, s in summary.items():
