@@ -192,3 +192,20 @@ def test_synced_weights_are_the_ones_generating(server, demo):
     assert after.token_ids == expect.tolist()[: len(after.token_ids)] and after.token_ids != before
     with pytest.raises(ValueError, match="does not have"):
         server.update_weights({"not.a.parameter": torch.zeros(1)})
+
+
+def test_run_in_session_reports_and_kills_what_a_run_leaves_behind():
+    import os
+    import time
+
+    from setpo.verl.cpu import run_in_session
+
+    status, out, left = run_in_session(["sh", "-c", "sleep 60 & echo started"], timeout=30, grace_s=1)
+    assert status == 0 and out.strip() == "started" and len(left) == 1  # the orphaned sleep, then killed
+    time.sleep(0.5)
+    for pid in left:  # killed: gone, or a zombie waiting for init to reap it
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if os.path.exists(
+            f"/proc/{pid}/stat") else "gone"
+        assert state in ("gone", "Z"), (pid, state)
+    status, _, left = run_in_session(["sleep", "60"], timeout=1, grace_s=1)
+    assert status is None and left == []  # a timeout kills the whole session

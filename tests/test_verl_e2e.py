@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,33 +24,11 @@ import torch
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")
 
+from setpo.verl.cpu import run_in_session  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 LAM = 0.5
 G = 4
-
-
-def _session_pids(sid: int) -> list[int]:
-    """Live processes of session ``sid`` (the driver is started as a session leader, Ray inherits it)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: session id; "Z": a zombie, already gone
-            out.append(int(entry.name))
-    return out
-
-
-def _kill_session(sid: int) -> None:
-    for pid in _session_pids(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _train(demo: dict, out: Path, audit: Path, lam: float, steps: int, timeout: float) -> subprocess.CompletedProcess:
@@ -65,22 +42,10 @@ def _train(demo: dict, out: Path, audit: Path, lam: float, steps: int, timeout: 
            f"+ray_kwargs.ray_init.runtime_env.env_vars.SETPO_VERL_AUDIT={audit}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "RAY_DEDUP_LOGS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        stdout, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_session(proc.pid)
-        stdout, _ = proc.communicate()
-        pytest.fail(f"the CPU run did not finish in {timeout:.0f} s:\n{stdout[-4000:]}")
-    finally:
-        deadline = time.time() + 30  # ray.shutdown() in the driver stops its cluster; give it a moment
-        while _session_pids(proc.pid) and time.time() < deadline:
-            time.sleep(1)
-        left = _session_pids(proc.pid)
-        _kill_session(proc.pid)
+    status, output, left = run_in_session(cmd, timeout, cwd=ROOT, env=env)
+    assert status is not None, f"the CPU run did not finish in {timeout:.0f} s:\n{output[-4000:]}"
     assert not left, f"processes of the run still alive after it ended: {left}"
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, "")
+    return subprocess.CompletedProcess(cmd, status, output, "")
 
 
 def _metrics(path: Path) -> dict[int, dict]:

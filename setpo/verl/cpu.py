@@ -558,3 +558,64 @@ def write_countdown_demo(out_dir, n_train: int = 64, n_val: int = 16, seed: int 
                              "extra_info": {"split": split, "index": i, **truth}})
             pd.DataFrame(rows).to_parquet(paths[split], index=False)
     return {k: str(v) for k, v in paths.items()}
+
+
+# --------------------------------------------------------------------------------------------------- runs
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session ``sid`` (Linux ``/proc``): a run started as a session leader, with every Ray
+    process it starts (GCS, raylet, workers) inheriting its session."""
+    from pathlib import Path
+
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: the session id; "Z": a zombie, already gone
+            out.append(int(entry.name))
+    return out
+
+
+def run_in_session(cmd: list[str], timeout: float, grace_s: float = 30.0, **popen) -> tuple[int | None, str, list]:
+    """Run ``cmd`` as the leader of a new session and leave nothing of it behind, pass or fail.
+
+    Returns (exit status or None on timeout, its output, the pids still alive ``grace_s`` after it ended, which
+    are then killed). A CPU training run starts a Ray cluster that its driver shuts down; this is the check that
+    it did, and the clean-up when it could not.
+    """
+    import signal
+    import subprocess
+    import time
+
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: a leftover child may hold the output open
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, **popen)
+        status = None
+        try:
+            status = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in session_pids(proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+        log.seek(0)
+        out = log.read()
+    deadline = time.time() + grace_s
+    while session_pids(proc.pid) and time.time() < deadline:
+        time.sleep(1)
+    left = session_pids(proc.pid)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return status, out, left
