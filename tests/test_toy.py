@@ -66,3 +66,19 @@ def test_compare_shows_one_progress_bar_over_all_runs(capsys):
     assert "toy runs" in err and f"{4 * SMALL['steps']}/{4 * SMALL['steps']}" in err
     compare(ToyConfig(**SMALL), {"GRPO": {}}, range(1), progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_a_bad_or_repeated_lambda_is_refused_before_training():
+    import math
+
+    import pytest
+
+    from setpo.studies.toy import lambda_sweep
+    from setpo.studies.toy_config import ToyConfig
+
+    for bad in (-1.0, math.nan, math.inf):
+        for setpo_on in (True, False):  # a plain-GRPO config with a bad λ is refused too: it is what a sweep labels
+            with pytest.raises(ValueError, match="lam"):
+                ToyConfig(setpo=setpo_on, lam=bad)
+    with pytest.raises(ValueError, match="repeats"):
+        lambda_sweep(ToyConfig(steps=1), [0.5, 0.5], seeds=[0])

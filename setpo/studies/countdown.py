@@ -98,7 +98,7 @@ from setpo.studies.sampling import sample_completions
 from setpo.studies.stages import Progress, chosen_stages, refusal, stage_done, unreadable
 from setpo.studies.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, build_model, build_tokenizer
 from setpo.trl.rewards import countdown_reward
-from setpo.trl.training import quiet_libraries
+from setpo.trl.training import DONE_FILE, quiet_libraries
 
 
 def _log(*args) -> None:
@@ -472,10 +472,10 @@ def judge_runs(cfg: CountdownLMConfig, data: CountdownData, runs: Sequence[RLRun
 
 
 def _require(final: Path, stage: str) -> Path:
-    """``final`` when its stage is done (a final folder: its done.json; a file: it exists); otherwise a refusal
+    """``final`` when its stage is done (a final folder: ``stage_done``; a file: it exists); otherwise a refusal
     saying which stage to run first."""
     if not (final.is_file() if final.suffix == ".json" else stage_done(final)):
-        missing = final.name if final.suffix else f"{final.name}/done.json"
+        missing = final.name if final.suffix else f"{final.name}/{DONE_FILE}"
         raise refusal(f"stage {stage!r} has not finished (no {missing})", final,
                       f"run that stage first (--stages {stage}), then rerun")
     return final

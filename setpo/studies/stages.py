@@ -2,7 +2,7 @@
 claiming a run folder for one configuration, refusals in one shape, and progress lines.
 
 - ``stage_done(final)``: a training stage is done when its final folder holds the trainer's marker
-  (``setpo.trl.training.train_resumable`` writes ``done.json`` there last); the one place a study asks.
+  (``setpo.trl.training.is_done``: ``train_resumable`` writes it there last); the one place a study asks.
 - ``claim_folder(folder, config, ...)``: write the configuration a folder's results come from, or check that
   the folder's is the same one; a folder made with another configuration is refused, naming the fields
   (the toy's checkpoint uses ``check_same_config``, the same comparison, on the configuration it carries).
@@ -20,13 +20,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from setpo.records import config_differences, read_json, write_json
-
-DONE_MARKER = "done.json"  # what setpo.trl.training.train_resumable writes into a stage's final folder, last
-
+from setpo.trl.training import is_done
 
 def stage_done(final: str | Path) -> bool:
-    """Whether a training stage whose final folder is ``final`` finished (the trainer's own marker is there)."""
-    return (Path(final) / DONE_MARKER).is_file()
+    """Whether a training stage whose final folder is ``final`` finished: the trainer answers
+    (``setpo.trl.training.is_done``, its own marker), so no study guesses the file."""
+    return is_done(final)
 
 
 def chosen_stages(stages: Sequence[str] | str, valid: Sequence[str]) -> list[str]:

@@ -287,6 +287,9 @@ def run_demo(out_dir: Path, seeds: int = 5, smoke: bool = False, projection: str
 
 def lambda_sweep(base: ToyConfig, lams, seeds, threshold: float = 0.05) -> list[dict]:
     """Correct modes covered by SetPO+<algo> for each λ (λ = 0 is the base algorithm), over the same seeds."""
+    lams = list(lams)
+    if len(set(lams)) != len(lams):  # runs are keyed by λ: a repeated one would silently become one row
+        raise ValueError(f"each λ once, please: {lams} repeats {sorted({x for x in lams if lams.count(x) > 1})}")
     results = compare(base, {lam: {"setpo": lam > 0, "lam": lam} for lam in lams}, seeds)
     return [{"lambda": row.pop("method"), **{k: v for k, v in row.items() if k != "seeds"}}
             for row in summary_rows(results, threshold)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from envs.bandit import BanditConfig
+from setpo.groups import check_real
 
 
 @dataclass
@@ -29,6 +30,10 @@ class ToyConfig:
     snapshot_samples: int = 160    # trajectories per snapshot
     checkpoint_dir: str | None = None  # save here every checkpoint_every steps and resume from it
     checkpoint_every: int = 50
+
+    def __post_init__(self):
+        # checked whatever ``setpo`` says: a λ = nan or -1 run trained as plain GRPO would be labelled wrongly
+        self.lam = check_real(self.lam, "lam", minimum=0.0)
 
     @property
     def name(self) -> str:
