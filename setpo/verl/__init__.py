@@ -73,6 +73,15 @@ composes them against verl's packaged ``ppo_trainer`` config, validates them wit
 ``validate_config`` and runs verl's ``run_ppo`` with ``SetPOTaskRunner``. ``print-config`` does everything
 but the run. Training needs verl's full runtime (``pip install 'verl[vllm]'``: TransferQueue, vLLM, ...) and
 the v1 trainer (``trainer.use_v1=true``, verl's default); the legacy trainer is refused by ``validate``.
+
+On the CPU
+----------
+``train --device cpu`` runs the same verl trainer without a GPU through ``setpo.verl.cpu`` (imported only by
+such runs): a ``cpu`` platform, FSDP2 over gloo with logical Ray GPUs, and a transformers rollout replica that
+samples from the weights verl syncs to it after every update. ``python -m setpo.verl cpu-demo`` writes a tiny
+Countdown model and data and prints the command (tests/test_verl_e2e.py runs it). verl 0.9.1's model build
+needed TRL's value-head model, gone in TRL 1.13: ``setpo.verl_plugin``, verl's ``verl.plugins`` entry point,
+guards it in every verl process of a setpo install.
 """
 
 # the TRL guard (setpo.verl_plugin, also verl's "verl.plugins" entry point): loaded here too, for processes that
