@@ -132,6 +132,18 @@ def test_groups_smaller_than_three_get_no_marginal_and_verls_singleton_conventio
     assert record.stats["setpo/groups_without_marginal"] == 2
 
 
+def test_ratio_metric_is_nan_not_huge_when_every_group_is_flat():
+    # a random policy often scores a whole batch the same: Ā = 0 everywhere, and |λs|/|Ā| has no meaning
+    n, t = 6, 3
+    emb = torch.randn(n, 4, generator=torch.Generator().manual_seed(0))
+    uids = np.array(["a"] * 3 + ["b"] * 3, dtype=object)
+    with sv.batch_embeddings(emb, uids=uids) as record:
+        core_algos.get_adv_estimator_fn("setpo")(torch.zeros(n, t), torch.ones(n, t), index=uids,
+                                                 config=_algo_config(0.5))
+    assert np.isnan(record.stats["setpo/lambda_s_over_adv"])
+    assert record.stats["setpo/s_std"] > 0  # the marginals themselves are there
+
+
 # --------------------------------------------------------------------------------- the v1 trainer hook
 
 

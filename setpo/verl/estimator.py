@@ -282,14 +282,15 @@ def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_
         adv, s, too_small = verl_setpo_advantages(rewards, emb, ids, lam=settings.lam,
                                                   estimator=settings.estimator, norm_adv_by_std_in_grpo=norm)
         lam_s = settings.lam * s
-        base_size = (adv - lam_s).abs().mean().clamp_min(1e-12)  # mean |Ā|
+        base_size = float((adv - lam_s).abs().mean())  # mean |Ā|; 0 when every group is flat
     if record.session_keys is not None:
         back_t = torch.as_tensor(back, device=adv.device)
         adv, s = adv[back_t], s[back_t]
     record.stats.update({
         "setpo/s_mean": float(s.mean()),
         "setpo/s_std": float(s.std()) if s.numel() > 1 else 0.0,
-        "setpo/lambda_s_over_adv": float(lam_s.abs().mean() / base_size),
+        # NaN, not a huge number, when Ā is 0 everywhere (a batch of flat groups, common early on), as in TRL
+        "setpo/lambda_s_over_adv": float(lam_s.abs().mean()) / base_size if base_size > 0 else float("nan"),
         "setpo/groups_without_marginal": float(too_small),
     })
     scores = adv.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
