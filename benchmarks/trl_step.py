@@ -110,7 +110,7 @@ def countdown_rows() -> tuple[list[dict], float]:
     from envs.countdown import generate_instances
     from setpo.embed import HashedNgramEmbedder, default_embedder
     from setpo.studies.countdown import CountdownLMConfig, make_data, rl_rows, train_sft
-    from setpo.studies.tiny_models import ModelSize, build_model, build_tokenizer
+    from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
     from setpo.trl import quiet_libraries
 
     torch.set_num_threads(THREADS)

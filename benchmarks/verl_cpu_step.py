@@ -40,7 +40,7 @@ CONFIGURATIONS = {  # name -> extra launcher arguments
 
 
 def _run(name: str, extra: list[str], demo: dict, out: Path) -> dict:
-    from setpo.verl.cpu import run_in_session
+    from setpo.verl.cpu_demo import run_in_session
     from setpo.verl.launch import METRICS_FILE, cpu_demo_command
 
     cmd = cpu_demo_command(demo, str(out))
@@ -68,7 +68,7 @@ def _run(name: str, extra: list[str], demo: dict, out: Path) -> dict:
 
 
 def main() -> str:
-    from setpo.verl.cpu import write_countdown_demo
+    from setpo.verl.cpu_demo import write_countdown_demo
 
     with tempfile.TemporaryDirectory(prefix="verl_cpu_bench_") as tmp:
         demo = write_countdown_demo(Path(tmp) / "demo")

@@ -23,7 +23,7 @@ from setpo.studies.countdown import (
     sft_examples,
     solution_key,
 )
-from setpo.studies.tiny_models import ModelSize, build_tokenizer
+from setpo.trl.tiny_models import ModelSize, build_tokenizer
 from setpo.trl.rewards import countdown_reward
 
 

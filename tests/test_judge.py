@@ -491,7 +491,7 @@ CONTEXT = 4096
 def tiny_chat_model(tmp_path_factory):
     from dataclasses import replace
 
-    from setpo.studies.tiny_models import TINY_QWEN2, make_tiny_model
+    from setpo.trl.tiny_models import TINY_QWEN2, make_tiny_model
 
     # A character-level tokenizer makes the judge's prompt ~1300 tokens: give the tiny model room for it.
     size = replace(TINY_QWEN2, max_position_embeddings=CONTEXT)

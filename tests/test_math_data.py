@@ -10,7 +10,7 @@ import pytest
 from envs import math as md
 from setpo.studies import math as ml
 from setpo.studies import math_results as mr
-from setpo.studies.tiny_models import build_chat_tokenizer
+from setpo.trl.tiny_models import build_chat_tokenizer
 from setpo.trl.rewards import math_reward_func
 
 

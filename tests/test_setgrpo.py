@@ -414,7 +414,7 @@ def test_trl_trainer_two_reward_functions_as_graders(tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from setpo.studies.tiny_models import ModelSize, build_model, build_tokenizer
+    from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
     from setpo.trl import SetGRPOTrainer
 
     tok = build_tokenizer()

@@ -182,7 +182,7 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
 def test_sampling_reports_progress_per_batch_and_samples_the_same():
     """The evaluation's progress lines come from a callback per batch, which leaves the samples as they were."""
     from setpo.studies.sampling import sample_completions
-    from setpo.studies.tiny_models import ModelSize, build_model, build_tokenizer
+    from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
 
     tok = build_tokenizer()
     model = build_model(tok, ModelSize(32, 1, 2, 1, 64, 48))

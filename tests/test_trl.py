@@ -10,7 +10,7 @@ from trl import GRPOConfig, GRPOTrainer
 from setpo import PRESETS, diversity_marginals
 from setpo.completions import completion_text
 from setpo.embed import HashedNgramEmbedder
-from setpo.studies.tiny_models import ModelSize, build_model, build_tokenizer
+from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
 from setpo.trl import (
     SetPOConfig,
     SetPODAPOConfig,

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from setpo.verl.cpu import write_countdown_demo
+    from setpo.verl.cpu_demo import write_countdown_demo
 
     return write_countdown_demo(tmp_path_factory.mktemp("cpu_demo"))
 
@@ -198,7 +198,7 @@ def test_run_in_session_reports_and_kills_what_a_run_leaves_behind():
     import os
     import time
 
-    from setpo.verl.cpu import run_in_session
+    from setpo.verl.cpu_demo import run_in_session
 
     status, out, left = run_in_session(["sh", "-c", "sleep 60 & echo started"], timeout=30, grace_s=1)
     assert status == 0 and out.strip() == "started" and len(left) == 1  # the orphaned sleep, then killed

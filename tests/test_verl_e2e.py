@@ -24,7 +24,7 @@ import torch
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")
 
-from setpo.verl.cpu import run_in_session  # noqa: E402
+from setpo.verl.cpu_demo import run_in_session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LAM = 0.5
@@ -67,7 +67,7 @@ def _per_row(record: dict, name: str) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from setpo.verl.cpu import write_countdown_demo
+    from setpo.verl.cpu_demo import write_countdown_demo
 
     tmp = tmp_path_factory.mktemp("verl_e2e")
     demo = write_countdown_demo(tmp / "demo")

@@ -16,7 +16,8 @@ Shared by them: ``stages`` (is a stage done, which stages to run, claiming a run
 refusals that end with the file and what to do, progress lines), ``judging`` (the optional LLM judge of the
 math and Countdown studies' stage "judge": the judged diversity per method, ``setpo.judge``), ``figures``
 (every figure: an interactive plotly HTML, its static PNG twin drawn by ``static_render``, a run record, and
-the builders the studies share), ``sampling`` (generation from a transformers model), ``tiny_models`` (models
-built from a config) and ``arguments`` (command-line checks). ``explain`` draws notebook 02; ``notebook_runs``
+the builders the studies share), ``sampling`` (generation from a transformers model) and ``arguments``
+(command-line checks); the tiny models built from a config are ``setpo.trl.tiny_models`` (verl's CPU demo uses
+them too). ``explain`` draws notebook 02; ``notebook_runs``
 runs notebooks headless.
 """

@@ -96,7 +96,7 @@ from setpo.studies.arguments import Parser
 from setpo.studies.countdown_results import evaluate_samples, results_markdown, summarize  # noqa: F401 (public API)
 from setpo.studies.sampling import sample_completions
 from setpo.studies.stages import Progress, chosen_stages, refusal, stage_done, unreadable
-from setpo.studies.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, build_model, build_tokenizer
+from setpo.trl.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, build_model, build_tokenizer
 from setpo.trl.rewards import countdown_reward
 from setpo.trl.training import DONE_FILE, quiet_libraries
 

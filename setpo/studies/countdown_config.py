@@ -27,7 +27,7 @@ from setpo.presets import PRESETS
 from setpo.records import read_json
 from setpo.studies import stages
 from setpo.studies.judging import JUDGE_FIELDS, check_judge_fields, judge_configured, without_judge
-from setpo.studies.tiny_models import ModelSize
+from setpo.trl.tiny_models import ModelSize
 
 STEPS_PER_GENERATION = 2  # optimizer steps per generated batch (TRL's steps_per_generation)
 BASELINE_EMBEDDER = "hash"  # λ = 0 runs embed only to log diversity curves; hashing is cheap and weight-free

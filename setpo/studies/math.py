@@ -38,7 +38,7 @@ from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F
 from setpo.studies.math_results import write_results
 from setpo.studies.sampling import sample_completions
 from setpo.studies.stages import chosen_stages, claim_folder, stage_done
-from setpo.studies.tiny_models import make_tiny_model
+from setpo.trl.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
 
 STAGES = ("rl", "eval", "judge")

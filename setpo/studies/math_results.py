@@ -127,7 +127,7 @@ def results_table(results: Mapping[str, dict], eval_k: int, note: str = "", judg
 def figure_record(cfg: MathRunConfig, command: str = "notebooks/04_qwen_math_gpu", **extra) -> dict:
     """The run record of a notebook-04 figure: config, seed, model, embedder and data by name."""
     uses = {"embedder": embedder_name(cfg.embedder),
-            "model": cfg.model_path or "tiny random Qwen2 (setpo.studies.tiny_models; numbers mean nothing)",
+            "model": cfg.model_path or "tiny random Qwen2 (setpo.trl.tiny_models; numbers mean nothing)",
             "train data": cfg.train_file or "generated (envs.math.smoke_problems)",
             "validation data": cfg.val_file or "generated (envs.math.smoke_problems)",
             "pass@k data": cfg.passk_file or "generated (envs.math.smoke_problems)",

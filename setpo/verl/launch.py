@@ -410,7 +410,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cpu_demo_command(paths: dict[str, str], output_dir: str = "runs/verl") -> list[str]:
-    """``python -m setpo.verl train`` on the CPU for the inputs ``setpo.verl.cpu.write_countdown_demo`` wrote:
+    """``python -m setpo.verl train`` on the CPU for the inputs ``setpo.verl.cpu_demo.write_countdown_demo`` wrote:
     SetPO+GRPO on Countdown, 2 FSDP2 workers, 4 prompts x 4 rollouts a step, 3 steps, hashed n-gram embedder."""
     return ["python", "-m", "setpo.verl", "train", "--device", "cpu", "--task", "countdown",
             "--model-path", paths["model"], "--tokenizer-path", paths["tokenizer"], "--train-file", paths["train"],
@@ -445,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.cmd == "cpu-demo":
         import shlex
 
-        from setpo.verl.cpu import write_countdown_demo
+        from setpo.verl.cpu_demo import write_countdown_demo
 
         paths = write_countdown_demo(Path(args.out).expanduser().resolve())
         print(shlex.join(cpu_demo_command(paths)))
