@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import json
 import math
 import random
 import shutil
@@ -92,7 +91,7 @@ from setpo.studies.countdown_config import (  # noqa: F401  (load_config: the st
     load_config,
 )
 from setpo.studies import judging
-from setpo.studies.arguments import Parser
+from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo.studies.countdown_results import evaluate_samples, results_markdown, summarize  # noqa: F401 (public API)
 from setpo.studies.sampling import sample_completions
 from setpo.studies.stages import Progress, chosen_stages, refusal, stage_done, unreadable
@@ -536,28 +535,11 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
     mode.add_argument("--full", action="store_true", help="the study at its documented size")
     mode.add_argument("--smoke", action="store_true", help="toy size, seconds")
     p.add_argument("--out", default=None, help="output folder (default runs/countdown or runs/countdown_smoke)")
-    p.add_argument("--stages", default=",".join(STAGES),
-                   help=f"comma-separated stages to run, of {','.join(STAGES)} (default: all)")
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
-                   help="override config fields, e.g. --set rl_steps=100 'rl_seeds=[0,1,2,3,4]' 'search_embedders=[\"hash\"]'")
+    add_stage_and_set_arguments(p, STAGES, "rl_steps=100 'rl_seeds=[0,1,2,3,4]' 'search_embedders=[\"hash\"]'")
     judging.add_judge_arguments(p)
     a = p.parse_args(argv)
-    try:
-        stages = chosen_stages(a.stages, STAGES)
-    except ValueError as e:
-        p.error(f"--stages: {e}")
-    overrides = {}
-    known = {f.name for f in fields(CountdownLMConfig)}
-    for item in a.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            p.error(f"--set: expected FIELD=VALUE, got {item!r}")
-        if key not in known:
-            p.error(f"--set: unknown config field {key!r}; known: {', '.join(sorted(known))}")
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value  # a bare string
+    stages = parsed_stages(p, a.stages, STAGES)
+    overrides = set_overrides(p, a.set, {f.name for f in fields(CountdownLMConfig)})
     overrides.update(judging.judge_overrides(a, p, stages))
     try:
         if a.smoke:

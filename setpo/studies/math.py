@@ -17,7 +17,6 @@ inside the functions that use them: importing this module (for its config or its
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import sys
 import time
@@ -32,7 +31,7 @@ from envs.math import MathProblem, load_math_problems, math_reward, qwen_math_me
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo.studies import judging
-from setpo.studies.arguments import Parser
+from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo.studies.math_config import TRAINING_NEUTRAL_FIELDS, MathRunConfig, cuda, uses_vllm
 from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_check.py's names)
 from setpo.studies.math_results import write_results
@@ -361,16 +360,11 @@ def parse_args(argv=None) -> tuple[MathRunConfig, list[str]]:
     mode.add_argument("--config", metavar="RUN_CONFIG", help="a run's run_config.json: the config of a finished run "
                       "(its run_dir: the folder above it), e.g. to judge it")
     p.add_argument("--run-dir", help="models, checkpoints, evaluations (default runs/qwen_math, runs/qwen_math_smoke)")
-    p.add_argument("--stages", default=",".join(STAGES),
-                   help=f"comma-separated stages to run, of {','.join(STAGES)} (default: all; judge only with a judge)")
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
-                   help="override config fields, e.g. --set model_path=/models/Qwen2.5-Math-1.5B eval_k=16")
+    add_stage_and_set_arguments(p, STAGES, "model_path=/models/Qwen2.5-Math-1.5B eval_k=16",
+                                "default: all; judge only with a judge")
     judging.add_judge_arguments(p)
     a = p.parse_args(argv)
-    try:
-        stages = chosen_stages(a.stages, STAGES)
-    except ValueError as e:
-        p.error(f"--stages: {e}")
+    stages = parsed_stages(p, a.stages, STAGES)
     known = {f.name for f in fields(MathRunConfig)}
     overrides = {}
     if a.config:
@@ -384,17 +378,8 @@ def parse_args(argv=None) -> tuple[MathRunConfig, list[str]]:
             p.error(f"--config {path}: not a run_config.json (no config in it)")
         overrides = {k: v for k, v in saved.items() if k in known}
         overrides["run_dir"] = str(path.resolve().parent.parent)
-    for item in a.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            p.error(f"--set: expected FIELD=VALUE, got {item!r}")
-        if key not in known or key in judging.JUDGE_FIELDS or key == "run_dir":
-            p.error(f"--set: unknown config field {key!r} (the judge and run_dir have their own options); known: "
-                    + ", ".join(sorted(known - {"run_dir", *judging.JUDGE_FIELDS})))
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value  # a bare string
+    overrides.update(set_overrides(p, a.set, known, {"run_dir", *judging.JUDGE_FIELDS},
+                                   " (the judge and run_dir have their own options)"))
     overrides.update(judging.judge_overrides(a, p, stages))
     if a.run_dir:
         overrides["run_dir"] = a.run_dir
