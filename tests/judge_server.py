@@ -11,6 +11,8 @@ reply is the Authorization header it got), {"when": ..., "null": true} (content 
 "garbage": true} (a 200 that is not a chat completion). No rule applies: "SCORE: 5". Every request is logged
 to LOG.jsonl ({"content", "auth", "in_flight"}) before it is answered; with --die-after N the process exits
 without answering request N + 1, like a server killed mid-run.
+
+``ScriptedServer`` runs this file as such a process, for the tests (tests/test_judge.py, test_judge_studies.py).
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
+import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 def main() -> None:
@@ -97,6 +102,38 @@ def main() -> None:
         server.serve_forever()
     finally:
         server.server_close()
+
+
+class ScriptedServer:
+    """tests/judge_server.py as a process: ``url``, ``requests()`` (its log), ``stop()``."""
+
+    def __init__(self, folder: Path, rules, die_after=None, delay=0.0):
+        folder.mkdir(parents=True, exist_ok=True)
+        script = folder / "rules.json"
+        script.write_text(json.dumps(list(rules)))
+        self.log = folder / "requests.jsonl"
+        cmd = [sys.executable, str(Path(__file__)), "--script", str(script), "--log", str(self.log), "--delay", str(delay)]
+        if die_after is not None:
+            cmd += ["--die-after", str(die_after)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 20)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith("PORT "):
+            self.stop()
+            raise RuntimeError(f"scripted judge server did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
+
+    def requests(self) -> list[dict]:
+        from setpo.records import read_records  # here: the server process itself stays stdlib-only
+
+        return read_records(self.log) if self.log.exists() else []
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            stream.close()
 
 
 if __name__ == "__main__":

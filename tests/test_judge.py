@@ -9,7 +9,6 @@ import hashlib
 import json
 import logging
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -26,46 +25,16 @@ from setpo.judge import (PROMPT_VERSION, SCALE, JudgeCache, JudgeUnavailable, Op
 from setpo.judge import rubric
 from setpo.judge.__main__ import main as cli_main
 from setpo.judge.backends import TransformersJudge, open_judge
+from judge_server import ScriptedServer  # noqa: E402  (tests/ is on sys.path, as for helpers)
 from setpo.records import read_records
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER = Path(__file__).with_name("judge_server.py")
 SECRET = "sk-test-7f3a9c1e5b2d4f60SECRET"
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 QUICK = {"timeout": 5.0, "retries": 1, "retry_wait": 0.01}  # judge options for a server on this machine
 
 
 # ---------------------------------------------------------------------------------------------- servers
-
-
-class ScriptedServer:
-    """tests/judge_server.py as a process: ``url``, ``requests()`` (its log), ``stop()``."""
-
-    def __init__(self, folder: Path, rules, die_after=None, delay=0.0):
-        folder.mkdir(parents=True, exist_ok=True)
-        script = folder / "rules.json"
-        script.write_text(json.dumps(list(rules)))
-        self.log = folder / "requests.jsonl"
-        cmd = [sys.executable, str(SERVER), "--script", str(script), "--log", str(self.log), "--delay", str(delay)]
-        if die_after is not None:
-            cmd += ["--die-after", str(die_after)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        ready, _, _ = select.select([self.proc.stdout], [], [], 20)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line.startswith("PORT "):
-            self.stop()
-            raise RuntimeError(f"scripted judge server did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
-        self.url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
-
-    def requests(self) -> list[dict]:
-        return read_records(self.log)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            stream.close()
 
 
 @pytest.fixture

@@ -9,60 +9,28 @@ before any work (one line, exit status 2)."""
 from __future__ import annotations
 
 import json
-import select
-import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 import setpo.studies.countdown as countdown
+from judge_server import ScriptedServer  # noqa: E402  (tests/ is on sys.path, as for helpers)
 from setpo.judge import PROMPT_VERSION
-from setpo.records import read_records
 from setpo.studies import judging
 from setpo.studies import math as ml
 from setpo.studies.countdown_config import CountdownLMConfig
 from setpo.studies.countdown_results import results_markdown
 
-SERVER = Path(__file__).with_name("judge_server.py")
 SECRET = "sk-test-study-0c4e9a2fSECRET"
-
-
-class Server:
-    """tests/judge_server.py as a process on 127.0.0.1: ``url``, ``requests()``, ``stop()``."""
-
-    def __init__(self, folder: Path, rules=()):
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "rules.json").write_text(json.dumps(list(rules)))
-        self.log = folder / "requests.jsonl"
-        self.proc = subprocess.Popen([sys.executable, str(SERVER), "--script", str(folder / "rules.json"),
-                                      "--log", str(self.log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
-        ready, _, _ = select.select([self.proc.stdout], [], [], 20)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line.startswith("PORT "):
-            self.stop()
-            raise RuntimeError(f"scripted judge server did not start: {line!r}")
-        self.url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
-
-    def requests(self) -> list[dict]:
-        return read_records(self.log) if self.log.exists() else []
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            stream.close()
 
 
 @pytest.fixture
 def server(tmp_path):
-    started: list[Server] = []
+    started: list[ScriptedServer] = []
 
-    def start(rules=()) -> Server:
-        started.append(Server(tmp_path / f"server{len(started)}", rules))
+    def start(rules=()) -> ScriptedServer:
+        started.append(ScriptedServer(tmp_path / f"server{len(started)}", rules))
         return started[-1]
 
     try:
