@@ -26,7 +26,7 @@ from pathlib import Path
 from setpo.presets import PRESETS
 from setpo.records import read_json
 from setpo.studies import stages
-from setpo.studies.judging import JUDGE_FIELDS, check_judge_fields, judge_configured, without_judge
+from setpo.studies.judging import JUDGE_FIELDS, JudgeSettings, check_judge_fields, judge_configured, without_judge
 from setpo.trl.tiny_models import ModelSize
 
 STEPS_PER_GENERATION = 2  # optimizer steps per generated batch (TRL's steps_per_generation)
@@ -76,7 +76,7 @@ class RLRun:
 
 
 @dataclass
-class CountdownLMConfig:
+class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judging.JudgeSettings)
     """Every setting of the Countdown study, recorded in ``<out>/config.json``.
 
     Data: ``n_train`` / ``n_val`` / ``n_test`` problems (disjoint), ``num_numbers`` numbers per problem in
@@ -134,12 +134,6 @@ class CountdownLMConfig:
     n_probe: int = 3
     probe_samples: int = 16
     probe_every: int = 10
-    # the optional LLM judge (stage "judge", ``setpo.studies.judging``; None: no judge, records as without it)
-    judge_url: str | None = None
-    judge_model: str | None = None
-    judge_path: str | None = None
-    judge_limit: int | None = None
-    judge_samples: int | None = None
 
     def __post_init__(self):
         if isinstance(self.model, dict):

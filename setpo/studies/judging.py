@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from setpo.judge import PROMPT_VERSION, SCALE, JudgeUnavailable, judge_items, summarize
@@ -34,7 +35,23 @@ from setpo.records import read_json, write_json
 from setpo.studies.arguments import positive_int
 from setpo.studies.stages import refusal
 
-JUDGE_FIELDS = ("judge_url", "judge_model", "judge_path", "judge_limit", "judge_samples")
+@dataclass
+class JudgeSettings:
+    """The optional LLM judge of a study's stage "judge", shared by the math and Countdown configs (which
+    subclass it). All None: no judge, and the study runs and records exactly as without these fields.
+
+    judge_url, judge_model: an OpenAI-compatible server and its model name; judge_path: a local chat model
+    instead; judge_limit: judge the first N problems; judge_samples: responses per judged set
+    (None: ``DEFAULT_JUDGE_SAMPLES``)."""
+
+    judge_url: str | None = None
+    judge_model: str | None = None
+    judge_path: str | None = None
+    judge_limit: int | None = None
+    judge_samples: int | None = None
+
+
+JUDGE_FIELDS = tuple(f.name for f in fields(JudgeSettings))
 DEFAULT_JUDGE_SAMPLES = 8  # responses per judged set when judge_samples is None (fewer if fewer were sampled)
 JUDGE_CACHE = "judge_cache.jsonl"
 JUDGED_COLUMN = f"judged diversity ({SCALE[0]}-{SCALE[1]})"

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import torch
 
 from setpo.presets import PAPER_RUN, get_preset
-from setpo.studies.judging import JUDGE_FIELDS, check_judge_fields
+from setpo.studies.judging import JUDGE_FIELDS, JudgeSettings, check_judge_fields
 
 
 @dataclass
-class MathRunConfig:
+class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.JudgeSettings)
     """One notebook-04 study: every knob, with the paper's math settings as defaults (PAPERS.md).
 
     model_path: MODEL_PATH, a local base model (Qwen2.5-Math-1.5B/7B); None builds a tiny random Qwen2 in
@@ -78,11 +78,6 @@ class MathRunConfig:
     passk_file: str | None = None
     passk_max: int = 256
     passk_limit: int | None = None
-    judge_url: str | None = None
-    judge_model: str | None = None
-    judge_path: str | None = None
-    judge_limit: int | None = None
-    judge_samples: int | None = None
 
     def __post_init__(self):
         get_preset(self.algo)
