@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import StopAt
+from helpers import StopAt, run_records
 from safetensors.torch import load_file
 
 import setpo.studies.toy as toy
@@ -152,7 +152,6 @@ def test_toy_training_runs_on_one_thread_and_restores_the_callers_setting():
 
 # ---- a tiny Countdown RL run on TRL -----------------------------------------------------------------------
 
-TIME_KEYS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
 RUN = RLRun("grpo", 3, 0.001, 0.5, embedder="hash")
 
 
@@ -169,20 +168,12 @@ def countdown(tmp_path_factory):
     return cfg, data, sft, root, straight
 
 
-def _records(run_dir: Path) -> dict:
-    hist = json.loads((run_dir / "log_history.json").read_text())
-    done = json.loads((run_dir / "final" / "done.json").read_text())
-    return {"log_history": [{k: v for k, v in h.items() if k not in TIME_KEYS} for h in hist],
-            "done": {k: v for k, v in done.items() if k != "seconds"},
-            "probes": (run_dir / "probes.jsonl").read_text()}
-
-
 def _assert_same(a: Path, b: Path):
     wa, wb = load_file(a / "final" / "model.safetensors"), load_file(b / "final" / "model.safetensors")
     assert wa.keys() == wb.keys()
     for k in wa:
         assert torch.equal(wa[k], wb[k]), k
-    assert _records(a) == _records(b)
+    assert run_records(a) == run_records(b)
 
 
 def test_countdown_interrupted_at_every_kind_of_moment_resumes_bit_for_bit(countdown):

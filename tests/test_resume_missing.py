@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import StopAt
+from helpers import StopAt, run_records
 from safetensors.torch import load_file
 
 import setpo.studies.countdown as study
@@ -23,7 +23,6 @@ train_sft = getattr(study, "train_sft", None) or getattr(study, "run_sft")
 train_rl = getattr(study, "train_rl", None) or getattr(study, "run_rl")
 
 RUN = RLRun("grpo", 3, 0.001, 0.5, embedder="hash")
-TIME_KEYS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
 QUIET = dict(log=lambda *_: None)
 
 
@@ -50,18 +49,10 @@ def _fresh_copy(root: Path, name: str) -> Path:
     return run_dir
 
 
-def _records(run_dir: Path) -> dict:
-    hist = json.loads((run_dir / "log_history.json").read_text())
-    done = json.loads((run_dir / "final" / "done.json").read_text())
-    return {"log_history": [{k: v for k, v in h.items() if k not in TIME_KEYS} for h in hist],
-            "done": {k: v for k, v in done.items() if k != "seconds"},
-            "probes": (run_dir / "probes.jsonl").read_text()}
-
-
 def _assert_same(a: Path, b: Path):
     wa, wb = load_file(a / "final" / "model.safetensors"), load_file(b / "final" / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    assert _records(a) == _records(b)
+    assert run_records(a) == run_records(b)
 
 
 def test_a_resume_without_rng_state_is_refused_before_training(runs):
