@@ -12,6 +12,8 @@ works by local path. Implementations:
 - ``HashedNgramEmbedder``: hashed character n-gram counts; deterministic, no weights, microseconds per text.
   For tests and quick CPU runs; it sees spelling, not meaning.
 - ``TableEmbedder``: a fixed text -> vector table, for toy worlds whose "responses" are labels.
+- ``SolutionKeyEmbedder(key)``: the verifier's "perfect" kernel (one-hot rows over solution keys: cosine 1 for
+  the same solution, else 0), a diagnostic ceiling; it needs the prompts (``uses_prompts = True``).
 
 All of them go through ``DedupEmbedder.__call__``, which embeds each distinct text once per call (groups of
 a collapsing policy repeat the same response many times) and in batches, then scatters rows back.
@@ -23,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -320,6 +322,63 @@ class TableEmbedder(DedupEmbedder):
         if missing:
             raise ValueError(f"TableEmbedder has no vector for {missing[:3]!r}")
         return self.vectors[[self.index[t] for t in texts]]
+
+
+class SolutionKeyEmbedder:
+    """The verifier's kernel as an embedder: k(o_i, o_j) = 1 when two responses are the same solution, else 0.
+
+    key: ``key(prompt: str, completion: str) -> Hashable``, the solution a response gives for its prompt (e.g.
+        the canonical form of a correct Countdown expression, or the normalised text of an unparseable or wrong
+        one). None is a key like any other: every response keyed None counts as one solution.
+
+    Called as ``embedder(texts, prompts=prompts)`` (prompts aligned with texts; ``SetPOTrainer`` passes them
+    because ``uses_prompts`` is True). Returns (N, d) float32 one-hot rows over the d distinct keys of that
+    call (columns in first-seen order), so the cosine kernel is exactly 1 for the same key and exactly 0 for
+    different keys: SetPO's marginals, the pairwise penalty and DRA's rescaling then see true solution
+    identity. A diagnostic, not a method: it needs a verifier that knows the solutions, which real training
+    does not have; it tells how much an embedder's imperfect similarities leave on the table.
+
+    Exact within one call only: a column means "the j-th key seen in this call", so rows of different calls
+    are not comparable, and rows of different processes would not line up once gathered. It therefore refuses
+    (ValueError) when torch.distributed is initialised with world size > 1. Calling without prompts, with
+    prompts of another length, or a key that returns something unhashable is a ValueError.
+    """
+
+    uses_prompts = True
+
+    def __init__(self, key: Callable[[str, str], Hashable]):
+        if not callable(key):
+            raise ValueError(f"key must be a callable (prompt, completion) -> hashable, got {type(key).__name__}")
+        self.key = key
+
+    def __call__(self, texts: Sequence[str], prompts: Sequence[str] | None = None) -> torch.Tensor:
+        texts = _check_texts(texts)
+        if prompts is None:
+            raise ValueError("SolutionKeyEmbedder needs the prompts: call it as embedder(texts, prompts=prompts)")
+        prompts = _check_texts(prompts)
+        if len(prompts) != len(texts):
+            raise ValueError(f"got {len(texts)} texts but {len(prompts)} prompts; give one prompt per text")
+        if torch.distributed.is_available() and torch.distributed.is_initialized() \
+                and torch.distributed.get_world_size() > 1:
+            raise ValueError("SolutionKeyEmbedder is exact within one call only: with torch.distributed world size "
+                             f"{torch.distributed.get_world_size()} the processes' one-hot columns would not line "
+                             "up; run the perfect-kernel diagnostic on one process")
+        column: dict[Hashable, int] = {}
+        rows = []
+        for i, (p, t) in enumerate(zip(prompts, texts)):
+            k = self.key(p, t)
+            try:
+                rows.append(column.setdefault(k, len(column)))
+            except TypeError:
+                raise ValueError(f"key returned an unhashable {type(k).__name__} for row {i} ({k!r:.60}); "
+                                 f"keys must be hashable") from None
+        out = torch.zeros(len(texts), max(len(column), 1))
+        if rows:
+            out[torch.arange(len(rows)), torch.tensor(rows)] = 1.0
+        return out
+
+    def __repr__(self) -> str:
+        return f"SolutionKeyEmbedder({getattr(self.key, '__name__', self.key)!r})"
 
 
 class CenteredEmbedder(DedupEmbedder):

@@ -8,10 +8,13 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from setpo.advantages import check_estimator
 from setpo.diversity import DIVERSITY_TERMS
 from setpo.presets import PRESETS, AlgorithmPreset
 
 LAMBDA_UNITS = ("absolute", "term_std")
+#: ``setpo_reward_adjustment`` values: "none", or "dra" (DRA-GRPO's r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j))).
+REWARD_ADJUSTMENTS = ("none", "dra")
 
 # The presets' loss aggregation -> TRL's loss_type of the same aggregation.
 TRL_LOSS_TYPE = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
@@ -61,6 +64,13 @@ class SetPOConfig(GRPOConfig):
         standard deviation over the generation batch, so that λ is in units of the term's own spread (with an
         embedder that puts every response at cosine 0.9, s spans ~0.01 and an absolute λ has to be re-tuned
         for each embedder; in these units it does not). A batch whose d has no spread (std < 1e-6) adds nothing.
+    setpo_reward_adjustment: "none", or "dra": DRA-GRPO's diversity-aware reward rescaling (Chen et al. 2025,
+        arXiv 2505.09655), r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j)) over the group, applied to every reward
+        function's column before TRL (or ``setpo_estimator``) normalises; a DRA-GRPO run has λ = 0.
+    setpo_estimator: "trl" (TRL's own advantages, bit for bit) or a ``setpo.advantages`` estimator name
+        ("grpo", "rloo", "dr_grpo", "pass@K" for Pass@k Training's closed-form group advantage, Chen et al.
+        2025, arXiv 2508.10751) whose advantages of the weighted total reward replace TRL's (its
+        ``scale_rewards`` then does not apply); "pass@K" needs K <= num_generations.
     """
 
     learning_rate: float = field(default=_GRPO["learning_rate"], metadata={"help": "AdamW learning rate."})
@@ -79,6 +89,10 @@ class SetPOConfig(GRPOConfig):
     setpo_diversity: str = field(default="setpo", metadata={"help": "Diversity term: 'setpo' or 'pairwise'."})
     setpo_lambda_units: str = field(default="absolute",
                                     metadata={"help": "'absolute' (the paper) or 'term_std' (λ in units of d's std)."})
+    setpo_reward_adjustment: str = field(default="none",
+                                         metadata={"help": "'none' or 'dra' (DRA-GRPO's reward rescaling)."})
+    setpo_estimator: str = field(default="trl",
+                                 metadata={"help": "'trl' (TRL's advantages) or a setpo estimator, e.g. 'pass@4'."})
 
     def __post_init__(self):
         super().__post_init__()
@@ -93,6 +107,33 @@ class SetPOConfig(GRPOConfig):
             raise ValueError(f"setpo_lambda_units must be one of {LAMBDA_UNITS}, got {self.setpo_lambda_units!r}")
         if self.embedder_batch_size < 1:
             raise ValueError(f"embedder_batch_size must be >= 1, got {self.embedder_batch_size}")
+        if self.setpo_reward_adjustment not in REWARD_ADJUSTMENTS:
+            raise ValueError(f"setpo_reward_adjustment must be one of {REWARD_ADJUSTMENTS}, "
+                             f"got {self.setpo_reward_adjustment!r}")
+        self._check_estimator()
+
+    def _check_estimator(self) -> None:
+        name = self.setpo_estimator
+        if name == "trl":
+            return
+        if not isinstance(name, str):
+            raise ValueError(f"setpo_estimator must be 'trl' or an estimator name such as 'pass@4', got {name!r}")
+        try:
+            check_estimator(name)
+        except ValueError as err:
+            raise ValueError(f"setpo_estimator: {err}; or 'trl' for TRL's own advantages") from None
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(f"setpo_estimator={name!r} computes advantages of the weighted total reward; "
+                             f"multi_objective_aggregation={self.multi_objective_aggregation!r} would be ignored: "
+                             f"use 'sum_then_normalize' or setpo_estimator='trl'")
+        k = estimator_group_minimum(name)
+        if self.num_generations < k:
+            raise ValueError(f"setpo_estimator={name!r} needs num_generations >= {k}, got {self.num_generations}")
+
+
+def estimator_group_minimum(name: str) -> int:
+    """The smallest group a ``setpo_estimator`` other than "trl" works on: K for "pass@K", else 2."""
+    return max(2, int(name[5:])) if name.startswith("pass@") else 2
 
 
 @dataclass

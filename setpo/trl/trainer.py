@@ -43,26 +43,40 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import time
+
 import torch
 from accelerate.utils import gather_object
+from transformers import TrainerCallback
 from trl import GRPOTrainer
+from trl.trainer.utils import nanstd
 
+from setpo.advantages import base_advantages, flat_groups
 from setpo.completions import completion_text
-from setpo.advantages import flat_groups
-from setpo.diversity import diversity_term
+from setpo.diversity import diversity_term, dra_rewards
 from setpo.embed import Embedder, load_embedder
+from setpo.groups import Groups
 from setpo.metrics import mean_pairwise_similarity
-from setpo.trl.config import SetPOConfig
+from setpo.trl.config import SetPOConfig, estimator_group_minimum
 
 
-def gather_embeddings(accelerator, embedder: Embedder, completions) -> tuple[torch.Tensor, list[str]]:
+def gather_embeddings(accelerator, embedder: Embedder, completions, prompts=None) -> tuple[torch.Tensor, list[str]]:
     """Embed this process's completions and gather the rows of every process, in process order.
 
     Embedding locally and gathering vectors (rather than gathering texts and embedding everything everywhere)
-    spreads the embedding work over the processes. Returns ((N_all, d) on the accelerator's device, local texts).
+    spreads the embedding work over the processes. An embedder with ``uses_prompts = True`` (the verifier's
+    ``SolutionKeyEmbedder``) is called as ``embedder(texts, prompts=prompt_texts)``, the prompts' texts read
+    by ``completion_text`` like the completions'; ``prompts`` (aligned with completions) is then required.
+    Returns ((N_all, d) on the accelerator's device, local texts).
     """
     texts = [completion_text(c) for c in completions]
-    return accelerator.gather(embedder(texts).to(accelerator.device)), texts
+    if getattr(embedder, "uses_prompts", False):
+        if prompts is None:
+            raise ValueError(f"{type(embedder).__name__} needs the prompts (uses_prompts = True); pass prompts=")
+        emb = embedder(texts, prompts=[completion_text(p) for p in prompts])
+    else:
+        emb = embedder(texts)
+    return accelerator.gather(emb.to(accelerator.device)), texts
 
 
 def _default_solution_key(text: str) -> Hashable:
@@ -86,16 +100,69 @@ def group_diversity_stats(emb: torch.Tensor, correct: Sequence[bool], keys: Sequ
     return {"pairwise_similarity": sim, "distinct_correct": sum(distinct) / len(distinct)}
 
 
+#: The denominator's ε in TRL's group normalisation (r - mean) / (std + 1e-4), used for ``setpo_estimator`` too.
+TRL_EPS = 1e-4
+
+#: The phases of ``SetPOTrainer.setpo_seconds``.
+PHASES = ("generation", "embedding", "update")
+
+
+class _OptimizerStepClock(TrainerCallback):
+    """Adds the time from the last ``training_step`` to the end of the optimizer step (gradient clipping, the
+    step itself) to the trainer's "update" seconds: Trainer runs these outside ``training_step``."""
+
+    def __init__(self, trainer: "SetPOTrainer"):
+        self.trainer = trainer
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        tr = self.trainer
+        if tr._setpo_step_end is not None:
+            _synchronize(tr.accelerator.device)
+            tr.setpo_seconds["update"] += time.perf_counter() - tr._setpo_step_end
+            tr._setpo_step_end = None
+
+
+def _synchronize(device) -> None:
+    """Wait for queued GPU work, so that wall-clock seconds land in the phase that queued it (no numeric effect)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 class SetPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer with SetPO's diversity marginal added after TRL's own group normalisation.
 
     Takes GRPOTrainer's arguments; ``args`` must be a ``SetPOConfig`` (or a subclass). Extra keywords:
-    embedder: an ``Embedder`` (texts -> (N, d)); None loads ``args.embedder`` on first use.
+    embedder: an ``Embedder`` (texts -> (N, d)); None loads ``args.embedder`` on first use. An embedder with
+        ``uses_prompts = True`` (``setpo.embed.SolutionKeyEmbedder``, the verifier's kernel) is also given
+        the prompts' texts.
     solution_key: text -> hashable key or None, identifying a response's solution for the
         ``setpo/distinct_correct`` metric (e.g. the canonical form of a Countdown expression).
 
-    After each generation batch ``last_setpo_batch`` holds the gathered texts, rewards, s and embeddings
-    (CPU tensors), for callbacks that record what the policy samples over training.
+    Baselines, by config (``SetPOConfig``):
+
+    - ``setpo_reward_adjustment="dra"``: DRA-GRPO (Chen et al. 2025, "DRA-GRPO", arXiv 2505.09655). In
+      ``_calculate_rewards`` every gathered reward, each reward function's column, is multiplied by
+      ``1 / (1 + Σ_{j≠i} k(o_i, o_j))`` over its group (``setpo.diversity.dra_rewards`` of ones, on the
+      completions' embeddings), i.e. r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j)); the weighted total is scaled the
+      same. TRL then normalises r̃ as it would r. The embeddings are made once per batch and reused for λ·s
+      and the metrics; "correct" and TRL's logged reward metrics and completions table keep the original
+      rewards. Logs ``setpo/dra_scale_mean``, the mean factor. With λ = 0 this is DRA-GRPO; with λ > 0, both.
+    - ``setpo_estimator``: "trl" keeps TRL's advantages bit for bit; a ``setpo.advantages`` name (e.g.
+      "pass@4": Pass@k Training's closed-form group advantage, Chen et al. 2025, arXiv 2508.10751) replaces
+      them with ``base_advantages`` of the gathered weighted total reward (r̃ under DRA), groups of
+      ``num_generations``, ε = ``TRL_EPS``; unscorable rows are left out of their group and get 0. In eval,
+      groups too small for the estimator keep TRL's advantages. λ·s is added after.
+
+    After each generation batch ``last_setpo_batch`` holds the gathered texts, rewards (the original total),
+    s and embeddings (CPU tensors), for callbacks that record what the policy samples over training; under DRA
+    also "rewards_adjusted" (the total of r̃) and "dra_scale".
+
+    ``setpo_seconds`` = {"generation", "embedding", "update"}: wall-clock seconds accumulated over training
+    (train mode only). generation: inside ``_generate_and_score_completions`` (rollouts, rewards, TRL's
+    normalisation, SetPO's term) minus embedding; embedding: in embedder calls; update: ``training_step`` (and
+    the optimizer step after it) minus the other two. On a GPU the phase boundaries synchronise the device so
+    that queued work is timed where it was queued. Accounting only: no numeric result and nothing in
+    ``_metrics`` / ``log_history`` depends on it.
     """
 
     def __init__(self, *args, embedder: Embedder | None = None,
@@ -105,8 +172,12 @@ class SetPOTrainer(GRPOTrainer):
             raise ValueError(f"SetPOTrainer needs a SetPOConfig (or subclass) as args, got {type(self.args).__name__}")
         self._embedder = embedder
         self.solution_key = solution_key or _default_solution_key
-        self._setpo_stash: tuple[list, torch.Tensor] | None = None
+        self._setpo_stash: dict[str, Any] | None = None
         self.last_setpo_batch: dict[str, Any] | None = None
+        self.setpo_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._clock = {"generation": 0.0, "embedding": 0.0}  # all modes, for subtracting nested phases
+        self._setpo_step_end: float | None = None
+        self.add_callback(_OptimizerStepClock(self))
 
     @property
     def embedder(self) -> Embedder:
@@ -117,56 +188,130 @@ class SetPOTrainer(GRPOTrainer):
         return self._embedder
 
     @property
+    def setpo_dra(self) -> bool:
+        return self.args.setpo_reward_adjustment == "dra"
+
+    @property
     def setpo_active(self) -> bool:
-        return self.args.setpo_lambda != 0 or self.args.setpo_log_diversity
+        """Whether embeddings are needed: λ != 0, diversity logging, or DRA's reward rescaling."""
+        return self.args.setpo_lambda != 0 or self.args.setpo_log_diversity or self.setpo_dra
+
+    def _group_size(self) -> tuple[str, int]:
+        mode = "train" if self.model.training else "eval"
+        return mode, (self.num_generations if mode == "train" else self.num_generations_eval)
+
+    def _embed(self, completions, prompts) -> tuple[torch.Tensor, list[str]]:
+        """``gather_embeddings``, timed as "embedding"."""
+        t0 = time.perf_counter()
+        out = gather_embeddings(self.accelerator, self.embedder, completions, prompts)
+        _synchronize(self.accelerator.device)
+        dt = time.perf_counter() - t0
+        self._clock["embedding"] += dt
+        if self.model.training:
+            self.setpo_seconds["embedding"] += dt
+        return out
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        t0, nested0 = time.perf_counter(), self._clock["generation"] + self._clock["embedding"]
+        output = super().training_step(model, inputs, num_items_in_batch)
+        _synchronize(self.accelerator.device)
+        self._setpo_step_end = t1 = time.perf_counter()
+        nested = self._clock["generation"] + self._clock["embedding"] - nested0
+        self.setpo_seconds["update"] += (t1 - t0) - nested
+        return output
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self.setpo_active:
-            self._setpo_stash = (completions, rewards_per_func)
+        stash = {"completions": completions, "rewards_per_func": rewards_per_func, "emb": None, "texts": None}
+        mode, group_size = self._group_size()
+        # SetPO's term needs groups of >= 3, DRA's rescaling >= 2; embed once, here, for both
+        needs_emb = (self.args.setpo_lambda != 0 or self.args.setpo_log_diversity) and group_size >= 3
+        if self.setpo_dra and group_size >= 2:
+            needs_emb = True
+        if needs_emb:
+            stash["emb"], stash["texts"] = self._embed(completions, prompts)
+        if self.setpo_dra and group_size >= 2:
+            # r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j)) (DRA-GRPO, arXiv 2505.09655): the factor is dra_rewards of ones
+            e = stash["emb"]
+            scale = dra_rewards(torch.ones(e.shape[0], dtype=torch.float64, device=e.device), e,
+                                group_size=group_size)
+            stash["dra_scale"] = scale
+            rewards_per_func = (rewards_per_func.double() * scale.to(rewards_per_func.device).unsqueeze(1)) \
+                .to(rewards_per_func.dtype)
+        stash["rewards_used"] = rewards_per_func
+        self._setpo_stash = stash
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
+        t0, emb0 = time.perf_counter(), self._clock["embedding"]
+        try:
+            return self._setpo_generate_and_score(inputs)
+        finally:
+            _synchronize(self.accelerator.device)
+            dt = (time.perf_counter() - t0) - (self._clock["embedding"] - emb0)
+            self._clock["generation"] += dt
+            if self.model.training:
+                self.setpo_seconds["generation"] += dt
+
+    def _setpo_generate_and_score(self, inputs):
         self._setpo_stash = None
         output = super()._generate_and_score_completions(inputs)
-        if not self.setpo_active:
+        if not self.setpo_active and self.args.setpo_estimator == "trl":
             return output
         if self._setpo_stash is None:
             raise RuntimeError("SetPOTrainer: TRL did not score completions through _calculate_rewards; "
                                "this TRL version is not supported")
-        completions, rewards_per_func = self._setpo_stash
-        self._setpo_stash = None
-        mode = "train" if self.model.training else "eval"
-        group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        if group_size < 3:
-            return output  # only possible in eval with num_generations_eval < 3; s is undefined there
+        stash, self._setpo_stash = self._setpo_stash, None
+        rewards_per_func = stash["rewards_per_func"]          # original, gathered (N_all, F)
+        used = stash["rewards_used"]                          # what TRL normalised: r̃ under DRA, else the same
+        mode, group_size = self._group_size()
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        total = (rewards_per_func * weights).nansum(dim=1)    # original weighted total
+        total_used = (used * weights).nansum(dim=1)
+        if self.setpo_dra:
+            self._restore_logged_rewards(rewards_per_func, unscorable, mode)
 
-        emb, texts = gather_embeddings(self.accelerator, self.embedder, completions)  # (N_all, d)
+        adv = output["advantages"]
+        n_local = adv.shape[0]
+        pi = self.accelerator.process_index
+        local = slice(pi * n_local, (pi + 1) * n_local)
+        replaced = None
+        if self.args.setpo_estimator != "trl" and group_size >= estimator_group_minimum(self.args.setpo_estimator):
+            replaced = self._estimator_advantages(total_used, unscorable, group_size).to(adv.device, adv.dtype)
+            adv = replaced[local]
+            output["advantages"] = adv
+
+        emb, texts = stash["emb"], stash["texts"]
+        if emb is None or group_size < 3:
+            if replaced is not None:
+                self._replace_logged_advantages(replaced.cpu())
+            if emb is not None and self.setpo_dra:
+                self._dra_metrics(stash, mode)
+            return output  # no SetPO term: eval with groups < 3, or only the estimator replaced
+
         s = diversity_term(self.args.setpo_diversity, emb, group_size=group_size)   # (N_all,)
         # Rows no reward function could score get no advantage from TRL; keep them that way.
-        unscorable = torch.isnan(rewards_per_func).all(dim=1).to(s.device)
-        s = s.masked_fill(unscorable, 0.0)
+        s = s.masked_fill(unscorable.to(s.device), 0.0)
         s_std = float(s.std()) if s.numel() > 1 else 0.0  # the spread for "term_std", and a metric
         term = s
         if self.args.setpo_lambda_units == "term_std":  # opt-in: λ in units of the term's spread in this batch
             term = s / s_std if s_std >= 1e-6 else torch.zeros_like(s)
 
-        adv = output["advantages"]
-        n_local = adv.shape[0]
-        pi = self.accelerator.process_index
         lam = self.args.setpo_lambda
-        lam_s_local = lam * term[pi * n_local:(pi + 1) * n_local].to(adv.dtype)
+        lam_s_local = lam * term[local].to(adv.dtype)
         base_abs = adv.abs().mean()
         if lam != 0:
             # Not setpo.advantages.combine_advantages: TRL already normalised its own advantages, and λ·s is
             # rounded once here so that the completions table logs exactly what was added. The two agree to
             # rounding (tests/test_trl.py) and at λ = 0 TRL's advantages are untouched, bit for bit.
             output["advantages"] = adv + lam_s_local
-            self._patch_logged_advantages(lam * term.cpu())
+            base_all = replaced if replaced is not None else self.accelerator.gather(adv)
+            self._replace_logged_advantages(base_all.cpu() + lam * term.cpu().to(base_all.dtype))
+        elif replaced is not None:
+            self._replace_logged_advantages(replaced.cpu())
 
-        # Metrics, computed on the gathered batch (identical on every process).
-        weights = self.reward_weights.to(rewards_per_func.device)
-        total = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        # Metrics, computed on the gathered batch (identical on every process); "correct" is of the original rewards.
         correct = (total >= self.args.setpo_correct_reward) & ~unscorable.to(total.device)
         all_texts = gather_object(texts)
         keys = [self.solution_key(t) for t in all_texts]
@@ -178,16 +323,65 @@ class SetPOTrainer(GRPOTrainer):
         m["setpo/lambda_s_over_adv"].append(float(ratio[0] / ratio[1]) if float(ratio[1]) > 0 else float("nan"))
         m["setpo/pairwise_similarity"].append(stats["pairwise_similarity"])
         m["setpo/distinct_correct"].append(stats["distinct_correct"])
-        # groups whose rewards are all equal: GRPO's advantage is 0 there and λ·s is the whole signal
-        flat = flat_groups(total.double(), group_size=group_size)
+        # groups whose normalised rewards (r̃ under DRA) are all equal: the base advantage is 0 there and λ·s is
+        # the whole signal
+        flat = flat_groups(total_used.double(), group_size=group_size)
         m["setpo/flat_group_fraction"].append(float(flat.double().mean()))
         self.last_setpo_batch = {"texts": all_texts, "rewards": total.cpu(), "s": s.cpu(),
                                  "emb": emb.float().cpu(), "group_size": group_size, "mode": mode}
+        if self.setpo_dra:
+            self._dra_metrics(stash, mode)
+            self.last_setpo_batch.update(rewards_adjusted=total_used.cpu(), dra_scale=stash["dra_scale"].cpu())
         return output
 
-    def _patch_logged_advantages(self, lam_s: torch.Tensor) -> None:
-        """TRL logged its all-process advantages before we added λ·s; make the completions table agree."""
+    def _dra_metrics(self, stash: dict[str, Any], mode: str) -> None:
+        if "dra_scale" in stash:
+            self._metrics[mode]["setpo/dra_scale_mean"].append(float(stash["dra_scale"].mean()))
+
+    def _estimator_advantages(self, total: torch.Tensor, unscorable: torch.Tensor, group_size: int) -> torch.Tensor:
+        """``base_advantages(setpo_estimator)`` of the gathered totals (N_all,), groups of ``group_size``.
+
+        Unscorable rows (every reward None) are left out of their group (TRL excludes them from its baseline
+        too) and get 0, as do groups left with fewer scorable rows than the estimator needs."""
+        name = self.args.setpo_estimator
+        n = total.shape[0]
+        out = torch.zeros(n, dtype=torch.float32, device=total.device)
+        gid = torch.arange(n, device=total.device) // group_size
+        ok = ~unscorable.to(total.device)
+        enough = (ok.view(-1, group_size).sum(-1) >= estimator_group_minimum(name))[gid] & ok
+        if not bool(enough.any()):
+            return out
+        rows = enough.nonzero().flatten()
+        r = total[rows].float()
+        if bool(enough.all()):
+            groups = Groups.build(n, group_size=group_size, device=r.device)
+        else:
+            groups = Groups.build(rows.numel(), index=gid[rows].tolist(), device=r.device)
+        out[rows] = base_advantages(r, groups, name, TRL_EPS).to(out.dtype)
+        return out
+
+    def _restore_logged_rewards(self, rewards_per_func: torch.Tensor, unscorable: torch.Tensor, mode: str) -> None:
+        """TRL logged r̃ (what it normalised) as its reward metrics and completions-table rewards; show the
+        original task rewards there instead, so that reward curves compare across methods."""
+        m = self._metrics[mode]
+        for i, name in enumerate(self.reward_func_names):
+            m[f"rewards/{name}/mean"][-1] = torch.nanmean(rewards_per_func[:, i]).item()
+            m[f"rewards/{name}/std"][-1] = nanstd(rewards_per_func[:, i]).item()
+            logged = self._logs["rewards"][name]
+            k = min(len(logged), rewards_per_func.shape[0])
+            for _ in range(k):
+                logged.pop()
+            logged.extend(rewards_per_func[-k:, i].tolist() if k else [])
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        m["reward"][-1] = torch.nanmean(rewards).item()
+        m["reward_std"][-1] = nanstd(rewards).item()
+
+    def _replace_logged_advantages(self, all_adv: torch.Tensor) -> None:
+        """TRL logged its all-process advantages before we changed them; make the completions table show
+        ``all_adv`` (N_all,), the advantages used, instead."""
         logged = self._logs["advantages"]
-        m = min(len(logged), lam_s.shape[0])
-        tail = [logged.pop() for _ in range(m)][::-1]
-        logged.extend((torch.tensor(tail, dtype=lam_s.dtype) + lam_s[-m:]).tolist() if m else [])
+        m = min(len(logged), all_adv.shape[0])
+        for _ in range(m):
+            logged.pop()
+        logged.extend(all_adv[-m:].tolist() if m else [])
