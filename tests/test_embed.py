@@ -120,3 +120,35 @@ def test_named_specs_resolve_without_a_path():
     short = load_embedder("minilm", max_seq_length=16)
     assert isinstance(short, SentenceTransformerEmbedder) and short.model.max_seq_length == 16
     assert short(["a b c"]).shape == (1, 384)
+
+
+def test_solution_key_embedder_is_the_exact_verifier_kernel(monkeypatch):
+    from setpo.diversity import cosine_kernel
+    from setpo.embed import SolutionKeyEmbedder
+
+    e = SolutionKeyEmbedder(lambda prompt, completion: (prompt, completion.strip()))
+    assert e.uses_prompts is True
+    texts = ["(3+4)*5", "(3+4)*5 ", "98-12/4", "(3+4)*5", "x"]
+    prompts = ["p", "p", "p", "q", "q"]  # the same text under another prompt is another solution
+    out = e(texts, prompts=prompts)
+    assert out.shape == (5, 4) and out.dtype == torch.float32
+    k = cosine_kernel(out)
+    same = torch.tensor([[(prompts[i], texts[i].strip()) == (prompts[j], texts[j].strip()) for j in range(5)]
+                         for i in range(5)])
+    assert torch.equal(k, same.float())  # exactly 1 for the same key, exactly 0 otherwise
+    s = diversity_marginals(e(["a", "a", "b"], prompts=["p"] * 3))
+    assert s[2] > s[0] == s[1]
+    assert e([], prompts=[]).shape[0] == 0
+    with pytest.raises(ValueError, match="needs the prompts"):
+        e(texts)
+    with pytest.raises(ValueError, match="one prompt per text"):
+        e(texts, prompts=prompts[:2])
+    with pytest.raises(ValueError, match="unhashable"):
+        SolutionKeyEmbedder(lambda p, c: [c])(["a"], prompts=["p"])
+    with pytest.raises(ValueError, match="callable"):
+        SolutionKeyEmbedder("canonical")
+    # refused across processes: each process's one-hot columns would mean different keys
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    with pytest.raises(ValueError, match="world size 2"):
+        e(texts, prompts=prompts)
