@@ -53,8 +53,8 @@ class SetPOConfig(GRPOConfig):
     embedder_device: where the embedder runs; None = this process's accelerator device.
     embedder_batch_size: texts per embedder forward pass.
     setpo_log_diversity: compute and log the diversity metrics even when λ = 0 (a GRPO baseline that reports
-        the same curves as SetPO); costs one embedding pass per generation batch. With λ = 0 and this off,
-        the trainer is plain GRPOTrainer.
+        the same curves as SetPO); costs one embedding pass per generation batch. With λ = 0 and this off
+        (and setpo_reward_adjustment="none", setpo_estimator="trl"), the trainer is plain GRPOTrainer.
     setpo_correct_reward: a response counts as correct for ``setpo/distinct_correct`` when its total
         (weighted) reward is at least this.
     setpo_diversity: the diversity term d added as λ·d: "setpo" (the paper's leave-one-out marginal s) or

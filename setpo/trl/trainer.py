@@ -9,13 +9,16 @@ one group per prompt of ``num_generations`` rollouts.
 
 Where it hooks in. TRL has no advantage hook: ``GRPOTrainer._generate_and_score_completions`` generates,
 scores, normalises and slices to this process's rows in one method. ``SetPOTrainer`` overrides two methods
-and calls both originals unchanged:
+(and ``training_step``, for timing only) and calls the originals unchanged:
 
-- ``_calculate_rewards`` (called once per generation batch with this process's completions) to keep the
-  completion texts and the gathered rewards;
-- ``_generate_and_score_completions``: after TRL returns, embed this process's completions, gather the
-  embeddings from all processes (``accelerator.gather``; groups may span processes), compute s for every
-  group, and add λ·s to this process's slice of the advantages.
+- ``_calculate_rewards`` (called once per generation batch with this process's completions, returning the
+  rewards gathered from all processes): keep the texts and the gathered rewards, embed this process's
+  completions and gather the embeddings (``accelerator.gather``; groups may span processes), once per batch,
+  and with ``setpo_reward_adjustment="dra"`` return DRA-GRPO's rescaled rewards
+  r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j)) (Chen et al. 2025, arXiv 2505.09655), which TRL then normalises;
+- ``_generate_and_score_completions``: after TRL returns, optionally replace its advantages by a
+  ``setpo.advantages`` estimator's (``setpo_estimator``, e.g. "pass@4", Pass@k Training, arXiv 2508.10751),
+  compute s for every group from the same embeddings, and add λ·s to this process's slice of the advantages.
 
 Embedding locally and gathering vectors (rather than gathering texts and embedding everything everywhere)
 spreads the embedding work over the processes; the result is the same. With ``setpo_lambda = 0`` the
@@ -35,7 +38,9 @@ Logged per step (TRL's ``_metrics``; they reach ``trainer.state.log_history`` an
 (mean number of distinct correct responses per group; "correct" is total reward >= ``setpo_correct_reward``
 and "distinct" is by the trainer's ``solution_key``, the stripped text by default) and
 ``setpo/flat_group_fraction`` (groups whose rewards are all equal: GRPO's advantage is 0 there, so λ·s is the
-whole signal). s statistics are of the raw term, before ``setpo_lambda_units`` rescales it.
+whole signal; r̃ under DRA) and, under DRA, ``setpo/dra_scale_mean`` (mean of 1 / (1 + Σ_{j≠i} k)). s statistics
+are of the raw term, before ``setpo_lambda_units`` rescales it. Wall-clock seconds per phase are kept in
+``trainer.setpo_seconds``, never in the metrics, so that log_history stays deterministic.
 """
 
 from __future__ import annotations
