@@ -6,7 +6,8 @@ no internet. Everything else the check needs (TRL, datasets, verl's core without
 
   1. On a machine with internet, once (wheels for Python 3.11 and 3.12, the versions TRL and verl support):
          python scripts/gpu_check.py prepare --wheels runs/gpu_wheels
-  2. Copy the repository (with runs/gpu_wheels) to the GPU machine and run, in under 8 minutes:
+  2. Copy the repository (with runs/gpu_wheels) to the GPU machine and run, in under 8 minutes (plus a few
+     for verl_e2e where verl's full stack is installed):
          python scripts/gpu_check.py all --wheels runs/gpu_wheels --out runs/gpu_check
      ("all" installs the folder with pip --no-index --no-deps, then runs the checks in a fresh process.)
   Dry run on a CPU, the same commands with tiny shapes (what tests/test_gpu_check.py runs):
@@ -25,9 +26,17 @@ What "run" (the checks alone, also the default when no command is given) does:
               (B, G, d) = (512, 16, 1024) and (1024, 64, 4096), contiguous and shuffled groups
   overhead    SetPO's step time over GRPO's (TRL, interleaved) with random models shaped like the paper's:
               a Qwen2.5-Math-1.5B-shaped policy and a Qwen3-Embedding-0.6B-shaped embedder, 756-token responses
-Writes gpu_check.json and gpu_check.md to --out (default $OUT or runs/gpu_check); exits 1 if a check fails.
+  verl_e2e    verl's own trainer end to end with vLLM rollouts: tests/test_verl_e2e.py's run (`python -m
+              setpo.verl train`, the tiny Countdown Qwen2, SetPO+GRPO, 3 steps, verl's checkpoint and file
+              logger) with only the platform (CUDA, 1 GPU) and the rollout (vLLM) changed; it finishes, writes
+              verl's checkpoint and logs setpo/* metrics at every step. Needs verl's full stack (Ray, vLLM,
+              TransferQueue: `pip install -e '.[verl-gpu]'`), which the wheel folder does not carry: skipped,
+              with the reason, on a machine without it or without CUDA (a few minutes when it runs)
+Writes gpu_check.json and gpu_check.md to --out (default $OUT or runs/gpu_check); exits 1 if a check fails
+(a skipped check is not a failure; the report says why it was skipped).
 --allow-cpu runs it all on the CPU as a dry run with tiny shapes (the CUDA comparisons then compare the CPU
-with itself).
+with itself); verl_e2e is skipped there unless named with --only, which runs its CPU twin (--device cpu,
+transformers rollouts: the CI test's run) through the same checks.
 """
 
 from __future__ import annotations
@@ -76,6 +85,10 @@ WHEELS = {
 SDIST_WHEELS = {"antlr4-python3-runtime==4.9.3": "omegaconf and math-verify's LaTeX parser"}
 #: The bare machine's packages (``install`` checks they are there; it never installs them).
 BASE_PACKAGES = ("torch", "transformers", "sentence_transformers", "accelerate", "pandas", "pyarrow")
+
+
+#: every check, in the order "run" runs them
+CHECKS = ("estimator", "verl", "embedders", "training", "floor", "overhead", "verl_e2e")
 
 
 def elapsed() -> float:
@@ -373,6 +386,99 @@ def check_training(device: str, run_root: Path) -> dict:
     return out
 
 
+#: what verl_e2e needs beyond the wheel folder: verl's full stack (the `verl-gpu` extra), by distribution name
+#: (not import spec: check_verl may have stubbed ``ray`` in this process)
+VERL_E2E_PACKAGES = ("ray", "vllm", "TransferQueue", "verl")
+VERL_E2E_STEPS = 3
+VERL_E2E_TIMEOUT_S = 540
+
+
+def verl_e2e_command(demo: dict, out: Path, device: str) -> list[str]:
+    """tests/test_verl_e2e.py's training command (the CPU demo's inputs, SetPO+GRPO at λ = 0.5, G = 4, 3 steps,
+    a checkpoint at step 3, verl's file logger); on "cuda" only the platform and the rollout change: one GPU,
+    vLLM (eager, a small share of the GPU: the policy has ~80K parameters), its tokenizer from the demo's folder."""
+    from setpo.verl.launch import cpu_demo_command
+
+    cmd = cpu_demo_command(demo, str(out))
+    cmd[0] = sys.executable
+    for flag, value in (("--device", device), ("--total-steps", VERL_E2E_STEPS), ("--test-freq", -1),
+                        ("--save-freq", VERL_E2E_STEPS)):
+        cmd[cmd.index(flag) + 1] = str(value)
+    cmd += ["--lam", "0.5", "--experiment-name", "e2e", "--logger", "console,file"]
+    if device == "cuda":
+        cmd += ["--n-gpus-per-node", "1", "--gpu-memory-utilization", "0.3"]
+    cmd += ["trainer.val_before_train=false"]  # verl overrides from here on
+    if device == "cuda":
+        cmd += ["actor_rollout_ref.rollout.enforce_eager=true"]
+        import importlib.util
+
+        if importlib.util.find_spec("flash_attn") is None:  # verl's default attention on CUDA is flash_attention_2
+            cmd += ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+                    "actor_rollout_ref.model.use_remove_padding=false"]
+    return cmd
+
+
+def check_verl_e2e(device: str, run_root: Path, requested: bool = False) -> dict:
+    """verl's v1 trainer end to end (``python -m setpo.verl train``) on CUDA with vLLM rollouts; on the CPU, only
+    when ``requested`` (``--only verl_e2e --allow-cpu``), the same run with ``--device cpu`` as a dry run."""
+    from importlib import metadata
+
+    if device != "cuda" and not requested:
+        return {"skipped": "no CUDA device (on the CPU this run is tests/test_verl_e2e.py; `--only verl_e2e "
+                           "--allow-cpu` runs it here through this check)"}
+    missing = []
+    for name in VERL_E2E_PACKAGES:
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    if device == "cpu":
+        missing = [m for m in missing if m != "vllm"]  # the CPU twin rolls out with transformers
+    if missing:
+        return {"skipped": f"not installed: {', '.join(missing)} (verl's full stack: pip install -e '.[verl-gpu]')"}
+    from setpo.verl.cpu_demo import run_in_session, write_countdown_demo
+    from setpo.verl.launch import METRICS_FILE
+
+    demo = write_countdown_demo(run_root / "verl_demo")
+    out = run_root / "verl_runs"
+    cmd = verl_e2e_command(demo, out, device)
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "1", "PYTHONUNBUFFERED": "1",
+           **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if device == "cpu" else {})}
+    env.pop("RAY_ADDRESS", None)  # a cluster of its own, stopped at the end
+    t0 = time.time()
+    status, output, left = run_in_session(cmd, VERL_E2E_TIMEOUT_S, cwd=ROOT, env=env)
+    wall = round(time.time() - t0, 1)
+    assert status is not None, f"the verl run did not finish in {VERL_E2E_TIMEOUT_S} s:\n{output[-3000:]}"
+    assert status == 0, f"the verl run exited with {status}:\n{output[-3000:]}"
+    assert not left, f"processes of the run still alive after it ended: {left}"
+    run_dir = out / "e2e"
+    overrides = (run_dir / "overrides.txt").read_text().splitlines()
+    rollout = next(o.split("=", 1)[1] for o in overrides if o.startswith("actor_rollout_ref.rollout.name="))
+    assert rollout == ("vllm" if device == "cuda" else "hf"), f"rollout {rollout!r}"
+    ckpt = run_dir / "checkpoints"
+    assert (ckpt / f"global_step_{VERL_E2E_STEPS}" / "actor").is_dir(), f"no verl checkpoint in {ckpt}"
+    latest = (ckpt / "latest_checkpointed_iteration.txt").read_text().strip()
+    assert latest == str(VERL_E2E_STEPS), f"latest checkpoint {latest}"
+    rows = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines() if line.strip()]
+    metrics = {r["step"]: r["data"] for r in rows}
+    assert sorted(metrics) == list(range(1, VERL_E2E_STEPS + 1)), f"steps logged: {sorted(metrics)}"
+    for step, data in metrics.items():
+        missing_keys = {"setpo/s_mean", "setpo/s_std", "setpo/lambda_s_over_adv"} - set(data)
+        assert not missing_keys, f"step {step}: no {sorted(missing_keys)} in verl's metrics"
+        assert data["timing_s/step"] > 0 and "timing_s/gen" in data and "actor/pg_loss" in data, step
+    res = {"device": device, "rollout": rollout, "wall_s": wall, "steps": sorted(metrics), "checkpoint": latest,
+           "step_s": [round(metrics[k]["timing_s/step"], 2) for k in sorted(metrics)],
+           "gen_s": [round(metrics[k]["timing_s/gen"], 2) for k in sorted(metrics)],
+           "setpo_s_mean": [metrics[k]["setpo/s_mean"] for k in sorted(metrics)],
+           "rollout_probs_diff_max": [metrics[k].get("training/rollout_probs_diff_max") for k in sorted(metrics)],
+           "command": " ".join(cmd[1:])}
+    if device == "cuda":
+        peak = max(metrics[k].get("perf/max_memory_allocated_gb", 0.0) for k in metrics)
+        assert peak > 0, "verl's actor reported no GPU memory: training did not run on the GPU"
+        res["actor_peak_gpu_gb"] = peak
+    return res
+
+
 def _time_interleaved(fns: dict, repeats: int, sync) -> dict:
     for fn in fns.values():
         fn()
@@ -457,7 +563,9 @@ def markdown(report: dict) -> str:
              f"{'tiny shapes (dry run)' if report['tiny'] else 'full shapes'}; total {report['total_s']} s.", "",
              "| check | result | seconds |", "|---|---|---|"]
     for name, c in report["checks"].items():
-        lines.append(f"| {name} | {'ok' if c['ok'] else 'FAILED: ' + c.get('error', '')[:120]} | {c['seconds']} |")
+        result = ("FAILED: " + c.get("error", "")[:120] if not c["ok"]
+                  else "skipped: " + c["skipped"] if c.get("skipped") else "ok")
+        lines.append(f"| {name} | {result} | {c['seconds']} |")
     floor = report["checks"].get("floor", {})
     if floor.get("ok"):
         lines += ["", "## Estimator against its floor (one torch.bmm forming the Gram matrices)", "",
@@ -502,7 +610,9 @@ def run_checks(out_dir: Path, allow_cpu: bool, tiny: bool | None, only: list[str
     with tempfile.TemporaryDirectory() as tmp:
         checks = {"estimator": lambda: check_estimator(device), "verl": lambda: check_verl(device),
                   "embedders": lambda: check_embedders(device), "training": lambda: check_training(device, Path(tmp)),
-                  "floor": lambda: check_floor(device, tiny), "overhead": lambda: check_overhead(device, tiny)}
+                  "floor": lambda: check_floor(device, tiny), "overhead": lambda: check_overhead(device, tiny),
+                  "verl_e2e": lambda: check_verl_e2e(device, Path(tmp), requested=bool(only) and "verl_e2e" in only)}
+        assert tuple(checks) == CHECKS
         for name, fn in checks.items():
             if only and name not in only:
                 continue
@@ -514,7 +624,9 @@ def run_checks(out_dir: Path, allow_cpu: bool, tiny: bool | None, only: list[str
                 failed.append(name)
                 report["checks"][name] = {"ok": False, "seconds": round(time.time() - t0, 1), "error": repr(err),
                                           "traceback": traceback.format_exc()[-4000:]}
-            print(f"[{elapsed():6.1f} s] {name}: {'ok' if name not in failed else 'FAILED'}", flush=True)
+            skipped = report["checks"][name].get("skipped")
+            shown = "FAILED" if name in failed else f"skipped ({skipped})" if skipped else "ok"
+            print(f"[{elapsed():6.1f} s] {name}: {shown}", flush=True)
     report["total_s"] = round(elapsed(), 1)
     report["passed"] = not failed
     (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
@@ -542,7 +654,7 @@ def main(argv=None) -> int:
                          "compare the CPU with itself)")
     ap.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=None,
                     help="tiny shapes for the floor and overhead measurements (default: on the CPU only)")
-    ap.add_argument("--only", nargs="+", choices=["estimator", "verl", "embedders", "training", "floor", "overhead"],
+    ap.add_argument("--only", nargs="+", choices=list(CHECKS),
                     help="run only these checks")
     args = ap.parse_args(argv)
     wheels = Path(args.wheels)

@@ -81,6 +81,10 @@ class VerlLaunchConfig:
     task: "math" (``envs.math`` verifier) or "countdown" (``envs.countdown`` verifier). total_training_steps:
     stop after this many steps (None: verl's, from the epochs).
     rollout_tp, gpu_memory_utilization, micro_batch_per_gpu: engine sizing, not science.
+    ray_address: an existing Ray cluster to run on (``--ray-address``, else ``RAY_ADDRESS``, which ``ray job
+    submit`` sets for its entrypoint); None: ``ray.init`` starts a local one. With an address, Ray's resources
+    are the cluster's (``ray start --num-gpus ...`` on each node), so no ``ray_init`` resource is passed:
+    ``ray.init(address=...)`` refuses ``num_cpus`` / ``num_gpus``.
     """
 
     model_path: str
@@ -120,6 +124,7 @@ class VerlLaunchConfig:
     total_training_steps: int | None = None
     seed: int = 0
     tokenizer_path: str | None = None
+    ray_address: str | None = None
 
     def __post_init__(self):
         get_preset(self.algo)
@@ -136,6 +141,9 @@ class VerlLaunchConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.train_files or not self.val_files:
             raise ValueError("need at least one train file and one val file")
+        if self.device == "cpu" and self.nnodes > 1 and not self.ray_address:
+            raise ValueError(f"--device cpu with --nnodes {self.nnodes} needs a running Ray cluster: start one with "
+                             "`ray start` on each node and pass --ray-address (or submit with `ray job submit`)")
 
     @property
     def preset(self) -> AlgorithmPreset:
@@ -214,7 +222,12 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
     if cfg.total_training_steps is not None:
         o.append(f"trainer.total_training_steps={cfg.total_training_steps}")
     if cfg.device == "cpu":
-        o += cpu_overrides(cfg.n_gpus_per_node)
+        o += cpu_overrides(cfg.n_gpus_per_node, local_ray=not cfg.ray_address)
+    if cfg.tokenizer_path and cfg.device != "cpu" and cfg.rollout_name == "vllm":
+        # vLLM loads its tokenizer from the model folder unless told otherwise (verl passes engine_kwargs on)
+        o.append(f"+{ar}.rollout.engine_kwargs.vllm.tokenizer={_fmt(cfg.tokenizer_path)}")
+    if cfg.ray_address:  # the one place a run joins an existing cluster (resources are then the cluster's)
+        o.append(f"+ray_kwargs.ray_init.address={_fmt(cfg.ray_address)}")
     if cfg.setpo:
         s = "+algorithm.setpo"
         o += [
@@ -236,18 +249,24 @@ def plugin_modules(device: str = "cuda") -> str:
     return PLUGIN_MODULE + (f",{CPU_MODULE}" if device == "cpu" else "")
 
 
-def cpu_overrides(workers: int) -> list[str]:
+def cpu_overrides(workers: int, local_ray: bool = True) -> list[str]:
     """verl settings of a CPU run (``setpo.verl.cpu``): the platform in every worker, ``workers`` logical Ray
-    GPUs (one per FSDP2 worker over gloo), transformers rollouts, sdpa attention, float32, no torch compile."""
+    GPUs (one per FSDP2 worker over gloo), transformers rollouts, sdpa attention, float32, no torch compile.
+
+    local_ray False: the run joins a running cluster, whose nodes declare their logical GPUs themselves
+    (``ray start --num-gpus <workers per node>``); ``ray.init`` then takes no resource settings."""
     ar = "actor_rollout_ref"
-    out = [
-        "trainer.device=cpu",
+    local = [
         f"+ray_kwargs.ray_init.num_gpus={workers}",
         f"ray_kwargs.ray_init.num_cpus={4 * workers + 8}",  # logical: verl's bundles ask 3 CPUs per worker
+        "+ray_kwargs.ray_init.include_dashboard=false",
+    ]
+    out = [
+        "trainer.device=cpu",
+        *(local if local_ray else []),
         "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM=cpu",
         "+ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS='1'",
         "+ray_kwargs.ray_init.runtime_env.env_vars.MKL_NUM_THREADS='1'",
-        "+ray_kwargs.ray_init.include_dashboard=false",
         f"+{ar}.model.override_config.attn_implementation=sdpa",
         f"{ar}.rollout.tensor_model_parallel_size=1",
         f"{ar}.rollout.free_cache_engine=false",
@@ -363,6 +382,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--lam", type=float, default=None, help="λ (default: the preset's)")
         sp.add_argument("--no-setpo", action="store_true", help="plain base algorithm (baseline run)")
         sp.add_argument("--nnodes", type=int, default=1, help="nodes in the Ray cluster (default: 1)")
+        sp.add_argument("--ray-address", default=None,
+                        help="join this running Ray cluster (host:port of its head, as `ray start --head` "
+                             "prints) instead of starting one (default: $RAY_ADDRESS, which `ray job submit` "
+                             "sets; else a local cluster)")
         sp.add_argument("--n-gpus-per-node", type=int, default=None,
                         help="GPUs per node; with --device cpu, FSDP workers per node (default: 8, cpu: 2)")
         sp.add_argument("--device", default="cuda", choices=DEVICES,
@@ -435,6 +458,7 @@ def launch_config_from_args(args) -> VerlLaunchConfig:
         micro_batch_per_gpu=args.micro_batch_per_gpu, embedding_device=args.embedding_device,
         output_dir=str(Path(args.output_dir).expanduser().resolve()), experiment_name=args.experiment_name,
         logger=tuple(_split_files(args.logger)),
+        ray_address=args.ray_address or os.environ.get("RAY_ADDRESS") or None,
     )
 
 
