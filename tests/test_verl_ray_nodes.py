@@ -86,3 +86,50 @@ def test_no_ray_process_is_left(rehearsal):
     assert rehearsal["record"]["left_after_stop"] == []
     assert rehearsal["left"] == [] and rehearsal["leftover"] == [] and rehearsal["swept"] == []
     assert not [pid for sid in rehearsal["sessions"] for pid in session_pids(sid)]
+
+
+# ---------------------------------------------------------------- the launcher's side (fast: no Ray started)
+
+
+def _cfg(**kw):
+    from setpo.verl.launch import VerlLaunchConfig
+
+    return VerlLaunchConfig(model_path="m", train_files=["t"], val_files=["v"], device="cpu", n_gpus_per_node=1, **kw)
+
+
+def test_joining_a_cluster_passes_no_ray_init_resources():
+    from setpo.verl.launch import build_overrides
+
+    local = build_overrides(_cfg())
+    joined = build_overrides(_cfg(nnodes=2, ray_address="127.0.0.1:6379"))
+    resources = ("ray_kwargs.ray_init.num_gpus=", "ray_kwargs.ray_init.num_cpus=", "ray_init.include_dashboard=")
+    assert all(any(r in o for o in local) for r in resources)
+    assert not any(r in o for o in joined for r in resources)  # ray.init(address=...) refuses them
+    assert "+ray_kwargs.ray_init.address='127.0.0.1:6379'" in joined and "trainer.nnodes=2" in joined
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM=cpu" in joined
+
+
+def test_cpu_run_on_several_nodes_needs_a_cluster():
+    with pytest.raises(ValueError, match="ray start"):
+        _cfg(nnodes=2)
+
+
+def test_ray_address_comes_from_the_flag_or_rays_environment(monkeypatch):
+    from setpo.verl.launch import _parser, launch_config_from_args
+
+    args = ["train", "--model-path", "m", "--train-file", "t.parquet", "--val-file", "v.parquet", "--device", "cpu"]
+    monkeypatch.setattr("setpo.verl.launch.prepare_data", lambda path, *a: path)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # what `ray job submit` sets for its entrypoint
+    assert launch_config_from_args(_parser().parse_args(args)).ray_address == "10.0.0.1:6379"
+    flag = _parser().parse_args([*args, "--ray-address", "10.0.0.2:6379"])
+    assert launch_config_from_args(flag).ray_address == "10.0.0.2:6379"
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert launch_config_from_args(_parser().parse_args(args)).ray_address is None
+
+
+def test_vllm_gets_the_tokenizer_folder():
+    from setpo.verl.launch import VerlLaunchConfig, build_overrides
+
+    cfg = VerlLaunchConfig(model_path="m", train_files=["t"], val_files=["v"], tokenizer_path="/tok")
+    assert "+actor_rollout_ref.rollout.engine_kwargs.vllm.tokenizer=/tok" in build_overrides(cfg)
+    assert not any("engine_kwargs" in o for o in build_overrides(_cfg(tokenizer_path="/tok")))
