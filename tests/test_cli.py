@@ -101,10 +101,12 @@ def test_rubric_cli_refuses_bad_arguments(argv, match, capsys, no_work):
 
 def test_good_arguments_reach_the_work(monkeypatch):
     seen = {}
-    monkeypatch.setattr(countdown, "run_study", lambda cfg, stages: seen.update(cfg=cfg, stages=stages))
+    monkeypatch.setattr(countdown, "run_study", lambda cfg, stages, redo: seen.update(cfg=cfg, stages=stages, redo=redo))
     assert countdown.main(["--smoke", "--out", "/tmp/x", "--stages", "rl,eval", "--set", "rl_steps=4",
                            'paper_embedder="hash"']) == 0
     assert seen["cfg"].rl_steps == 4 and seen["cfg"].out == "/tmp/x" and seen["stages"] == ["rl", "eval"]
+    assert seen["redo"] is False
+    assert countdown.main(["--smoke", "--redo"]) == 0 and seen["redo"] is True
     args = cli.parse_args(["sweep", "--lams", "0", "0.5", "--seeds", "2"])
     assert args.lams == [0.0, 0.5] and args.seeds == 2
 

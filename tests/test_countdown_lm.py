@@ -82,14 +82,24 @@ def test_config_validation_and_runs():
     assert search[0] == cfg.paper_run() and search[0].lam == 0.5 and search[0].units == "absolute"
     assert len(search) == 1 + len(cfg.search_embedders) * len(cfg.search_lambdas)
     assert all(r.seed == cfg.rl_seeds[0] and r.group_size == 7 and r.beta == 0.001 for r in search)
-    chosen, pairwise = search[-1], cfg.pairwise_runs(search[-1].embedder)[0]
-    runs = cfg.final_runs(chosen, pairwise)
+    chosen = {"setpo": search[-1], **{k: runs[0] for k, runs in cfg.searches(search[-1].embedder).items()
+                                      if k != "setpo"}}
+    runs = cfg.final_runs(chosen)
     names = [r.name for r in runs]
-    assert len(names) == len(set(names)) == 4 * len(cfg.rl_seeds) + 2 * len(cfg.other_cells)
+    main_variants = {"GRPO", cfg.paper_run().variant, *(r.variant for r in chosen.values())}
+    assert len(main_variants) == 7  # GRPO, paper, chosen SetPO, pairwise, DRA, Pass@k, ceiling
+    assert len(names) == len(set(names)) == 7 * len(cfg.rl_seeds) + 2 * cfg.grid_seeds * len(cfg.other_cells)
     for seed in cfg.rl_seeds:  # every method of the main cell has every seed, so differences pair up
-        assert {r.variant for r in runs if r.seed == seed and r.group_size == 7 and r.beta == 0.001} == {
-            "GRPO", chosen.variant, cfg.paper_run().variant, pairwise.variant}
-    assert pairwise.method == "Pairwise+GRPO" and chosen.method == "SetPO+GRPO"
+        assert {r.variant for r in runs if r.seed == seed and r.group_size == 7 and r.beta == 0.001} == main_variants
+    assert {(g, b) for g in (3, 7) for b in (0.001, 0.005)} == {(r.group_size, r.beta) for r in runs}  # the grid
+    pairwise = chosen["pairwise"]
+    assert chosen["dra"].method == "DRA-GRPO" and chosen["passk"].method == "Pass@k training"
+    assert chosen["ceiling"].is_ceiling and not chosen["setpo"].is_ceiling
+    # T = 0.5 too for the grid's two methods, T = 1 alone for the main cell's other methods
+    assert cfg.temperatures(chosen["setpo"].in_cell(3, 0.005, 1), chosen["setpo"]) == (0.5, 1.0)
+    assert cfg.temperatures(cfg.main_cell().in_cell(3, 0.005, 2), chosen["setpo"]) == (0.5, 1.0)
+    assert cfg.temperatures(pairwise, chosen["setpo"]) == cfg.temperatures(cfg.paper_run(), chosen["setpo"]) == (1.0,)
+    assert pairwise.method == "Pairwise+GRPO" and chosen["setpo"].method == "SetPO+GRPO"
     with pytest.raises(ValueError, match="search_lambdas"):
         CountdownLMConfig(search_lambdas=(0.0,))
     with pytest.raises(ValueError, match="group sizes"):
@@ -135,8 +145,14 @@ def test_smoke_study_end_to_end(smoke_study):
     runs = [RLRun(**r["run"]) for r in summary["runs"] if r["run"]]
     assert {r.seed for r in runs} == set(cfg.rl_seeds) and {r.method for r in runs} >= {"GRPO", "SetPO+GRPO",
                                                                                            "Pairwise+GRPO"}
-    assert sum(r["primary"] for r in summary["runs"]) == len(cfg.rl_seeds)  # the chosen SetPO, every seed
-    assert {p["variant"] for p in summary["paired"]} == {r.variant for r in runs if r.lam}
+    # the chosen SetPO, every seed, at every temperature
+    assert sum(r["primary"] for r in summary["runs"]) == len(cfg.rl_seeds) * len(cfg.eval_temperatures)
+    assert {p["variant"] for p in summary["paired"]} == {r.variant for r in runs if r.variant != "GRPO"}
+    assert {v["role"] for v in summary["versus"]} - {"paper"} == {"pairwise", "dra", "passk", "ceiling"}
+    assert {(c["G"], c["T"]) for c in summary["grid"]} == {(3, 0.5), (3, 1.0), (4, 0.5), (4, 1.0)}
+    assert summary["noise"]["seeds"] == len(cfg.rl_seeds) and "projection" in summary["noise"]
+    assert summary["timings"]["totals"]["sft"] > 0 and all(
+        set(t) >= {"generation", "embedding", "update"} for t in summary["timings"]["rl"].values())
     assert all(p["passn"]["n"] == len(cfg.rl_seeds) for p in summary["paired"])
     for row in summary["runs"]:
         curve = row["pass_curve"]

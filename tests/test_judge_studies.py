@@ -8,6 +8,7 @@ before any work (one line, exit status 2)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -136,7 +137,8 @@ def test_countdown_study_judged_per_method_from_the_responses_its_evaluation_kep
     judged = summary["judged"]
     cfg = CountdownLMConfig.smoke()
     methods = {r["variant"] for r in summary["runs"] if r["T"] == 1.0}
-    assert set(judged["methods"]) == methods and len(methods) == 4  # the warm start, GRPO, SetPO, pairwise
+    # the warm start, GRPO, SetPO, the pairwise penalty, DRA-GRPO, Pass@k training, the perfect-kernel ceiling
+    assert set(judged["methods"]) == methods and len(methods) == 7
     assert judged["prompt_version"] == PROMPT_VERSION and (judged["problems"], judged["responses_per_set"]) == (3, 4)
     for method, s in judged["methods"].items():
         seeds = 1 if method.startswith("warm") else len(cfg.rl_seeds)
@@ -146,7 +148,7 @@ def test_countdown_study_judged_per_method_from_the_responses_its_evaluation_kep
     assert all("<response 4>" in r["content"] and "<response 5>" not in r["content"] for r in asked)
     assert "Using the numbers" in asked[0]["content"] and "<think>" not in asked[0]["content"]
     table = (out / "results.md").read_text()
-    assert table.count("| 4.00 [4.00, 4.00], 0 missing |") == 4 and PROMPT_VERSION in table
+    assert table.count("| 4.00 [4.00, 4.00], 0 missing |") == len(methods) and PROMPT_VERSION in table
     assert not {k for k in json.loads((out / "config.json").read_text()) if k.startswith("judge")}
     assert not {k for k in summary["config"] if k.startswith("judge")}
     assert all(SECRET.encode() not in b for b in _files(out).values())
@@ -176,7 +178,7 @@ def test_bad_judge_flags_are_refused_before_any_work(study, argv, match, capsys,
 
 def test_good_judge_flags_reach_the_config_and_stay_out_of_the_claims(monkeypatch, tmp_path):
     seen = {}
-    monkeypatch.setattr(countdown, "run_study", lambda cfg, stages: seen.update(cfg=cfg, stages=stages))
+    monkeypatch.setattr(countdown, "run_study", lambda cfg, stages, redo: seen.update(cfg=cfg, stages=stages))
     argv = ["--smoke", "--out", str(tmp_path / "cd"), "--judge-url", "http://u:pw@127.0.0.1:9/v1/", "--judge-model",
             "m", "--judge-limit", "3", "--judge-samples", "4"]
     assert countdown.main(argv) == 0
@@ -233,7 +235,7 @@ def test_countdown_table_and_record_gain_the_judged_column_only_with_a_judge():
     assert header.endswith(f"| {judging.JUDGED_COLUMN} |")
     assert "| 6.50 [5.25, 7.75], 2 missing |" in table and PROMPT_VERSION in table and "judge-m" in table
     # only the main table changes (its header and row gain the column, the note follows it); the rest is as it was
-    added = [line for line in table.splitlines() if line not in plain.splitlines()]
-    assert len(added) == 4 and added[-1].startswith("Judged diversity: judge-m")
-    assert [line for line in plain.splitlines() if line not in table.splitlines()] == [
-        plain.splitlines()[4], plain.splitlines()[6]]
+    diff = list(difflib.ndiff(plain.splitlines(), table.splitlines()))
+    added, removed = [d[2:] for d in diff if d.startswith("+ ")], [d[2:] for d in diff if d.startswith("- ")]
+    assert added[-1].startswith("Judged diversity: judge-m") and len(added) == 5  # header, rule, row, blank, note
+    assert removed == plain.splitlines()[4:7]  # the header, its rule and the row that gained the column

@@ -257,7 +257,9 @@ def test_sampling_leaves_torchs_global_rng_alone(countdown):
 def test_study_folder_refuses_another_config_or_a_missing_one(tmp_path):
     cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
     claim_folder(cfg)
-    claim_folder(replace(cfg, threads=4, rl_save_steps=4))  # neither changes a result
+    claim_folder(replace(cfg, rl_save_steps=4))  # changes no result
+    with pytest.raises(ValueError, match=r"different config.*threads: 2 there, 4 now"):  # another floating-point path
+        claim_folder(replace(cfg, threads=4))
     old = json.loads((tmp_path / "study" / "config.json").read_text())
     (tmp_path / "study" / "config.json").write_text(json.dumps({**old, "rl_save_steps": 25}))  # before the rule
     assert load_config(tmp_path / "study").rl_save_steps == 26

@@ -58,30 +58,19 @@ checkpoints, ``log_history.json``, ``probes.jsonl``: samples on fixed validation
 
 from __future__ import annotations
 
-import ast
 import functools
 import math
-import random
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from envs.countdown import (
-    CountdownInstance,
-    canonical_form,
-    extract_answer,
-    make_prompt,
-    make_splits,
-    score_answer,
-    solve,
-)
-from setpo.diagnostics import diagnose_embedder
-from setpo.embed import CenteredEmbedder, load_embedder
+from envs.countdown import CountdownInstance, make_prompt, score_answer
+from setpo.provenance import run_identity
 from setpo.records import read_json, write_json, write_text
 from setpo.studies.countdown_config import (  # noqa: F401  (load_config: the study's public API)
     STEPS_PER_GENERATION,
@@ -90,92 +79,43 @@ from setpo.studies.countdown_config import (  # noqa: F401  (load_config: the st
     claim_folder,
     load_config,
 )
+from setpo.studies.countdown_data import (  # noqa: F401  (the text format and data: the study's public API)
+    CountdownData,
+    answer_text,
+    diagnose_embedders,
+    evaluate_samples,
+    extract_answer,
+    make_data,
+    parse_prompt,
+    prompt_text,
+    resolve_embedder,
+    rl_rows,
+    sft_examples,
+    solution_key,
+    surface_variants,
+    verifier_key,
+    warm_start_texts,
+)
 from setpo.studies import judging
 from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
-from setpo.studies.countdown_results import evaluate_samples, results_markdown, summarize  # noqa: F401 (public API)
+from setpo.studies.countdown_results import results_markdown, summarize, with_replication
 from setpo.studies.sampling import sample_completions
-from setpo.studies.stages import Progress, chosen_stages, refusal, stage_done, unreadable
-from setpo.trl.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, build_model, build_tokenizer
+from setpo.studies.stages import (
+    Progress,
+    chosen_stages,
+    claim_identity,
+    refusal,
+    reusable_record,
+    stage_done,
+    unreadable,
+)
+from setpo.trl.tiny_models import build_model, build_tokenizer
 from setpo.trl.rewards import countdown_reward
 from setpo.trl.training import DONE_FILE, quiet_libraries
 
 
 def _log(*args) -> None:
     print(*args, flush=True)  # flushed, so a long run's progress shows when stdout is a file
-
-
-# --------------------------------------------------------------------------------------------------
-# Tokenizer, model, text format
-# --------------------------------------------------------------------------------------------------
-
-
-def prompt_text(inst: CountdownInstance) -> str:
-    """The compact prompt, e.g. ``"3 7 25 50 = 82\\n"``."""
-    return " ".join(str(v) for v in inst.numbers) + f" = {inst.target}\n"
-
-
-def answer_text(expression: str) -> str:
-    return f"{ANSWER_OPEN}{expression}{ANSWER_CLOSE}"
-
-
-def solution_key(text: str) -> str | None:
-    """Canonical form of a completion's answer (the trainer counts it only when the reward says correct)."""
-    answer = extract_answer(text)
-    return None if answer is None else canonical_form(answer)
-
-
-# --------------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class CountdownData:
-    train: list[CountdownInstance]
-    val: list[CountdownInstance]
-    test: list[CountdownInstance]
-
-
-def make_data(cfg: CountdownLMConfig) -> CountdownData:
-    """Disjoint train / validation / test problems (validation carved from the training draw)."""
-    train, test = make_splits(cfg.n_train + cfg.n_val, cfg.n_test, cfg.seed, num_numbers=cfg.num_numbers,
-                              number_range=cfg.number_range, target_range=cfg.target_range)
-    return CountdownData(train[:cfg.n_train], train[cfg.n_train:], test)
-
-
-def sft_examples(instances: Sequence[CountdownInstance], solutions_per_problem: int, seed: int,
-                 log=None) -> list[dict]:
-    """Prompt-completion pairs: up to ``solutions_per_problem`` distinct solver solutions per problem.
-
-    Problems with more solutions get a seeded random subset, so the warm start sees several modes of many
-    problems without over-weighting the problems that have dozens. log: a progress line at most every 10 s
-    (solving the study's 3000 problems takes about 40 s on a laptop core).
-    """
-    if solutions_per_problem < 1:
-        raise ValueError(f"solutions_per_problem must be >= 1, got {solutions_per_problem}")
-    rng = random.Random(seed)
-    out = []
-    if log is not None:
-        log(f"[data] solving {len(instances)} problems for their distinct solutions")
-        instances = Progress(log, "[data] solved", len(instances)).over(instances)
-    for inst in instances:
-        sols = solve(inst.numbers, inst.target)
-        if len(sols) > solutions_per_problem:
-            sols = rng.sample(sols, solutions_per_problem)
-        out.extend({"prompt": prompt_text(inst), "completion": answer_text(s)} for s in sols)
-    rng.shuffle(out)
-    return out
-
-
-def warm_start_texts(cfg: CountdownLMConfig, data: CountdownData | None = None, log=None) -> list[str]:
-    """The warm-start completions, the reference a "centered:" embedder subtracts the mean of. data: the
-    study's ``CountdownData`` when at hand (None: made again from ``cfg``, the same problems)."""
-    train = (data if data is not None else make_data(cfg)).train
-    return [e["completion"] for e in sft_examples(train, cfg.sft_solutions_per_problem, cfg.seed, log)]
-
-
-def rl_rows(instances: Sequence[CountdownInstance]) -> list[dict]:
-    return [{"prompt": prompt_text(i), "numbers": list(i.numbers), "target": i.target} for i in instances]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -190,19 +130,24 @@ def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:
                 logging_steps=1, dataloader_num_workers=0)
 
 
-def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log) -> Path:
-    """Warm start by supervised fine-tuning on solver solutions; returns the final model directory."""
+def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log, examples=None,
+              identity: dict | None = None, redo: bool = False) -> Path:
+    """Warm start by supervised fine-tuning on solver solutions; returns the final model directory.
+    examples: the study's ``sft_examples`` when at hand (None: made here). identity: the run identity
+    (``study_identity``) the folder must have been made at (None: not checked); ``redo``: remake it if not."""
     from datasets import Dataset  # the engine (datasets, TRL, transformers): imported when a stage trains, so
     from trl import SFTConfig, SFTTrainer  # that reading a finished study (notebook 03) stays light
 
     from setpo.trl import train_resumable
 
     final = out_dir / "final"
+    claim_identity(out_dir, identity, redo)
     if stage_done(final):
         return final
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, cfg.model, seed=cfg.seed)
-    examples = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log)
+    if examples is None:
+        examples = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log)
     log(f"[sft] {len(examples)} examples from {len(data.train)} problems, "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     steps_per_epoch = math.ceil(len(examples) / cfg.sft_batch_size)
@@ -255,22 +200,29 @@ def probe_sampler(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], t
 
 
 def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
-           embedder=None, log=_log, callbacks: Sequence = ()) -> Path:
-    """One GRPO / SetPO / pairwise-penalty run from the warm start; resumes from its last checkpoint. Returns
-    the final model's folder.
+             embedder=None, log=_log, callbacks: Sequence = (), identity: dict | None = None,
+             redo: bool = False) -> Path:
+    """One RL run from the warm start (GRPO, SetPO, the pairwise penalty, DRA-GRPO, Pass@k training, the
+    perfect-kernel ceiling); resumes from its last checkpoint. Returns the final model's folder.
 
     embedder: the Embedder ``run.embedder`` names, shared across runs (None: load it by name; "centered:..."
-    needs the study's, see ``resolve_embedder``). The run's seed sets TRL's sampling and prompt order.
-    callbacks: extra TrainerCallbacks (the tests use one to interrupt a run).
+    and the ceiling's "verifier" need the study's, see ``resolve_embedder``). The run's seed sets TRL's
+    sampling and prompt order. callbacks: extra TrainerCallbacks (the tests use one to interrupt a run).
+    identity: the run identity the folder must have been made at (None: not checked); ``redo``: remake it if
+    not. Writes ``timings.json`` beside the run: seconds of generation, embedding and update (this invocation's;
+    ``resumed`` says whether earlier ones did part of the run).
     """
     from datasets import Dataset  # the engine, imported when a run trains (see train_sft)
 
     from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
+    from setpo.trl.training import last_checkpoint
 
     final = out_dir / "final"
+    claim_identity(out_dir, identity, redo)
     if stage_done(final):
         return final
     out_dir.mkdir(parents=True, exist_ok=True)
+    resumed = last_checkpoint(out_dir) is not None
     tokenizer, model = load_trained(init_dir)
     tokenizer.padding_side = "left"
     g = run.group_size
@@ -281,15 +233,18 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
         steps_per_generation=STEPS_PER_GENERATION,
         max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
         temperature=cfg.rl_temperature, top_p=1.0, embedder=run.embedder, setpo_diversity=run.term,
-        setpo_lambda_units=run.units, lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
+        setpo_lambda_units=run.units, setpo_reward_adjustment=run.adjust, setpo_estimator=run.estimator,
+        lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
         save_steps=cfg.rl_save_steps, gradient_checkpointing=False, **_common_args(cfg, run.seed))
     probes = probe_callback(probe_sampler(cfg, data.val[:cfg.n_probe], tokenizer), out_dir / "probes.jsonl",
                             cfg.probe_every)
     trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
                            train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
                            embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
+    t0 = time.time()
     train_resumable(trainer, tokenizer, out_dir, final, {"run": asdict(run)}, log,
                     f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
+    write_json(out_dir / "timings.json", {**trainer.setpo_seconds, "seconds": time.time() - t0, "resumed": resumed})
     _clean_checkpoints(out_dir)
     return final
 
@@ -306,11 +261,14 @@ def sample_eval(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[Cou
 
 
 def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
-                   temperature: float, path: Path, log=None, texts_file: Path | None = None) -> dict:
-    """Sample ``cfg.eval_samples`` completions per problem (``sample_eval``) and score them; cached in ``path``.
+                   temperature: float, path: Path, log=None, texts_file: Path | None = None,
+                   identity: dict | None = None, redo: bool = False) -> dict:
+    """Sample ``cfg.eval_samples`` completions per problem (``sample_eval``) and score them; cached in ``path``
+    with the run identity it was made at (a cache made at another is refused, or with ``redo`` made again).
     texts_file: where to keep the completions (for the judge; None keeps none)."""
-    if path.exists():
-        return read_json(path, "delete it and rerun to evaluate again")
+    cached = reusable_record(path, identity, redo, "delete it and rerun to evaluate again")
+    if cached is not None:
+        return cached
     t0 = time.time()
     samples = sample_eval(cfg, model_dir, instances, temperature, path.stem, log)
     if texts_file is not None:
@@ -318,6 +276,8 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
     result = evaluate_samples(instances, samples)
     result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
                   examples=[s[:4] for s in samples[:5]])
+    if identity is not None:
+        result["identity"] = identity
     write_json(path, result)
     return result
 
@@ -328,91 +288,101 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[
 
 
 STAGES = ("sft", "rl", "eval", "judge")
+SEARCHES = ("setpo", "pairwise", "dra", "passk", "ceiling")  # the validation searches, in the order they run
+STUDY_OUTPUTS = ("sft", "rl", "val", "eval", "diagnostics.json", "selection.json", "results.json", "results.md",
+                 "replication")
+# The code that makes the study's runs (``setpo.provenance``): this module and all it imports, except the
+# modules that only summarise, draw or judge finished runs (editing them changes no run, so it must not make
+# a long study's runs unusable).
+IDENTITY_MODULES = ("setpo.studies.countdown",)
+NOT_IN_IDENTITY = ("setpo.studies.countdown_results", "setpo.studies.figures", "setpo.studies.static_render",
+                   "setpo.studies.judging", "setpo.judge")
 
 
-def resolve_embedder(spec: str, reference_texts: Sequence[str] | Callable[[], Sequence[str]], cache: dict):
-    """The embedder a run names, loaded once per study: "centered:<spec>" is ``<spec>`` minus its mean over
-    ``reference_texts`` (the warm-start completions), ``setpo.embed.CenteredEmbedder``; anything else goes to
-    ``load_embedder``. reference_texts may be a function returning them, called only when a "centered:"
-    embedder is built (the study's costs a solver pass over the training problems)."""
-    if spec not in cache:
-        base, centred = (spec.partition(":")[2], True) if spec.startswith("centered:") else (spec, False)
-        embedder = load_embedder(base)
-        if centred:
-            embedder = CenteredEmbedder(embedder, reference_texts() if callable(reference_texts) else reference_texts)
-        cache[spec] = embedder
-    return cache[spec]
+def study_identity(cfg: CountdownLMConfig) -> dict:
+    """The identity every output of this study is made at: its thread count, the code that makes its runs
+    (each file's hash, with the commit and whether the tree was dirty) and the result-bearing package versions."""
+    return run_identity(cfg.threads, IDENTITY_MODULES, NOT_IN_IDENTITY)
 
 
-def surface_variants(expression: str, n: int, rng: random.Random) -> list[str]:
-    """n texts of one solution written differently: operands of + and * swapped at random, spacing varied.
-    The same solution for ``canonical_form``; what an embedder should put close together."""
-    def swap(node):
-        for child in ast.iter_child_nodes(node):
-            swap(child)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)) and rng.random() < 0.5:
-            node.left, node.right = node.right, node.left
-        return node
-
-    out = []
-    for _ in range(n):
-        text = ast.unparse(swap(ast.parse(expression, mode="eval")))
-        out.append(text if rng.random() < 0.5 else text.replace(" ", ""))
-    return out
+def replication_config(cfg: CountdownLMConfig) -> CountdownLMConfig | None:
+    """The replication: the same study at ``cfg.replication_threads`` threads in ``<out>/replication`` (None: none)."""
+    if not cfg.replication_threads:
+        return None
+    return replace(cfg, out=str(Path(cfg.out) / "replication"), threads=cfg.replication_threads, replication_threads=0)
 
 
-def diagnose_embedders(cfg: CountdownLMConfig, data: CountdownData, embedders: dict,
-                       reference: Sequence[str] | Callable[[], Sequence[str]], max_problems: int = 40) -> dict:
-    """``setpo.diagnostics.diagnose_embedder`` for every embedder the study uses, on validation problems with
-    at least 4 distinct solutions: up to 6 solutions each, 3 surface variants per solution."""
-    rng = random.Random(cfg.seed)
-    problems = []
-    for inst in data.val:
-        sols = solve(inst.numbers, inst.target)
-        if len(sols) >= 4:
-            picked = rng.sample(sols, min(6, len(sols)))
-            problems.append([(answer_text(v), s) for s in picked for v in surface_variants(s, 3, rng)])
-        if len(problems) >= max_problems:
-            break
-    specs = dict.fromkeys((cfg.paper_embedder, *cfg.search_embedders))
-    return {spec: diagnose_embedder(resolve_embedder(spec, reference, embedders), problems) for spec in specs}
+def select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
+                         candidates: dict[RLRun, dict | Sequence[dict]]) -> tuple[RLRun, dict]:
+    """The candidate with the highest mean validation pass@n among those whose mean pass@1 is at most
+    ``cfg.max_pass1_loss`` below GRPO's (ties: the smaller λ); none qualifying: the highest pass@n, flagged.
 
-
-def select_on_validation(cfg: CountdownLMConfig, grpo: dict, candidates: dict[RLRun, dict]) -> tuple[RLRun, dict]:
-    """The candidate with the highest validation pass@n among those whose pass@1 is at most
-    ``cfg.max_pass1_loss`` below GRPO's (ties: the smaller λ); none qualifying: the highest pass@n, flagged."""
-    floor = grpo["accuracy"] - cfg.max_pass1_loss
-    rows = {run.name: {"variant": run.variant, "pass1": r["accuracy"], "passn": r["pass_at_k"][-1],
-                       "average_modes": r["average_modes"], "qualifies": r["accuracy"] >= floor}
-            for run, r in candidates.items()}
+    grpo and each candidate's value: its validation evaluation, or one per search seed (means over them; the
+    record keeps every seed's numbers and the spread, max - min, beside each mean)."""
+    as_list = lambda v: [v] if isinstance(v, dict) else list(v)  # noqa: E731
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    grpo = as_list(grpo)
+    floor = mean([g["accuracy"] for g in grpo]) - cfg.max_pass1_loss
+    rows = {}
+    for run, evals in candidates.items():
+        evals = as_list(evals)
+        passn = [e["pass_at_k"][-1] for e in evals]
+        rows[run.name] = {"variant": run.variant, "pass1": mean([e["accuracy"] for e in evals]), "passn": mean(passn),
+                          "average_modes": mean([e["average_modes"] for e in evals]),
+                          "passn_by_seed": passn, "passn_spread": max(passn) - min(passn)}
+        rows[run.name]["qualifies"] = rows[run.name]["pass1"] >= floor
     pool = [run for run in candidates if rows[run.name]["qualifies"]] or list(candidates)
-    best = max(pool, key=lambda run: (candidates[run]["pass_at_k"][-1], -run.lam))
-    return best, {"grpo": {"pass1": grpo["accuracy"], "passn": grpo["pass_at_k"][-1]}, "candidates": rows,
-                  "chosen": best.name, "qualified": rows[best.name]["qualifies"],
-                  "rule": f"max validation pass@{cfg.eval_samples} at T=1 with pass@1 >= GRPO's - {cfg.max_pass1_loss}"}
+    best = max(pool, key=lambda run: (rows[run.name]["passn"], -run.lam))
+    return best, {"grpo": {"pass1": mean([g["accuracy"] for g in grpo]), "passn": mean([g["pass_at_k"][-1] for g in grpo]),
+                           "passn_by_seed": [g["pass_at_k"][-1] for g in grpo]},
+                  "candidates": rows, "chosen": best.name, "qualified": rows[best.name]["qualifies"],
+                  "seeds": len(grpo),
+                  "rule": f"max mean validation pass@{cfg.eval_samples} at T=1 over {len(grpo)} seed(s) with mean "
+                          f"pass@1 >= GRPO's - {cfg.max_pass1_loss}"}
 
 
-def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) -> dict:
-    """The whole study, resumable: data, warm start (stage "sft"), embedder diagnostics, the validation search
-    and every RL run (seeds, cells; stage "rl"), then the test split once and the record (stage "eval").
-    Runs exactly the ``stages`` named; a stage whose input another stage makes refuses to start until that one
-    has finished. Returns the summary (``results.json``; {} without "eval")."""
+def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES, redo: bool = False) -> dict:
+    """The whole study, resumable: data, warm start (stage "sft"), embedder diagnostics, the validation searches
+    and every RL run (seeds, cells; stage "rl"), then the test split once and the record (stage "eval"); then
+    the same again as the replication (``replication_config``). Runs exactly the ``stages`` named; a stage whose
+    input another stage makes refuses to start until that one has finished. Every output is made at the
+    study's identity (``study_identity``): one made at another is refused naming what differs, or with ``redo``
+    made again. Returns the summary (``results.json``, the replication's inside; {} without "eval")."""
+    summary = _run_one(cfg, log, stages, redo)
+    replica = replication_config(cfg)
+    if replica is None:
+        return summary
+    log(f"[replication] the whole study again at {replica.threads} thread(s) in {replica.out}")
+    replicated = _run_one(replica, log, stages, redo)
+    if not summary:
+        return {}
+    return _write_summary(Path(cfg.out), with_replication(summary, replicated), log)
+
+
+def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str], redo: bool) -> dict:
     stages = chosen_stages(stages, STAGES)
     out = Path(cfg.out)
     claim_folder(cfg)
+    identity = study_identity(cfg)
+    claim_identity(out, identity, redo, outputs=[o for o in STUDY_OUTPUTS if o != "replication"])
     t0 = time.time()
-    log(f"[data] {cfg.n_train} training, {cfg.n_val} validation and {cfg.n_test} test problems (seed {cfg.seed})")
+    log(f"[data] {cfg.n_train} training, {cfg.n_val} validation and {cfg.n_test} test problems (seed {cfg.seed}), "
+        f"{cfg.threads} thread(s)")
     torch.set_num_threads(cfg.threads)
     quiet_libraries()
     data = make_data(cfg)
     write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
                                     for k in ("train", "val", "test")})
-    sft_final = train_sft(cfg, data, out / "sft", log=log) if "sft" in stages else out / "sft" / "final"
+    # one solver pass per invocation: the warm start's examples and the "centered:" embedders' reference
+    examples = functools.cache(lambda: sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log))
+    sft_final = (train_sft(cfg, data, out / "sft", log=log, examples=examples(), identity=identity, redo=redo)
+                 if "sft" in stages else out / "sft" / "final")
     if stages == ["sft"]:
         return {}
     _require(sft_final, "sft")
+    reference = lambda: [e["completion"] for e in examples()]  # noqa: E731
     if "rl" in stages:
-        runs, chosen, selection = _train_everything(cfg, data, sft_final, log, t0)
+        runs, chosen, selection = _train_everything(cfg, data, sft_final, log, t0, reference, identity, redo)
     else:
         runs, chosen, selection = _trained_runs(cfg)
     judge = "judge" in stages and judging.judge_configured(cfg)
@@ -422,28 +392,47 @@ def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES) 
         summary = read_json(_require(out / "results.json", "eval"), "delete it and rerun --stages eval")
         return _write_summary(out, {**summary, "judged": judge_runs(cfg, data, runs, log)}, log)
     # the test split, once, after every run has finished
-    models = {"sft": sft_final, **{run.name: _require(out / "rl" / run.name / "final", "rl") for run in runs}}
+    models = {"sft": (None, sft_final), **{run.name: (run, _require(out / "rl" / run.name / "final", "rl"))
+                                           for run in runs}}
     (out / "eval").mkdir(exist_ok=True)
     results = {}
-    for name, mdir in models.items():
-        run = next((r for r in runs if r.name == name), None)
-        both = run is None or (run.seed == cfg.rl_seeds[0] and run.group_size == cfg.main_group_size
-                               and run.beta == cfg.main_beta and run.preset == "grpo")
-        for temp in (cfg.eval_temperatures if both else (1.0,)):
+    for name, (run, mdir) in models.items():
+        for temp in cfg.temperatures(run, chosen["setpo"]):
             t = time.time()
             path = out / "eval" / f"{name}_T{temp:g}.json"
             r = evaluate_model(cfg, mdir, data.test, temp, path, log,
-                               texts_file=judging.texts_path(path) if judge and temp == 1.0 else None)
+                               texts_file=judging.texts_path(path) if judge and temp == 1.0 else None,
+                               identity=identity, redo=redo)
             results[f"{name}_T{temp:g}"] = r
             log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
                 f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
     diagnostics = read_json(out / "diagnostics.json", "delete it and rerun --stages rl to diagnose again")
-    summary = summarize(cfg, runs, chosen, results, selection, diagnostics)
+    summary = summarize(cfg, runs, chosen, results, selection, diagnostics, stage_timings(cfg, runs))
     if judge:
         summary["judged"] = judge_runs(cfg, data, runs, log)
     _write_summary(out, summary, log)
-    log(f"[study] finished in {time.time() - t0:.0f}s")
+    log(f"[study] {out} finished in {time.time() - t0:.0f}s")
     return summary
+
+
+def stage_timings(cfg: CountdownLMConfig, runs: Sequence[RLRun]) -> dict:
+    """Where the study's time went, from what each stage recorded: the warm start's seconds, each RL run's
+    generation / embedding / update seconds (``timings.json``), and each evaluation's sampling seconds."""
+    out = Path(cfg.out)
+    rl = {}
+    for path in sorted((out / "rl").glob("*/timings.json")):
+        rl[path.parent.name] = read_json(path, "delete it; it is only a record of time")
+    evals = {}
+    for folder in ("val", "eval"):
+        for path in sorted((out / folder).glob("*.json")):
+            if not path.name.endswith(".texts.json"):  # the judge's responses, not an evaluation
+                evals[f"{folder}/{path.stem}"] = read_json(path, "delete it and rerun to evaluate again").get("seconds")
+    sft = out / "sft" / "final" / "done.json"
+    totals = {"sft": read_json(sft, "delete the sft folder and rerun").get("seconds") if sft.exists() else None}
+    for phase in ("generation", "embedding", "update"):
+        totals[f"rl_{phase}"] = sum(t.get(phase, 0.0) for t in rl.values())
+    totals["evaluation"] = sum(v or 0.0 for v in evals.values())
+    return {"totals": totals, "rl": rl, "evaluations": evals}
 
 
 def _write_summary(out: Path, summary: dict, log) -> dict:
@@ -480,37 +469,42 @@ def _require(final: Path, stage: str) -> Path:
     return final
 
 
-def _train_everything(cfg: CountdownLMConfig, data: CountdownData, sft_final: Path, log, t0: float):
-    """Stage "rl": embedder diagnostics, the validation search (GRPO, the SetPO candidates, the pairwise
-    penalty), then every run the test split evaluates. Returns (those runs, the chosen SetPO run, the record
-    of the search)."""
+def _train_everything(cfg: CountdownLMConfig, data: CountdownData, sft_final: Path, log, t0: float,
+                      reference: Callable[[], Sequence[str]], identity: dict | None = None, redo: bool = False):
+    """Stage "rl": embedder diagnostics, the validation searches (GRPO, the SetPO candidates, then with the
+    embedder SetPO chose the pairwise penalty, DRA-GRPO, Pass@k training and the perfect-kernel ceiling; each
+    candidate over the search seeds), then every run the test split evaluates. Returns (those runs, the run
+    chosen by each search, the record of the searches)."""
     out = Path(cfg.out)
     embedders: dict = {}
-    reference = functools.cache(lambda: warm_start_texts(cfg, data, log))  # only a "centered:" embedder needs it
 
     def train(run: RLRun) -> Path:
         final = out / "rl" / run.name / "final"
         t = time.time()
-        if not stage_done(final):  # a finished run needs no embedder (train_rl would return at once)
-            final = train_rl(cfg, run, data, sft_final, out / "rl" / run.name,
-                             embedder=resolve_embedder(run.embedder, reference, embedders), log=log)
+        final = train_rl(cfg, run, data, sft_final, out / "rl" / run.name,
+                         embedder=resolve_embedder(run.embedder, reference, embedders) if not stage_done(final)
+                         else None, log=log, identity=identity, redo=redo)
         log(f"[rl] {run.name} ready ({time.time() - t:.0f}s, study {time.time() - t0:.0f}s)")
         return final
 
-    def validate(run: RLRun) -> dict:
-        return evaluate_model(cfg, train(run), data.val, 1.0, out / "val" / f"{run.name}_T1.json", log)
+    def validate(run: RLRun) -> list[dict]:
+        return [evaluate_model(cfg, train(r), data.val, 1.0, out / "val" / f"{r.name}_T1.json", log,
+                               identity=identity, redo=redo)
+                for r in (run.with_seed(s) for s in cfg.search_seed_list)]
 
     if not (out / "diagnostics.json").exists():
         write_json(out / "diagnostics.json", diagnose_embedders(cfg, data, embedders, reference))
     (out / "val").mkdir(exist_ok=True)
     grpo_val = validate(cfg.main_cell())
-    chosen, selection = select_on_validation(cfg, grpo_val, {r: validate(r) for r in cfg.search_runs()})
-    pairwise, pair_selection = select_on_validation(
-        cfg, grpo_val, {r: validate(r) for r in cfg.pairwise_runs(chosen.embedder)})
-    selection["pairwise"] = pair_selection
+    chosen: dict[str, RLRun] = {}
+    setpo, selection = select_on_validation(cfg, grpo_val, {r: validate(r) for r in cfg.search_runs()})
+    chosen["setpo"] = setpo
+    for key, candidates in cfg.searches(setpo.embedder).items():
+        if key != "setpo":
+            chosen[key], selection[key] = select_on_validation(cfg, grpo_val, {r: validate(r) for r in candidates})
     write_json(out / "selection.json", selection)
-    log(f"[select] chosen on validation: {chosen.variant}; pairwise baseline: {pairwise.variant}")
-    runs = cfg.final_runs(chosen, pairwise)
+    log("[select] chosen on validation: " + "; ".join(f"{k}: {r.variant}" for k, r in chosen.items()))
+    runs = cfg.final_runs(chosen)
     for run in runs:
         train(run)
     return runs, chosen, selection
@@ -523,12 +517,15 @@ def _trained_runs(cfg: CountdownLMConfig):
         raise refusal("stage 'rl' has not finished (no validation search recorded)", path,
                       "run that stage first (--stages rl), then rerun")
     selection = read_json(path, "delete it and rerun --stages rl to search again")
-    chosen = next(r for r in cfg.search_runs() if r.name == selection["chosen"])
-    pairwise = next(r for r in cfg.pairwise_runs(chosen.embedder) if r.name == selection["pairwise"]["chosen"])
-    return cfg.final_runs(chosen, pairwise), chosen, selection
+    setpo = next(r for r in cfg.search_runs() if r.name == selection["chosen"])
+    chosen = {"setpo": setpo}
+    for key, candidates in cfg.searches(setpo.embedder).items():
+        if key != "setpo" and key in selection:
+            chosen[key] = next(r for r in candidates if r.name == selection[key]["chosen"])
+    return cfg.final_runs(chosen), chosen, selection
 
 
-def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
+def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str], bool]:
     """The config and stages a command line asks for, every value checked before any work starts."""
     p = Parser(prog="python -m setpo.studies.countdown", description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group(required=True)
@@ -537,6 +534,8 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
     p.add_argument("--out", default=None, help="output folder (default runs/countdown or runs/countdown_smoke)")
     add_stage_and_set_arguments(p, STAGES, "rl_steps=100 'rl_seeds=[0,1,2,3,4]' 'search_embedders=[\"hash\"]'")
     judging.add_judge_arguments(p)
+    p.add_argument("--redo", action="store_true",
+                   help="remake what was made at another thread count, code or package versions (refused otherwise)")
     a = p.parse_args(argv)
     stages = parsed_stages(p, a.stages, STAGES)
     overrides = set_overrides(p, a.set, {f.name for f in fields(CountdownLMConfig)})
@@ -548,13 +547,13 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str]]:
             cfg = CountdownLMConfig(**({"out": a.out} if a.out else {}), **overrides)
     except (TypeError, ValueError) as e:
         p.error(str(e))
-    return cfg, stages
+    return cfg, stages, a.redo
 
 
 def main(argv=None) -> int:
-    cfg, stages = parse_args(argv)
+    cfg, stages, redo = parse_args(argv)
     try:
-        run_study(cfg, stages=stages)
+        run_study(cfg, stages=stages, redo=redo)
     except ValueError as err:  # a refusal (another config's folder, a stage not run, a judge down): one line
         print(f"python -m setpo.studies.countdown: error: {err}", file=sys.stderr)
         return 1

@@ -2,25 +2,35 @@
 
 Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.studies.countdown``):
 
-- The *main cell* is the paper's G = 7, KL β = 0.001. Every method runs there over ``rl_seeds`` (paired: same
-  warm start, same seed, so differences are paired); other cells (``other_cells``, none by default, to keep
-  the study within about an hour on 2 cores) run GRPO and the chosen SetPO+GRPO with the first seed only.
-- Methods: GRPO; SetPO+GRPO as the paper has it (``paper_embedder``, λ = ``paper_lambda`` = 0.5, absolute);
-  SetPO+GRPO chosen on the validation split; and the local pairwise penalty (``setpo.diversity``'s second
-  registered term) with its λ chosen the same way, so the notebook can show what set-level credit adds.
-- The validation search runs in the main cell with the first seed and scores each candidate on the
-  validation split at T = 1: candidates are ``search_embedders`` × ``search_lambdas`` with λ in units of the
-  term's batch spread (``setpo_lambda_units="term_std"``, our opt-in), plus the paper-faithful run. The one
-  chosen has the highest validation pass@``eval_samples`` among those whose pass@1 is at most
-  ``max_pass1_loss`` below GRPO's (none qualifying: the highest pass@k, flagged). The test split is only ever
-  evaluated after every run has finished.
+- The *grid* is the paper's Table 3: G ∈ {3, 7} × KL β ∈ {0.001, 0.005}, each run evaluated at T ∈ {0.5, 1.0}.
+  The *main cell* is G = 7, β = 0.001; every method runs there over ``rl_seeds`` (paired: same warm start, same
+  seed, so differences are paired). The other cells (``other_cells``) run GRPO and the chosen SetPO+GRPO over
+  the first ``grid_seeds`` seeds.
+- Methods in the main cell: GRPO; SetPO+GRPO chosen on the validation split; SetPO+GRPO as the paper has it
+  (``paper_embedder``, λ = ``paper_lambda`` = 0.5, absolute); and the baselines, each at its own
+  validation-chosen setting: the local pairwise penalty (``setpo.diversity``'s second registered term, λ from
+  ``pairwise_lambdas``), DRA-GRPO's reward rescaling (``setpo.diversity.dra_rewards``, embedder from
+  ``dra_embedders``), Pass@k Training's group advantage (``setpo.advantages.pass_at_k``, k from ``passk_ks``);
+  and the perfect-kernel ceiling: SetPO+GRPO with the verifier's kernel (k = 1 for the same solution, else 0;
+  λ from ``ceiling_lambdas``), a diagnostic, never a candidate for "chosen".
+- The validation search runs in the main cell over the first ``search_seeds`` seeds and scores each candidate
+  by its mean over them on the validation split at T = 1: SetPO candidates are ``search_embedders`` ×
+  ``search_lambdas`` with λ in units of the term's batch spread (``setpo_lambda_units="term_std"``, our
+  opt-in), plus the paper-faithful run. The one chosen has the highest mean validation pass@``eval_samples``
+  among those whose mean pass@1 is at most ``max_pass1_loss`` below GRPO's (none qualifying: the highest
+  pass@k, flagged); the seed-to-seed spread is recorded beside it. The test split is only ever evaluated after
+  every run has finished.
+- A run is made by its settings, its thread count (``threads``) and the code (``setpo.provenance``): all are
+  part of its identity. The replication (``replication_threads``, 0 for none) runs the whole study again,
+  search included, at another thread count, in ``<out>/replication``: another floating-point summation order
+  acts like another seed.
 """
 
 from __future__ import annotations
 
 import math
 import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from setpo.presets import PRESETS
@@ -31,6 +41,7 @@ from setpo.trl.tiny_models import ModelSize
 
 STEPS_PER_GENERATION = 2  # optimizer steps per generated batch (TRL's steps_per_generation)
 BASELINE_EMBEDDER = "hash"  # λ = 0 runs embed only to log diversity curves; hashing is cheap and weight-free
+CEILING_EMBEDDER = "verifier"  # the verifier's kernel: 1 for the same solution (canonical form), else 0
 
 
 def _short(embedder: str) -> str:
@@ -39,7 +50,7 @@ def _short(embedder: str) -> str:
 
 @dataclass(frozen=True)
 class RLRun:
-    """One RL run from the warm start. lam = 0 is the plain baseline of ``preset``."""
+    """One RL run from the warm start. lam = 0 with the defaults is the plain baseline of ``preset``."""
 
     preset: str = "grpo"           # a key of setpo.presets.PRESETS: clip range, ratio level, aggregation
     group_size: int = 7
@@ -49,17 +60,32 @@ class RLRun:
     embedder: str = BASELINE_EMBEDDER
     term: str = "setpo"            # "setpo" (the paper's marginal) or "pairwise" (the local baseline)
     units: str = "absolute"        # "absolute" (the paper) or "term_std" (λ in units of the term's spread)
+    adjust: str = "none"           # "dra": DRA-GRPO's reward rescaling (SetPOConfig.setpo_reward_adjustment)
+    estimator: str = "trl"         # "trl" (TRL's GRPO normalisation) or "pass@K" (Pass@k Training)
 
     @property
     def method(self) -> str:
         base = self.preset.upper()
+        if self.adjust == "dra":
+            return f"DRA-{base}"
+        if self.estimator != "trl":
+            return "Pass@k training"
         if not self.lam:
             return base
         return f"{'SetPO' if self.term == 'setpo' else 'Pairwise'}+{base}"
 
     @property
+    def is_ceiling(self) -> bool:
+        """The perfect-kernel diagnostic (the verifier's kernel), not a method one could deploy."""
+        return self.embedder == CEILING_EMBEDDER and bool(self.lam)
+
+    @property
     def variant(self) -> str:
         """The method with its settings, without the seed: runs of one variant differ only by seed."""
+        if self.adjust == "dra":
+            return f"{self.method} ({_short(self.embedder)})"
+        if self.estimator != "trl":
+            return f"{self.method} (k={self.estimator.partition('@')[2]})"
         if not self.lam:
             return self.method
         return f"{self.method} (λ={self.lam:g}{'σ' if self.units == 'term_std' else ''}, {_short(self.embedder)})"
@@ -67,12 +93,23 @@ class RLRun:
     @property
     def name(self) -> str:
         base = f"{self.preset}_G{self.group_size}_b{self.beta:g}_s{self.seed}"
+        if self.adjust == "dra":
+            return f"{base}_dra_{_short(self.embedder)}"
+        if self.estimator != "trl":
+            return f"{base}_{self.estimator.replace('@', '')}"
         if not self.lam:
             return base
         return f"{base}_{self.term}{self.lam:g}{'sd' if self.units == 'term_std' else ''}_{_short(self.embedder)}"
 
+    @property
+    def needs_embeddings(self) -> bool:
+        return bool(self.lam) or self.adjust != "none"
+
     def with_seed(self, seed: int) -> "RLRun":
-        return RLRun(**{**asdict(self), "seed": seed})
+        return replace(self, seed=seed)
+
+    def in_cell(self, group_size: int, beta: float, seed: int | None = None) -> "RLRun":
+        return replace(self, group_size=group_size, beta=beta, seed=self.seed if seed is None else seed)
 
 
 @dataclass
@@ -93,10 +130,11 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
     out: str = "runs/countdown"
     seed: int = 0
     threads: int = 2
+    replication_threads: int = 1   # the replication's thread count; 0: no replication
     # data
     n_train: int = 3000
-    n_val: int = 100
-    n_test: int = 200
+    n_val: int = 200
+    n_test: int = 400
     num_numbers: tuple[int, ...] = (3, 4)
     number_range: tuple[int, int] = (1, 20)
     target_range: tuple[int, int] = (1, 50)
@@ -116,19 +154,24 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
     rl_save_steps: int = 20        # a multiple of STEPS_PER_GENERATION (checkpoints at generation boundaries)
     main_group_size: int = 7
     main_beta: float = 0.001
-    rl_seeds: tuple[int, ...] = (0, 1, 2)
-    other_cells: tuple[tuple[int, float], ...] = ()
+    rl_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    other_cells: tuple[tuple[int, float], ...] = ((3, 0.001), (3, 0.005), (7, 0.005))
+    grid_seeds: int = 3            # the first grid_seeds of rl_seeds run in the other cells
     paper_embedder: str = "default"
     paper_lambda: float = PRESETS["countdown"].lam
-    # validation search (main cell, first seed, validation split, T = 1)
+    # validation search (main cell, the first search_seeds seeds, validation split, T = 1)
+    search_seeds: int = 2
     search_embedders: tuple[str, ...] = ("default", "centered:default", "hash")
-    search_lambdas: tuple[float, ...] = (0.05, 0.15, 0.5)
-    pairwise_lambdas: tuple[float, ...] = (0.05, 0.15, 0.5)
+    search_lambdas: tuple[float, ...] = (0.15, 0.5)
+    pairwise_lambdas: tuple[float, ...] = (0.15, 0.5)
+    dra_embedders: tuple[str, ...] = ("default", "centered:default", "hash")
+    passk_ks: tuple[int, ...] = (2, 4)
+    ceiling_lambdas: tuple[float, ...] = (0.15, 0.5)
     max_pass1_loss: float = 0.02
     extra_presets: tuple[str, ...] = ()
     # evaluation
     eval_samples: int = 64
-    eval_temperatures: tuple[float, ...] = (1.0,)
+    eval_temperatures: tuple[float, ...] = (0.5, 1.0)
     eval_top_p: float = 0.9
     eval_batch_sequences: int = 1024
     n_probe: int = 3
@@ -142,7 +185,8 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
                 raise ValueError(f"model: unknown fields {sorted(unknown)}; known: {[f.name for f in fields(ModelSize)]}")
             self.model = ModelSize(**self.model)
         for name in ("num_numbers", "number_range", "target_range", "rl_seeds", "search_embedders", "search_lambdas",
-                     "pairwise_lambdas", "extra_presets", "eval_temperatures"):
+                     "pairwise_lambdas", "dra_embedders", "passk_ks", "ceiling_lambdas", "extra_presets",
+                     "eval_temperatures"):
             value = getattr(self, name)
             if not isinstance(value, (list, tuple)):
                 raise ValueError(f"{name} must be a list, got {value!r}")
@@ -162,11 +206,20 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
         for name in ("sft_epochs", "sft_lr", "rl_lr", "rl_temperature", "paper_lambda"):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive finite number, got {getattr(self, name)}")
-        for name in ("search_lambdas", "pairwise_lambdas"):
+        for name in ("search_lambdas", "pairwise_lambdas", "ceiling_lambdas"):
             if not getattr(self, name) or any(not math.isfinite(v) or v <= 0 for v in getattr(self, name)):
                 raise ValueError(f"{name} must be non-empty positive finite numbers, got {getattr(self, name)}")
         if not self.rl_seeds or len(set(self.rl_seeds)) != len(self.rl_seeds):
             raise ValueError(f"rl_seeds must be distinct and non-empty, got {self.rl_seeds}")
+        for name in ("search_seeds", "grid_seeds"):
+            if not 1 <= getattr(self, name) <= len(self.rl_seeds):
+                raise ValueError(f"{name} must be in [1, len(rl_seeds) = {len(self.rl_seeds)}], got {getattr(self, name)}")
+        if self.replication_threads < 0 or self.replication_threads == self.threads:
+            raise ValueError(f"replication_threads must be 0 (no replication) or a thread count other than threads "
+                             f"= {self.threads} (the replication is the study at another floating-point path), got "
+                             f"{self.replication_threads}")
+        if not self.dra_embedders or any(not e.strip() for e in self.dra_embedders):
+            raise ValueError("dra_embedders must name embedders")
         if not self.search_embedders or any(not e.strip() for e in self.search_embedders + (self.paper_embedder,)):
             raise ValueError("search_embedders and paper_embedder must name embedders")
         if not 0 <= self.max_pass1_loss <= 1:
@@ -192,6 +245,9 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
             if self.rl_prompts_per_step * g % STEPS_PER_GENERATION:
                 raise ValueError(f"rl_prompts_per_step * G must be a multiple of {STEPS_PER_GENERATION} (one batch "
                                  f"feeds {STEPS_PER_GENERATION} optimizer steps), got {self.rl_prompts_per_step} * {g}")
+        if not self.passk_ks or any(not 1 <= k <= self.main_group_size for k in self.passk_ks):
+            raise ValueError(f"passk_ks must be non-empty, each k in [1, main_group_size = {self.main_group_size}] "
+                             f"(Pass@k training runs in the main cell), got {self.passk_ks}")
         for p in self.extra_presets:
             if p not in PRESETS:
                 raise ValueError(f"unknown preset {p!r} in extra_presets; known: {sorted(PRESETS)}")
@@ -207,22 +263,27 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
         """Toy size: the whole pipeline in well under a minute (tests, notebook SMOKE mode)."""
         base = dict(out=out, n_train=48, n_val=4, n_test=4, model=ModelSize(32, 1, 2, 1, 64, 48),
                     sft_epochs=1.0, sft_batch_size=32, rl_steps=2, rl_prompts_per_step=2, rl_save_steps=2,
-                    main_group_size=3, rl_seeds=(0, 1), other_cells=(), paper_embedder="hash",
-                    search_embedders=("hash",), search_lambdas=(1.0,), pairwise_lambdas=(1.0,),
-                    eval_samples=8, eval_temperatures=(1.0,), n_probe=1, probe_samples=4, probe_every=1)
+                    main_group_size=3, rl_seeds=(0, 1), other_cells=((4, 0.005),), grid_seeds=1, search_seeds=1,
+                    paper_embedder="hash", search_embedders=("hash",), search_lambdas=(1.0,), pairwise_lambdas=(1.0,),
+                    dra_embedders=("hash",), passk_ks=(2,), ceiling_lambdas=(1.0,), replication_threads=0,
+                    eval_samples=8, eval_temperatures=(0.5, 1.0), n_probe=1, probe_samples=4, probe_every=1)
         return cls(**{**base, **kw})
 
     # ---- the runs the study makes -------------------------------------------------------------------------
 
     def main_cell(self, **kw) -> RLRun:
-        """A run in the main cell with the first seed; keywords set lam, embedder, term, units, preset."""
+        """A run in the main cell with the first seed; keywords set lam, embedder, term, units, preset, ..."""
         return RLRun(**{"group_size": self.main_group_size, "beta": self.main_beta, "seed": self.rl_seeds[0], **kw})
+
+    @property
+    def search_seed_list(self) -> tuple[int, ...]:
+        return self.rl_seeds[:self.search_seeds]
 
     def paper_run(self) -> RLRun:
         return self.main_cell(lam=self.paper_lambda, embedder=self.paper_embedder)
 
     def search_runs(self) -> list[RLRun]:
-        """The SetPO candidates of the validation search (the paper-faithful run among them)."""
+        """The SetPO candidates of the validation search (the paper-faithful run among them), first seed."""
         runs = [self.paper_run()]
         runs += [self.main_cell(lam=lam, embedder=e, units="term_std")
                  for e in self.search_embedders for lam in self.search_lambdas]
@@ -233,17 +294,49 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
         return [self.main_cell(lam=lam, embedder=embedder, term="pairwise", units="term_std")
                 for lam in self.pairwise_lambdas]
 
-    def final_runs(self, chosen: RLRun, pairwise: RLRun) -> list[RLRun]:
-        """Every run the test split evaluates: the main cell's methods over every seed, then the other cells
-        (GRPO and the chosen SetPO, first seed), then the extra presets (first seed)."""
-        variants = [self.main_cell(), chosen, self.paper_run(), pairwise]
+    def dra_runs(self) -> list[RLRun]:
+        """DRA-GRPO's candidates: its reward rescaling with each of ``dra_embedders`` (its only setting)."""
+        return [self.main_cell(adjust="dra", embedder=e) for e in self.dra_embedders]
+
+    def passk_runs(self) -> list[RLRun]:
+        """Pass@k Training's candidates: its group advantage for each k of ``passk_ks``."""
+        return [self.main_cell(estimator=f"pass@{k}") for k in self.passk_ks]
+
+    def ceiling_runs(self) -> list[RLRun]:
+        """The perfect-kernel ceiling's candidates: SetPO+GRPO with the verifier's kernel, each of ``ceiling_lambdas``."""
+        return [self.main_cell(lam=lam, embedder=CEILING_EMBEDDER, units="term_std") for lam in self.ceiling_lambdas]
+
+    def searches(self, setpo_embedder: str | None = None) -> dict[str, list[RLRun]]:
+        """Every validation search, by the method it settles: "setpo", and (given the embedder the SetPO search
+        chose) "pairwise", "dra", "passk", "ceiling"."""
+        out = {"setpo": self.search_runs()}
+        if setpo_embedder is not None:
+            out.update(pairwise=self.pairwise_runs(setpo_embedder), dra=self.dra_runs(), passk=self.passk_runs(),
+                       ceiling=self.ceiling_runs())
+        return out
+
+    def final_runs(self, chosen: dict[str, RLRun]) -> list[RLRun]:
+        """Every run the test split evaluates. chosen: the validation-chosen run of each search ("setpo",
+        "pairwise", "dra", "passk", "ceiling"; any may be missing). The main cell's methods over every seed, then
+        the other cells (GRPO and the chosen SetPO, the first ``grid_seeds`` seeds), then the extra presets (first
+        seed)."""
+        variants = [self.main_cell(), chosen["setpo"], self.paper_run(),
+                    *(chosen[k] for k in ("pairwise", "dra", "passk", "ceiling") if k in chosen)]
         runs = [v.with_seed(s) for s in self.rl_seeds for v in dict.fromkeys(variants)]
         for g, beta in self.other_cells:
-            base = RLRun("grpo", g, beta, 0.0, self.rl_seeds[0])
-            runs += [base, RLRun(**{**asdict(chosen), "group_size": g, "beta": beta, "seed": self.rl_seeds[0]})]
+            for s in self.rl_seeds[:self.grid_seeds]:
+                runs += [self.main_cell().in_cell(g, beta, s), chosen["setpo"].in_cell(g, beta, s)]
         for preset in self.extra_presets:
-            runs += [self.main_cell(preset=preset), RLRun(**{**asdict(chosen), "preset": preset})]
+            runs += [self.main_cell(preset=preset), replace(chosen["setpo"], preset=preset)]
         return list(dict.fromkeys(runs))
+
+    def temperatures(self, run: RLRun | None, chosen: RLRun) -> tuple[float, ...]:
+        """The temperatures a run is evaluated at: every one of ``eval_temperatures`` for the warm start (None),
+        GRPO and the chosen SetPO (``chosen``; the grid's two methods) in any cell; T = 1 only for the main
+        cell's other methods."""
+        grid_method = run is None or run.variant == "GRPO" or run.in_cell(chosen.group_size, chosen.beta,
+                                                                          chosen.seed) == chosen
+        return self.eval_temperatures if grid_method else (1.0,)
 
 
 def _check_types(obj, prefix: str = "") -> None:
@@ -271,10 +364,10 @@ def _check_types(obj, prefix: str = "") -> None:
             raise ValueError(f"{prefix}{f.name} must be {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
-# Fields that do not change any result: where the folder is seen from, how many threads run, how often
-# checkpoints are written, and the judge (it judges what the evaluation sampled; not in config.json at all).
-# Everything else must match to reuse a folder.
-RESULT_NEUTRAL_FIELDS = ("out", "threads", "rl_save_steps", *JUDGE_FIELDS)
+# Fields that do not change any result: where the folder is seen from, how often checkpoints are written, and
+# the judge (it judges what the evaluation sampled; not in config.json at all). Everything else must match to
+# reuse a folder; the thread count too, since it changes the floating-point path (and with it the weights).
+RESULT_NEUTRAL_FIELDS = ("out", "rl_save_steps", *JUDGE_FIELDS)
 
 
 def load_config(out: str | Path) -> CountdownLMConfig:

@@ -17,8 +17,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from envs.countdown import CountdownInstance, distinct_correct_solutions, score_answer
-from setpo.metrics import diversity_width_and_average_modes, pass_at_k
 from setpo.records import read_json, read_records
 from setpo.studies.countdown_config import CountdownLMConfig, RLRun
 from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
@@ -61,32 +59,17 @@ def mean_ci(values: Sequence[float]) -> dict:
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
 
 
-def evaluate_samples(instances: Sequence[CountdownInstance], samples: Sequence[Sequence[str]]) -> dict:
-    """pass@k (k = 1..n), accuracy and the diversity numbers from n samples per problem.
 
-    Returns {"n", "correct" (per problem), "distinct" (per problem), "pass_at_k" (list, k = 1..n, mean over
-    problems), "accuracy" (mean fraction correct = pass@1), "diversity_width", "average_modes",
-    "average_modes_all" (over all problems, unsolved counting 0)}.
-    """
-    n = len(samples[0]) if samples else 0
-    if len(samples) != len(instances) or any(len(s) != n for s in samples) or n == 0:
-        raise ValueError("samples must hold the same number (>= 1) of completions for every instance")
-    correct, distinct = [], []
-    for inst, texts in zip(instances, samples):
-        correct.append(sum(score_answer(t, inst.numbers, inst.target) == 1.0 for t in texts))
-        distinct.append(len(distinct_correct_solutions(texts, inst.numbers, inst.target)))
-    curve = [sum(pass_at_k(n, c, k) for c in correct) / len(correct) for k in range(1, n + 1)]
-    width, modes = diversity_width_and_average_modes(distinct)
-    _, modes_all = diversity_width_and_average_modes(distinct, over="all")
-    return {"n": n, "correct": correct, "distinct": distinct, "pass_at_k": curve, "accuracy": curve[0],
-            "diversity_width": width, "average_modes": modes, "average_modes_all": modes_all}
-
-
-def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: RLRun, results: dict, selection: dict,
-              diagnostics: dict) -> dict:
+def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str, RLRun] | RLRun, results: dict,
+              selection: dict, diagnostics: dict, timings: dict | None = None) -> dict:
     """The study's record: one row per (run, seed, temperature) with pass@k as fractions, width and average
-    modes, ``primary`` on the SetPO+GRPO chosen on validation; the paired differences of the main cell; the
-    validation search and the embedder diagnostics."""
+    modes, ``primary`` on the SetPO+GRPO chosen on validation, ``threads``; the paired differences of the main
+    cell against GRPO (``paired``) and of the chosen SetPO against each baseline (``versus``); the grid
+    (``grid``); the noise of the headline and what more seeds or problems would buy (``noise``); the validation
+    searches, the embedder diagnostics and where the time went (``timings``). chosen: the run each search
+    chose ({"setpo": ..., "pairwise": ..., ...}; a lone RLRun: the SetPO one)."""
+    chosen = {"setpo": chosen} if isinstance(chosen, RLRun) else dict(chosen)
+    primary = chosen["setpo"]
     n = cfg.eval_samples
     rows = []
     for run in [None, *runs]:
@@ -99,14 +82,50 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: RLRun, resu
             rows.append({"name": name, "method": "warm start (SFT)" if run is None else run.method,
                          "variant": "warm start (SFT)" if run is None else run.variant,
                          "G": d.get("group_size"), "beta": d.get("beta"), "lam": d.get("lam"),
-                         "embedder": embedder_label(run.embedder) if run is not None and run.lam else None,
+                         "embedder": embedder_label(run.embedder) if run is not None and run.needs_embeddings else None,
                          "units": d.get("units"), "term": d.get("term"), "seed": d.get("seed"), "T": temp,
-                         "primary": run is not None and RLRun(**{**d, "seed": chosen.seed}) == chosen,
+                         "primary": run is not None and run.with_seed(primary.seed) == primary,
+                         "role": _role(run, chosen), "threads": cfg.threads, "replication": 0,
                          "pass_at_k": {str(k): r["pass_at_k"][k - 1] for k in _ks(n)}, "pass_curve": r["pass_at_k"],
                          "width": r["diversity_width"], "avg_modes": r["average_modes"],
                          "n_problems": len(r["correct"]), "run": d or None})
-    return {"config": json.loads(json.dumps(without_judge(asdict(cfg)))), "chosen": chosen.variant, "runs": rows,
-            "paired": paired_differences(cfg, rows), "selection": selection, "diagnostics": diagnostics}
+    summary = {"config": json.loads(json.dumps(without_judge(asdict(cfg)))), "chosen": primary.variant,
+               "chosen_by_search": {k: r.variant for k, r in chosen.items()}, "runs": rows,
+               "paired": paired_differences(cfg, rows), "versus": versus_baselines(cfg, rows),
+               "grid": grid_differences(cfg, rows), "noise": headline_noise(cfg, rows, results),
+               "selection": selection, "diagnostics": diagnostics}
+    if timings is not None:
+        summary["timings"] = timings
+    return summary
+
+
+def _role(run: RLRun | None, chosen: Mapping[str, RLRun]) -> str:
+    """What a run is in the study: "warm start", "grpo", "paper", or the search that chose it."""
+    if run is None:
+        return "warm start"
+    if run.variant == "GRPO":
+        return "grpo"
+    for key, c in chosen.items():
+        if run.in_cell(c.group_size, c.beta, c.seed) == c:
+            return key
+    return "paper" if run.lam and run.units == "absolute" else "other"
+
+
+def with_replication(summary: dict, replicated: dict) -> dict:
+    """The primary study's summary with its replication's inside (``replication``), its rows marked
+    ``replication: 1``; ``agreement``: the headline of both, side by side."""
+    rep = {**replicated, "runs": [{**r, "replication": 1} for r in replicated["runs"]]}
+    head = lambda s: next((p for p in s["paired"] if p["primary"]), None)  # noqa: E731
+    return {**summary, "replication": rep,
+            "agreement": {"primary": {"threads": summary["config"]["threads"], "chosen": summary["chosen"],
+                                      "headline": head(summary)},
+                          "replication": {"threads": replicated["config"]["threads"], "chosen": replicated["chosen"],
+                                          "headline": head(replicated)}}}
+
+
+def every_row(summary: dict) -> list[dict]:
+    """The primary's rows and the replication's (if any): every run of the record."""
+    return summary["runs"] + summary.get("replication", {}).get("runs", [])
 
 
 def _in_main_cell(row: dict, cfg: CountdownLMConfig | Mapping) -> bool:
@@ -117,29 +136,111 @@ def _in_main_cell(row: dict, cfg: CountdownLMConfig | Mapping) -> bool:
     return row["G"] == g and row["beta"] == beta
 
 
+def _paired(pairs: Sequence[tuple[dict, dict]], n: str) -> dict:
+    """a - b over (a, b) rows of the same seed: pass@1, pass@n, average modes, width, each with its interval."""
+    diff = lambda f: mean_ci([f(a) - f(b) for a, b in pairs])  # noqa: E731
+    return {"seeds": [a["seed"] for a, _ in pairs], "pass1": diff(lambda r: r["pass_at_k"]["1"]),
+            "passn": diff(lambda r: r["pass_at_k"][n]), "avg_modes": diff(lambda r: r["avg_modes"]),
+            "width": diff(lambda r: r["width"])}
+
+
+def _cell_rows(rows: Sequence[dict], g, beta, temp: float) -> list[dict]:
+    return [r for r in rows if r["seed"] is not None and r["G"] == g and r["beta"] == beta and r["T"] == temp]
+
+
 def paired_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
     """Main cell, T = 1: every variant minus GRPO of the same seed (same warm start), for pass@1, pass@n,
     average modes and width, each as a mean with its 95% t-interval over seeds; and how much of GRPO's pass@n
     loss against the warm start the variant wins back (``gap_closed``: 1 = all of it)."""
     n = str(cfg.eval_samples)
-    main = [r for r in rows
-            if r["seed"] is not None and _in_main_cell(r, cfg) and r["T"] == 1.0 and r["method"].endswith("GRPO")]
-    grpo = {r["seed"]: r for r in main if r["lam"] == 0}
+    main = [r for r in _cell_rows(rows, cfg.main_group_size, cfg.main_beta, 1.0) if r["run"]["preset"] == "grpo"]
+    grpo = {r["seed"]: r for r in main if r["variant"] == "GRPO"}
     sft = next((r for r in rows if r["name"] == "sft" and r["T"] == 1.0), None)
     out = []
-    for variant in dict.fromkeys(r["variant"] for r in main if r["lam"]):
+    for variant in dict.fromkeys(r["variant"] for r in main if r["variant"] != "GRPO"):
         pairs = [(r, grpo[r["seed"]]) for r in main if r["variant"] == variant and r["seed"] in grpo]
         if not pairs:
             continue
-        diff = lambda f: mean_ci([f(a) - f(b) for a, b in pairs])  # noqa: E731
-        entry = {"variant": variant, "primary": pairs[0][0]["primary"], "seeds": [a["seed"] for a, _ in pairs],
-                 "pass1": diff(lambda r: r["pass_at_k"]["1"]), "passn": diff(lambda r: r["pass_at_k"][n]),
-                 "avg_modes": diff(lambda r: r["avg_modes"]), "width": diff(lambda r: r["width"])}
+        entry = {"variant": variant, "primary": pairs[0][0]["primary"], "role": pairs[0][0].get("role"),
+                 **_paired(pairs, n)}
         if sft is not None:
             gap = sft["pass_at_k"][n] - statistics.mean(b["pass_at_k"][n] for _, b in pairs)
             entry["gap_closed"] = entry["passn"]["mean"] / gap if gap > 0 else None
         out.append(entry)
     return out
+
+
+def versus_baselines(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
+    """Main cell, T = 1: the chosen SetPO+GRPO minus each other variant (the baselines at their chosen settings,
+    the paper-faithful run, the perfect-kernel ceiling) of the same seed, with 95% t-intervals."""
+    n = str(cfg.eval_samples)
+    main = _cell_rows(rows, cfg.main_group_size, cfg.main_beta, 1.0)
+    setpo = {r["seed"]: r for r in main if r["primary"]}
+    out = []
+    for variant in dict.fromkeys(r["variant"] for r in main if not r["primary"] and r["variant"] != "GRPO"):
+        pairs = [(setpo[r["seed"]], r) for r in main if r["variant"] == variant and r["seed"] in setpo]
+        if pairs:
+            out.append({"baseline": variant, "role": pairs[0][1].get("role"), **_paired(pairs, n)})
+    return out
+
+
+def grid_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
+    """Every cell of the grid (G, β) at every evaluated T: the chosen SetPO+GRPO minus GRPO of the same seed,
+    with the two methods' means beside it (the paper's Table 3, with intervals)."""
+    n = str(cfg.eval_samples)
+    cells = [(cfg.main_group_size, cfg.main_beta), *cfg.other_cells]
+    out = []
+    for g, beta in cells:
+        for temp in cfg.eval_temperatures:
+            here = _cell_rows(rows, g, beta, temp)
+            grpo = {r["seed"]: r for r in here if r["variant"] == "GRPO"}
+            pairs = [(r, grpo[r["seed"]]) for r in here if r.get("role") == "setpo" and r["seed"] in grpo]
+            if not pairs:
+                continue
+            means = {side: {"pass1": statistics.mean(p[i]["pass_at_k"]["1"] for p in pairs),
+                            "passn": statistics.mean(p[i]["pass_at_k"][n] for p in pairs),
+                            "avg_modes": statistics.mean(p[i]["avg_modes"] for p in pairs),
+                            "width": statistics.mean(p[i]["width"] for p in pairs)}
+                     for i, side in enumerate(("setpo", "grpo"))}
+            out.append({"G": g, "beta": beta, "T": temp, **means, "difference": _paired(pairs, n)})
+    return out
+
+
+def headline_noise(cfg: CountdownLMConfig, rows: Sequence[dict], results: Mapping[str, dict]) -> dict | None:
+    """The noise in the headline (main cell, T = 1, chosen SetPO+GRPO minus GRPO, pass@n), split in two:
+
+    - evaluation: the standard error of one run's pass@n over the test problems (per-problem "any of n samples
+      correct" indicators), and of one seed's paired difference (per-problem differences of the two runs);
+    - training: the seed-to-seed variance of the paired difference beyond what evaluation explains.
+
+    ``projection`` is the 95% half-width the headline would have with s seeds and m test problems (evaluation
+    variance scales as 1/m, training variance does not), so that more problems and more RL runs can be
+    weighed against each other; ``target`` is ±3 points."""
+    n = str(cfg.eval_samples)
+    main = _cell_rows(rows, cfg.main_group_size, cfg.main_beta, 1.0)
+    grpo = {r["seed"]: r for r in main if r["variant"] == "GRPO"}
+    pairs = [(r, grpo[r["seed"]]) for r in main if r["primary"] and r["seed"] in grpo]
+    if len(pairs) < 2:
+        return None
+    hits = lambda row: [int(c > 0) for c in results[f"{row['name']}_T1"]["correct"]]  # noqa: E731
+    problems = len(hits(pairs[0][0]))
+    se = lambda xs: statistics.stdev(xs) / math.sqrt(len(xs))  # noqa: E731
+    run_se = [se(hits(row)) for pair in pairs for row in pair]
+    pair_se = [se([a - b for a, b in zip(hits(x), hits(y))]) for x, y in pairs]
+    diffs = [x["pass_at_k"][n] - y["pass_at_k"][n] for x, y in pairs]
+    eval_var = statistics.mean(v * v for v in pair_se)
+    train_var = max(0.0, statistics.variance(diffs) - eval_var)
+    projection = {}
+    for s in (len(pairs), 5, 8, 10, 15):
+        for m in (problems, 2 * problems, 5 * problems):
+            t = _T975.get(s - 1, 1.96 if s > 31 else _T975[max(k for k in _T975 if k <= s - 1)])
+            projection[f"{s} seeds, {m} problems"] = t * math.sqrt((train_var + eval_var * problems / m) / s)
+    return {"problems": problems, "seeds": len(pairs), "run_se_mean": statistics.mean(run_se),
+            "pair_se_mean": math.sqrt(eval_var), "diff_sd_over_seeds": statistics.stdev(diffs),
+            "train_sd": math.sqrt(train_var),
+            "seed_sd": {"GRPO": statistics.stdev(y["pass_at_k"][n] for _, y in pairs),
+                        "SetPO": statistics.stdev(x["pass_at_k"][n] for x, _ in pairs)},
+            "half_width": mean_ci(diffs)["hi"] - mean_ci(diffs)["mean"], "target": 0.03, "projection": projection}
 
 
 def _ci(d: dict, scale: float = 100.0, digits: int = 1) -> str:
@@ -150,14 +251,15 @@ def _ci(d: dict, scale: float = 100.0, digits: int = 1) -> str:
 
 def results_markdown(summary: dict) -> str:
     """The tables of the README and notebook 03, all from the record: the main cell (mean over seeds), the paired
-    differences with 95% intervals, the other cells, the validation search and the embedder diagnostics; with
+    differences against GRPO and of the chosen SetPO against each baseline, the grid, the noise of the
+    headline, the replication, the validation searches, the embedder diagnostics and where the time went; with
     a judge (``summary["judged"]``, stage "judge"), the main cell's judged diversity column and what it is."""
     cfg = summary["config"]
     n = str(cfg["eval_samples"])
     rows = summary["runs"]
     judged = summary.get("judged")
-    lines = [f"Countdown test split: {cfg['n_test']} problems, n = {n} samples each, top-p {cfg['eval_top_p']}. "
-             f"Chosen on validation: {summary['chosen']}.", "",
+    lines = [f"Countdown test split: {cfg['n_test']} problems, n = {n} samples each, top-p {cfg['eval_top_p']}, "
+             f"{cfg['threads']} thread(s). Chosen on validation: {summary['chosen']}.", "",
              f"Main cell (G = {cfg['main_group_size']}, β = {cfg['main_beta']:g}), T = 1, mean over seeds:", "",
              f"| method | seeds | pass@1 | pass@{n} | avg modes | width |" + (f" {JUDGED_COLUMN} |" if judged else ""),
              "|---|---|---|---|---|---|" + ("---|" if judged else "")]
@@ -179,24 +281,61 @@ def results_markdown(summary: dict) -> str:
         gap = "-" if p.get("gap_closed") is None else f"{100 * p['gap_closed']:.0f}%"
         lines.append(f"| {p['variant']}{' ★' if p['primary'] else ''} | {_ci(p['pass1'])} | {_ci(p['passn'])} | "
                      f"{_ci(p['avg_modes'], 1.0, 2)} | {_ci(p['width'], 1.0, 1)} | {gap} |")
-    others = [r for r in rows if r["seed"] is not None and not _in_main_cell(r, cfg)]
-    if others:
-        lines += ["", "Other cells (one seed, T = 1):", "", f"| method | G | β | pass@1 | pass@{n} | avg modes | width |",
+    if summary.get("versus"):
+        lines += ["", f"The chosen SetPO+GRPO minus each other method, same seed (points; 95% t-interval):", "",
+                  f"| minus | role | pass@1 | pass@{n} | avg modes | width |", "|---|---|---|---|---|---|"]
+        lines += [f"| {v['baseline']} | {v.get('role', '')} | {_ci(v['pass1'])} | {_ci(v['passn'])} | "
+                  f"{_ci(v['avg_modes'], 1.0, 2)} | {_ci(v['width'], 1.0, 1)} |" for v in summary["versus"]]
+    if summary.get("grid"):
+        lines += ["", f"The grid: GRPO and the chosen SetPO+GRPO in every cell (means over seeds; difference SetPO − "
+                  "GRPO with its 95% t-interval, points):", "",
+                  f"| G | β | T | seeds | GRPO pass@1 / pass@{n} / modes / width | SetPO pass@1 / pass@{n} / modes / width "
+                  f"| Δ pass@1 | Δ pass@{n} | Δ width |", "|---|---|---|---|---|---|---|---|---|"]
+        for c in summary["grid"]:
+            fmt = lambda d: f"{d['pass1']:.3f} / {d['passn']:.3f} / {d['avg_modes']:.2f} / {d['width']:.1f}"  # noqa: E731
+            diff = c["difference"]
+            lines.append(f"| {c['G']} | {c['beta']:g} | {c['T']:g} | {len(diff['seeds'])} | {fmt(c['grpo'])} | "
+                         f"{fmt(c['setpo'])} | {_ci(diff['pass1'])} | {_ci(diff['passn'])} | {_ci(diff['width'], 1.0, 1)} |")
+    noise = summary.get("noise")
+    if noise:
+        lines += ["", f"Noise of the headline (pass@{n}, chosen SetPO − GRPO, main cell, T = 1): one run's standard error "
+                  f"over the {noise['problems']} test problems {100 * noise['run_se_mean']:.1f} points, one seed's paired "
+                  f"difference {100 * noise['pair_se_mean']:.1f}; the difference varies by {100 * noise['diff_sd_over_seeds']:.1f} "
+                  f"points (SD) over {noise['seeds']} seeds, {100 * noise['train_sd']:.1f} of them from training (GRPO's "
+                  f"pass@{n} SD {100 * noise['seed_sd']['GRPO']:.1f}, SetPO's {100 * noise['seed_sd']['SetPO']:.1f}). "
+                  f"95% half-width now ±{100 * noise['half_width']:.1f} (target ±{100 * noise['target']:.0f}); projected:", "",
+                  "| seeds, test problems | 95% half-width (points) |", "|---|---|"]
+        lines += [f"| {k} | ±{100 * v:.1f} |" for k, v in noise["projection"].items()]
+    agreement = summary.get("agreement")
+    if agreement:
+        lines += ["", "Replication (the whole study again at another thread count), headline of each:", "",
+                  f"| study | threads | chosen on validation | Δ pass@1 | Δ pass@{n} | Δ avg modes | Δ width |",
                   "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['variant']} | {r['G']} | {r['beta']:g} | {r['pass_at_k']['1']:.3f} | {r['pass_at_k'][n]:.3f} | "
-                  f"{r['avg_modes']:.2f} | {r['width']} |" for r in others if r["T"] == 1.0]
+        for key, a in agreement.items():
+            h = a["headline"]
+            lines.append(f"| {key} | {a['threads']} | {a['chosen']} | " + (" | ".join(
+                [_ci(h['pass1']), _ci(h['passn']), _ci(h['avg_modes'], 1.0, 2), _ci(h['width'], 1.0, 1)]) if h else "- | - | - | -") + " |")
     sel = summary["selection"]
-    lines += ["", f"Validation search ({sel['rule']}; GRPO: pass@1 {sel['grpo']['pass1']:.3f}, pass@{n} "
-              f"{sel['grpo']['passn']:.3f}):", "", f"| candidate | pass@1 | pass@{n} | avg modes | qualifies |", "|---|---|---|---|---|"]
-    for block in (sel["candidates"], sel.get("pairwise", {}).get("candidates", {})):
-        lines += [f"| {c['variant']} | {c['pass1']:.3f} | {c['passn']:.3f} | {c['average_modes']:.2f} | "
-                  f"{'yes' if c['qualifies'] else 'no'} |" for c in block.values()]
+    lines += ["", f"Validation searches ({sel['rule']}; GRPO: pass@1 {sel['grpo']['pass1']:.3f}, pass@{n} "
+              f"{sel['grpo']['passn']:.3f}):", "",
+              f"| search | candidate | pass@1 | pass@{n} | pass@{n} spread over seeds | avg modes | qualifies |",
+              "|---|---|---|---|---|---|---|"]
+    blocks = [("setpo", sel)] + [(k, sel[k]) for k in ("pairwise", "dra", "passk", "ceiling") if k in sel]
+    for key, block in blocks:
+        lines += [f"| {key}{' ✓' if name == block['chosen'] else ''} | {c['variant']} | {c['pass1']:.3f} | {c['passn']:.3f} | "
+                  f"{100 * c.get('passn_spread', 0.0):.1f} | {c['average_modes']:.2f} | {'yes' if c['qualifies'] else 'no'} |"
+                  for name, c in block["candidates"].items()]
     lines += ["", "Kernel diagnostics (validation solutions; AUC: same solution more similar than different ones; "
               "spread: max s - min s in a group of 4 copies + 3 other solutions):", "",
               "| embedder | cos same | cos different (mean / 5%) | AUC | spread of s |", "|---|---|---|---|---|"]
     for spec, d in summary["diagnostics"].items():
         lines.append(f"| {embedder_label(spec)} | {d['same_mean']:.3f} | {d['different_mean']:.3f} / "
                      f"{d['different_p5']:.3f} | {d['auc']:.3f} | {d['collapsed_spread']:.4f} |")
+    totals = summary.get("timings", {}).get("totals")
+    if totals:
+        lines += ["", "Where the time went (seconds, this study; RL phases summed over its runs' last invocations):", "",
+                  "| " + " | ".join(totals) + " |", "|" + "---|" * len(totals),
+                  "| " + " | ".join("-" if v is None else f"{v:.0f}" for v in totals.values()) + " |"]
     return "\n".join(lines) + "\n"
 
 
@@ -260,9 +399,9 @@ def _colour(variant: str, variants: Sequence[str]) -> str:
 
 
 def pass_at_k_figure(summary: dict, cols: int = 3):
-    """pass@k (%) against k on a log axis (ticks 1, 2, 4, ..., n): the main cell at T = 1 (mean over seeds,
-    band: lowest to highest seed), the main cell's first seed at the other temperatures, and the other cells;
-    dotted grey: the warm start."""
+    """pass@k (%) against k on a log axis (ticks 1, 2, 4, ..., n): the main cell at T = 1 with every method, then
+    one panel per cell of the grid and temperature with GRPO and the chosen SetPO+GRPO (mean over seeds, band:
+    lowest to highest seed); dotted grey: the warm start at that temperature."""
     cfg = summary["config"]
     rows = summary["runs"]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -281,16 +420,18 @@ def pass_at_k_figure(summary: dict, cols: int = 3):
                           "hover": [f"k={i}: {v:.1f}%" for i, v in zip(k, mean)]})
         return {"title": title, "lines": lines}
 
-    main = lambda r: r["name"] == "sft" or _in_main_cell(r, cfg)  # noqa: E731
-    panels.append(panel(f"G={cfg['main_group_size']}, β={cfg['main_beta']:g}, T=1 ({len(cfg['rl_seeds'])} seeds)",
-                        [r for r in rows if main(r) and r["T"] == 1.0]))
-    for temp in cfg["eval_temperatures"]:
-        if temp != 1.0:
-            panels.append(panel(f"G={cfg['main_group_size']}, β={cfg['main_beta']:g}, T={temp:g} (seed {cfg['rl_seeds'][0]})",
-                                [r for r in rows if main(r) and r["T"] == temp]))
-    for g, beta in cfg["other_cells"]:
-        members = [r for r in rows if (r["name"] == "sft" or (r["G"] == g and r["beta"] == beta)) and r["T"] == 1.0]
-        panels.append(panel(f"G={g}, β={beta:g}, T=1 (1 seed)", members))
+    def seeds(members: Sequence[dict]) -> int:
+        return len({r["seed"] for r in members if r["seed"] is not None})
+
+    main = [r for r in rows if r["T"] == 1.0 and (r["name"] == "sft" or _in_main_cell(r, cfg))]
+    panels.append(panel(f"G={cfg['main_group_size']}, β={cfg['main_beta']:g}, T=1, every method ({seeds(main)} seeds)",
+                        main))
+    for g, beta in [(cfg["main_group_size"], cfg["main_beta"]), *map(tuple, cfg["other_cells"])]:
+        for temp in cfg["eval_temperatures"]:
+            members = [r for r in rows if r["T"] == temp and (r["name"] == "sft" or (
+                r["G"] == g and r["beta"] == beta and r.get("role") in ("setpo", "grpo")))]
+            if seeds(members):
+                panels.append(panel(f"G={g}, β={beta:g}, T={temp:g} ({seeds(members)} seeds)", members))
     one = len(panels) == 1  # a lone panel gets the room its title and legend need
     return pass_at_k_curves(panels, cfg["eval_samples"], cols=cols, x_title="k", y_title="pass@k (%)",
                             title=f"Countdown test split: pass@k, n = {cfg['eval_samples']} samples per problem"
@@ -379,12 +520,15 @@ def study_command(out: str, smoke: bool) -> str:
 
 def write_results(summary: dict, out_dir: str | Path, record: dict) -> tuple[str, Path]:
     """``fig3_countdown_results.md`` (``results_markdown``) and ``fig3_countdown_results.json``: the run record
-    with every row (``runs``), the paired differences, the validation search and the diagnostics. Returns
-    (markdown, path of the .md)."""
+    with every row of the study and its replication (``runs``, each with ``threads`` and ``replication``), the
+    paired differences, the grid, the noise, the replication's agreement, the validation searches, the
+    diagnostics and the timings. Returns (markdown, path of the .md)."""
     table = results_markdown(summary)
     path = save_table(table, Path(out_dir) / "fig3_countdown_results",
-                      {**record, **{k: summary[k] for k in ("chosen", "runs", "paired", "selection", "diagnostics",
-                                                            "judged") if k in summary}},
+                      {**record, "runs": every_row(summary),
+                       **{k: summary[k] for k in ("chosen", "chosen_by_search", "paired", "versus", "grid", "noise",
+                                                  "agreement", "selection", "diagnostics", "timings", "judged")
+                          if k in summary}},
                       note=f"Made by `{record['command']}`; every row, seed and setting in "
                            "`fig3_countdown_results.json` beside this file.")
     return table, path

@@ -9,18 +9,26 @@ claiming a run folder for one configuration, refusals in one shape, and progress
 - ``refusal`` / ``unreadable``: every refusal is one line that *ends* with the file and what to do, so the
   last thing a user reads is not a library's multi-line text.
 - ``chosen_stages``: the stages a command line names, checked against the study's, the valid ones named.
+- ``claim_identity(folder, identity)`` / ``reusable_record(path, identity)``: a folder or record made at another
+  identity (thread count, code, package versions: ``setpo.provenance``) is refused with the differing fields
+  named, or, where the user asks (``redo``), deleted so that it is made again.
 - ``Progress``: a line at most every ``every_s`` seconds from a loop, so long data building shows it is alive.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from setpo.provenance import identity_differences
 from setpo.records import config_differences, read_json, write_json
 from setpo.trl.training import is_done
+
+IDENTITY_FILE = "identity.json"
+REDO = "rerun with --redo to make it again at this identity, or go back to the threads and code that made it"
 
 def stage_done(final: str | Path) -> bool:
     """Whether a training stage whose final folder is ``final`` finished: the trainer answers
@@ -99,6 +107,65 @@ def claim_folder(folder: str | Path, config: Mapping, ignore: Collection[str] = 
     folder.mkdir(parents=True, exist_ok=True)
     write_json(path, new)
     return path
+
+
+def _differences_text(differ: Mapping[str, str]) -> str:
+    return "; ".join(f"{k}: {v}" for k, v in differ.items())
+
+
+def claim_identity(folder: str | Path, identity: Mapping | None, redo: bool = False,
+                   outputs: Sequence[str] | None = None) -> None:
+    """Claim ``folder`` for results made at ``identity`` (``setpo.provenance.run_identity``; None: no check),
+    recorded in ``folder/identity.json``.
+
+    A new folder gets the record. A folder recorded at another identity, or holding results but no record, is
+    refused with the differing fields named (threads, the code files that changed, package versions); with
+    ``redo`` its results are deleted instead, to be made again: ``outputs`` (names inside the folder), or the
+    whole folder when None.
+    """
+    if identity is None:
+        return
+    folder = Path(folder)
+    path = folder / IDENTITY_FILE
+    made = [folder / name for name in outputs] if outputs is not None else (
+        list(folder.iterdir()) if folder.is_dir() else [])
+    made = [p for p in made if p.exists()]
+    if path.exists():
+        differ = identity_differences(read_json(path, f"delete {folder} and rerun to start over"), identity)
+        if not differ:
+            return
+        problem = f"made at another identity ({_differences_text(differ)})"
+    elif made:
+        problem = "holds results but no identity.json, so nothing says which threads and code made them"
+    else:
+        problem = None
+    if problem is not None:
+        if not redo:
+            raise refusal(problem, path if path.exists() else folder, REDO)
+        for p in made + [path]:
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(path, identity)
+
+
+def reusable_record(path: str | Path, identity: Mapping | None, redo: bool = False,
+                    remedy: str = "delete it and rerun") -> dict | None:
+    """A cached JSON record (an evaluation) if it was made at ``identity`` (its "identity" field), else None when
+    there is none; one made at another identity (or recording none) is refused naming the fields, or with
+    ``redo`` deleted (None: make it again). identity None: any record is reused."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    record = read_json(path, remedy)
+    if identity is None:
+        return record
+    differ = identity_differences(record["identity"], identity) if "identity" in record else {"identity": "none recorded"}
+    if not differ:
+        return record
+    if not redo:
+        raise refusal(f"made at another identity ({_differences_text(differ)})", path, REDO)
+    path.unlink()
+    return None
 
 
 class Progress:
