@@ -35,4 +35,4 @@ def run_records(run_dir) -> dict:
     done = json.loads((run_dir / "final" / "done.json").read_text())
     return {"log_history": [{k: v for k, v in h.items() if k not in TIME_KEYS} for h in hist],
             "done": {k: v for k, v in done.items() if k != "seconds"},
-            "probes": (run_dir / "probes.jsonl").read_text()}
+            "probes": (run_dir / "probes.jsonl").read_text() if (run_dir / "probes.jsonl").exists() else None}

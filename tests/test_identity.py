@@ -1,0 +1,139 @@
+"""Issue 23 item 1: a run's identity is its thread count, the code it runs and the packages' versions; a study
+folder, a run folder or a cached evaluation made at another identity is refused with the differing field
+named, or remade when asked (``--redo``); and two runs at the same setting give identical weights and records."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run_records
+
+import setpo.studies.countdown as countdown
+from setpo.provenance import code_identity, identity_differences, import_closure, run_identity
+from setpo.studies.countdown import CountdownLMConfig, run_study, study_identity
+from setpo.studies.stages import claim_identity, reusable_record
+
+
+def test_the_code_is_every_module_the_study_can_import_but_not_what_only_draws():
+    closure = import_closure(countdown.IDENTITY_MODULES, exclude=countdown.NOT_IN_IDENTITY)
+    # through the lazy package export (``from setpo.trl import SetPOTrainer``) and imports inside functions
+    assert {"setpo.trl.trainer", "setpo.trl.config", "setpo.diversity", "envs.countdown.verifier",
+            "setpo.studies.countdown_data", "setpo.embed"} <= set(closure)
+    assert not {"setpo.studies.figures", "setpo.studies.countdown_results", "setpo.judge.client",
+                "setpo.verl.launch"} & set(closure)
+
+
+def test_differences_name_threads_files_and_versions_but_not_the_commit_alone(tmp_path):
+    (tmp_path / "setpo").mkdir()
+    (tmp_path / "setpo" / "__init__.py").write_text("")
+    (tmp_path / "setpo" / "a.py").write_text("from setpo import b\n")
+    (tmp_path / "setpo" / "b.py").write_text("X = 1\n")
+    before = {"threads": 2, "code": code_identity(["setpo.a"], tmp_path), "versions": {"torch": "2.13.0"}}
+    assert set(before["code"]["files"]) == {"setpo/__init__.py", "setpo/a.py", "setpo/b.py"}
+    assert identity_differences(before, {**before, "code": {**before["code"], "commit": "other", "dirty": True}}) == {}
+    (tmp_path / "setpo" / "b.py").write_text("X = 2\n")
+    now = {"threads": 1, "code": code_identity(["setpo.a"], tmp_path), "versions": {"torch": "2.14.0"}}
+    differ = identity_differences(before, now)
+    assert differ["threads"] == "2 then, 1 now" and differ["versions.torch"] == "2.13.0 then, 2.14.0 now"
+    assert differ["code"].startswith("setpo/b.py differ") and "a.py" not in differ["code"]
+
+
+def test_a_folder_or_record_made_at_another_identity_is_refused_or_remade(tmp_path):
+    ident = run_identity(2, ["setpo.studies.stages"])
+    other = {**ident, "threads": 1}
+    run = tmp_path / "run"
+    claim_identity(run, ident)
+    (run / "weights.bin").write_text("w")
+    claim_identity(run, ident)  # the same identity: kept
+    with pytest.raises(ValueError, match=r"another identity \(threads: 2 then, 1 now\).*--redo"):
+        claim_identity(run, other)
+    assert (run / "weights.bin").exists()  # refused: nothing lost
+    claim_identity(run, other, redo=True)
+    assert not (run / "weights.bin").exists() and json.loads((run / "identity.json").read_text())["threads"] == 1
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "weights.bin").write_text("w")
+    with pytest.raises(ValueError, match="no identity.json"):
+        claim_identity(legacy, ident)
+    record = tmp_path / "eval.json"
+    record.write_text(json.dumps({"accuracy": 0.5, "identity": ident}))
+    assert reusable_record(record, ident)["accuracy"] == 0.5
+    with pytest.raises(ValueError, match="threads: 2 then, 1 now"):
+        reusable_record(record, other)
+    assert reusable_record(record, other, redo=True) is None and not record.exists()
+
+
+@pytest.fixture(scope="module")
+def two_studies(tmp_path_factory):
+    """The smoke study twice at the same setting, in two folders, from scratch."""
+    root = tmp_path_factory.mktemp("identity")
+    before = torch.get_num_threads()
+    try:
+        cfgs = [CountdownLMConfig.smoke(out=str(root / name), threads=1, other_cells=(), rl_seeds=(0,),
+                                        dra_embedders=("hash",), eval_temperatures=(1.0,)) for name in ("a", "b")]
+        for cfg in cfgs:
+            run_study(cfg, log=lambda *_: None)
+    finally:
+        torch.set_num_threads(before)
+    return cfgs
+
+
+def test_two_runs_at_the_same_setting_give_identical_weights_and_records(two_studies):
+    from safetensors.torch import load_file
+
+    a, b = (Path(cfg.out) for cfg in two_studies)
+    runs = sorted(p.name for p in (a / "rl").iterdir())
+    assert runs == sorted(p.name for p in (b / "rl").iterdir()) and len(runs) >= 6
+    for name in ["sft", *(f"rl/{r}" for r in runs)]:
+        wa, wb = (load_file(str(f / name / "final" / "model.safetensors")) for f in (a, b))
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), name
+        assert run_records(a / name) == run_records(b / name), name
+    for folder in ("val", "eval"):
+        for path in sorted((a / folder).glob("*.json")):
+            ra, rb = (json.loads(p.read_text()) for p in (path, b / folder / path.name))
+            assert {k: v for k, v in ra.items() if k != "seconds"} == {k: v for k, v in rb.items() if k != "seconds"}
+    summary = lambda f: {k: v for k, v in json.loads((f / "results.json").read_text()).items()  # noqa: E731
+                         if k not in ("config", "timings")}
+    assert summary(a) == summary(b)
+
+
+def test_the_study_refuses_another_thread_count_or_code_and_remakes_on_redo(two_studies, monkeypatch):
+    cfg = two_studies[0]
+    with pytest.raises(ValueError, match=r"different config.*threads: 1 there, 2 now"):
+        run_study(replace(cfg, threads=2), log=lambda *_: None)
+    changed = study_identity(cfg)
+    changed["code"]["files"]["setpo/diversity.py"] = "0" * 16
+    monkeypatch.setattr(countdown, "study_identity", lambda c: changed)
+    with pytest.raises(ValueError, match=r"another identity \(code: setpo/diversity.py differ.*--redo"):
+        run_study(cfg, log=lambda *_: None)
+    # a run folder copied in from elsewhere is checked on its own too
+    rl = Path(cfg.out) / "rl"
+    run = next(rl.iterdir())
+    assert json.loads((run / "identity.json").read_text()) == json.loads((Path(cfg.out) / "identity.json").read_text())
+    logs = []
+    run_study(cfg, log=logs.append, stages=["sft"], redo=True)  # redo: the study's outputs go, the warm start is remade
+    assert any(line.startswith("[sft]") for line in logs) and not rl.exists()
+    assert json.loads((Path(cfg.out) / "identity.json").read_text()) == changed
+
+
+def test_the_replication_is_the_whole_study_again_at_another_thread_count(tmp_path):
+    before = torch.get_num_threads()
+    try:
+        cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"), threads=1, replication_threads=2, other_cells=(),
+                                      rl_seeds=(0, 1), eval_temperatures=(1.0,))
+        summary = run_study(cfg, log=lambda *_: None)
+    finally:
+        torch.set_num_threads(before)
+    rep = tmp_path / "study" / "replication"
+    assert json.loads((rep / "config.json").read_text())["threads"] == 2
+    assert json.loads((rep / "identity.json").read_text())["threads"] == 2
+    assert sorted(p.name for p in (rep / "rl").iterdir()) == sorted(p.name for p in (tmp_path / "study" / "rl").iterdir())
+    assert {r["threads"] for r in summary["replication"]["runs"]} == {2} and {r["threads"] for r in summary["runs"]} == {1}
+    assert {r["replication"] for r in summary["replication"]["runs"]} == {1}
+    assert set(summary["agreement"]) == {"primary", "replication"}
+    assert json.loads((tmp_path / "study" / "results.json").read_text())["agreement"] == summary["agreement"]
+    assert "Replication (the whole study again" in (tmp_path / "study" / "results.md").read_text()
+    with pytest.raises(ValueError, match="replication_threads"):
+        CountdownLMConfig.smoke(threads=2, replication_threads=2)
