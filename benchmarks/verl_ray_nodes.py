@@ -326,7 +326,8 @@ def rehearse(out_dir: Path, ray_stop: bool = False, timeout_s: float = 540.0, pi
 
 
 def markdown(r: dict) -> str:
-    ids = {n["node_id"]: ("head" if n["head"] else f"node {i}") for i, n in enumerate(r["placement"]["nodes"])}
+    nodes = sorted(r["placement"]["nodes"], key=lambda n: not n["head"])  # the head first, then node 1, 2, ...
+    ids = {n["node_id"]: ("head" if n["head"] else f"node {i}") for i, n in enumerate(nodes)}
     rows = [{"actor": a["class"] + (f" ({a['name']})" if a["name"] else ""), "node": ids.get(a["node_id"], "?"),
              "node id": a["node_id"][:12], "pid": a["pid"]} for a in r["placement"]["actors"]]
     from setpo.records import markdown_table
