@@ -351,6 +351,12 @@ def main(argv=None) -> dict:
                     help="also run `ray stop` at the end (it stops EVERY Ray process on this machine)")
     ap.add_argument("--pid-file", default=None, help="write the `ray start` session ids here once started")
     args = ap.parse_args(argv)
+    import importlib.util
+
+    missing = [m for m in ("verl", "ray", "transfer_queue") if importlib.util.find_spec(m) is None]
+    if missing:  # `make bench` in an install without verl's extra
+        print(f"verl_ray_nodes: skipped, not installed: {', '.join(missing)} (pip install -e '.[verl]')")
+        return {}
     record = rehearse(Path(args.out or ROOT / "runs" / "bench"), ray_stop=args.ray_stop,
                       pid_file=Path(args.pid_file) if args.pid_file else None)
     from setpo.records import write_bench_report, write_json
