@@ -133,8 +133,9 @@ def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:
 def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log, examples=None,
               identity: dict | None = None, redo: bool = False) -> Path:
     """Warm start by supervised fine-tuning on solver solutions; returns the final model directory.
-    examples: the study's ``sft_examples`` when at hand (None: made here). identity: the run identity
-    (``study_identity``) the folder must have been made at (None: not checked); ``redo``: remake it if not."""
+    examples: the study's ``sft_examples``, or a function making them, when at hand (None: made here).
+    identity: the run identity (``study_identity``) the folder must have been made at (None: not checked);
+    ``redo``: remake it if not."""
     from datasets import Dataset  # the engine (datasets, TRL, transformers): imported when a stage trains, so
     from trl import SFTConfig, SFTTrainer  # that reading a finished study (notebook 03) stays light
 
@@ -146,6 +147,7 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_l
         return final
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, cfg.model, seed=cfg.seed)
+    examples = examples() if callable(examples) else examples  # the study's, made only when SFT trains
     if examples is None:
         examples = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log)
     log(f"[sft] {len(examples)} examples from {len(data.train)} problems, "
@@ -375,7 +377,7 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str], redo: bool) -> 
                                     for k in ("train", "val", "test")})
     # one solver pass per invocation: the warm start's examples and the "centered:" embedders' reference
     examples = functools.cache(lambda: sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log))
-    sft_final = (train_sft(cfg, data, out / "sft", log=log, examples=examples(), identity=identity, redo=redo)
+    sft_final = (train_sft(cfg, data, out / "sft", log=log, examples=examples, identity=identity, redo=redo)
                  if "sft" in stages else out / "sft" / "final")
     if stages == ["sft"]:
         return {}
