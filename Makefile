@@ -16,7 +16,8 @@ demo: $(VENV)/.deps-notebooks
 test: $(VENV)/.deps-test
 	$(PY) -m pytest -q
 
-bench: $(VENV)/.deps-lab
+# The benchmarks include verl's trainer on the CPU (verl_cpu_step, verl_ray_nodes): the test install carries verl.
+bench: $(VENV)/.deps-test
 	$(PY) -m setpo.cli bench
 
 # Runs notebooks 01, 02, 03 and 05 in full: writes figures/ and saves each notebook back with its outputs.

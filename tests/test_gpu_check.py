@@ -24,7 +24,8 @@ def test_cpu_rehearsal_runs_every_check(tmp_path):
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     failed = {k: v.get("error") for k, v in report["checks"].items() if not v["ok"]}
     assert r.returncode == 0 and not failed, (failed, r.stdout[-3000:], r.stderr[-3000:])
-    assert set(report["checks"]) == {"estimator", "verl", "embedders", "training", "floor", "overhead"}
+    assert set(report["checks"]) == {"estimator", "verl", "embedders", "training", "floor", "overhead", "verl_e2e"}
+    assert report["checks"]["verl_e2e"]["skipped"].startswith("no CUDA device")
     assert report["tiny"] and report["device"].startswith("cpu")
     assert report["checks"]["estimator"]["torch.bfloat16"]["advantage_dtype"] == "torch.float32"
     assert {"grpo_s", "setpo_s", "ratio", "policy_params", "embedder_params"} <= set(report["checks"]["overhead"])
