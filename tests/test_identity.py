@@ -137,3 +137,21 @@ def test_the_replication_is_the_whole_study_again_at_another_thread_count(tmp_pa
     assert "Replication (the whole study again" in (tmp_path / "study" / "results.md").read_text()
     with pytest.raises(ValueError, match="replication_threads"):
         CountdownLMConfig.smoke(threads=2, replication_threads=2)
+
+
+def test_headline_seeds_may_grow_on_a_folder_and_add_only_the_headline_pair(tmp_path):
+    from setpo.studies.countdown_config import claim_folder
+
+    cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
+    claim_folder(cfg)
+    grown = replace(cfg, headline_seeds=(5, 6))
+    claim_folder(grown)  # a longer list: accepted, and recorded
+    assert json.loads((tmp_path / "study" / "config.json").read_text())["headline_seeds"] == [5, 6]
+    for other in ((6,), (5,), (7, 5, 6)):  # not an extension of what the folder holds
+        with pytest.raises(ValueError, match="headline_seeds"):
+            claim_folder(replace(cfg, headline_seeds=other))
+    chosen = {"setpo": cfg.search_runs()[0]}
+    extra = set(cfg.final_runs({**chosen})) ^ set(grown.final_runs({**chosen}))
+    assert {(r.variant, r.seed) for r in extra} == {(v, s) for v in ("GRPO", chosen["setpo"].variant) for s in (5, 6)}
+    with pytest.raises(ValueError, match="headline_seeds"):
+        CountdownLMConfig.smoke(headline_seeds=(1,))  # already an rl seed

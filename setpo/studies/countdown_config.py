@@ -4,7 +4,9 @@ Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.st
 
 - The *grid* is the paper's Table 3: G ∈ {3, 7} × KL β ∈ {0.001, 0.005}, each run evaluated at T ∈ {0.5, 1.0}.
   The *main cell* is G = 7, β = 0.001; every method runs there over ``rl_seeds`` (paired: same warm start, same
-  seed, so differences are paired). The other cells (``other_cells``) run GRPO and the chosen SetPO+GRPO over
+  seed, so differences are paired), and GRPO and the chosen SetPO+GRPO (the headline) also over
+  ``headline_seeds`` (none by default; a list that may grow on an existing folder, ``GROWABLE_FIELDS``, when the
+  record's ``noise`` says the headline needs more seeds). The other cells (``other_cells``) run GRPO and the chosen SetPO+GRPO over
   the first ``grid_seeds`` seeds.
 - Methods in the main cell: GRPO; SetPO+GRPO chosen on the validation split; SetPO+GRPO as the paper has it
   (``paper_embedder``, λ = ``paper_lambda`` = 0.5, absolute); and the baselines, each at its own
@@ -28,13 +30,14 @@ Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.st
 
 from __future__ import annotations
 
+import json
 import math
 import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from setpo.presets import PRESETS
-from setpo.records import read_json
+from setpo.records import read_json, write_json
 from setpo.studies import stages
 from setpo.studies.judging import JUDGE_FIELDS, JudgeSettings, check_judge_fields, judge_configured, without_judge
 from setpo.trl.tiny_models import ModelSize
@@ -155,6 +158,7 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
     main_group_size: int = 7
     main_beta: float = 0.001
     rl_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    headline_seeds: tuple[int, ...] = ()  # more seeds for the headline pair only (GRPO, chosen SetPO; main cell)
     other_cells: tuple[tuple[int, float], ...] = ((3, 0.001), (3, 0.005), (7, 0.005))
     grid_seeds: int = 3            # the first grid_seeds of rl_seeds run in the other cells
     paper_embedder: str = "default"
@@ -184,7 +188,8 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
             if unknown:
                 raise ValueError(f"model: unknown fields {sorted(unknown)}; known: {[f.name for f in fields(ModelSize)]}")
             self.model = ModelSize(**self.model)
-        for name in ("num_numbers", "number_range", "target_range", "rl_seeds", "search_embedders", "search_lambdas",
+        for name in ("num_numbers", "number_range", "target_range", "rl_seeds", "headline_seeds", "search_embedders",
+                     "search_lambdas",
                      "pairwise_lambdas", "dra_embedders", "passk_ks", "ceiling_lambdas", "extra_presets",
                      "eval_temperatures"):
             value = getattr(self, name)
@@ -211,6 +216,9 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
                 raise ValueError(f"{name} must be non-empty positive finite numbers, got {getattr(self, name)}")
         if not self.rl_seeds or len(set(self.rl_seeds)) != len(self.rl_seeds):
             raise ValueError(f"rl_seeds must be distinct and non-empty, got {self.rl_seeds}")
+        if len(set(self.headline_seeds)) != len(self.headline_seeds) or set(self.headline_seeds) & set(self.rl_seeds):
+            raise ValueError(f"headline_seeds must be distinct and not among rl_seeds {self.rl_seeds}, got "
+                             f"{self.headline_seeds}")
         for name in ("search_seeds", "grid_seeds"):
             if not 1 <= getattr(self, name) <= len(self.rl_seeds):
                 raise ValueError(f"{name} must be in [1, len(rl_seeds) = {len(self.rl_seeds)}], got {getattr(self, name)}")
@@ -317,12 +325,13 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
 
     def final_runs(self, chosen: dict[str, RLRun]) -> list[RLRun]:
         """Every run the test split evaluates. chosen: the validation-chosen run of each search ("setpo",
-        "pairwise", "dra", "passk", "ceiling"; any may be missing). The main cell's methods over every seed, then
-        the other cells (GRPO and the chosen SetPO, the first ``grid_seeds`` seeds), then the extra presets (first
+        "pairwise", "dra", "passk", "ceiling"; any may be missing). The main cell's methods over every seed (and
+        GRPO and the chosen SetPO over ``headline_seeds`` too), then the other cells (GRPO and the chosen SetPO, the first ``grid_seeds`` seeds), then the extra presets (first
         seed)."""
         variants = [self.main_cell(), chosen["setpo"], self.paper_run(),
                     *(chosen[k] for k in ("pairwise", "dra", "passk", "ceiling") if k in chosen)]
         runs = [v.with_seed(s) for s in self.rl_seeds for v in dict.fromkeys(variants)]
+        runs += [v.with_seed(s) for s in self.headline_seeds for v in (self.main_cell(), chosen["setpo"])]
         for g, beta in self.other_cells:
             for s in self.rl_seeds[:self.grid_seeds]:
                 runs += [self.main_cell().in_cell(g, beta, s), chosen["setpo"].in_cell(g, beta, s)]
@@ -379,10 +388,26 @@ def load_config(out: str | Path) -> CountdownLMConfig:
     return CountdownLMConfig(**saved)
 
 
+# Fields a finished or running study may extend: a longer list whose start is the old one adds runs and changes
+# none that exist (each run depends on its own settings and seed only), so the noise measured at 5 seeds can
+# decide how many more the headline needs without starting over.
+GROWABLE_FIELDS = ("headline_seeds",)
+
+
 def claim_folder(cfg: CountdownLMConfig) -> None:
     """Write ``<out>/config.json`` for a new study, or check that the folder's study has the same config
     (``setpo.studies.stages.claim_folder``): a folder made with another config is refused, naming the differing
-    fields, and so is a folder holding results but no config.json (nothing says which config made them)."""
-    stages.claim_folder(cfg.out, without_judge(asdict(cfg)), RESULT_NEUTRAL_FIELDS,
+    fields, and so is a folder holding results but no config.json (nothing says which config made them). A
+    ``GROWABLE_FIELDS`` list that only grew is accepted and recorded."""
+    path = Path(cfg.out) / "config.json"
+    config = without_judge(asdict(cfg))
+    grown = []
+    if path.exists():
+        saved = read_json(path, f"restore it or delete {Path(cfg.out)} to start over")
+        grown = [name for name in GROWABLE_FIELDS if list(saved.get(name, [])) != list(config[name])
+                 and list(config[name])[:len(saved.get(name, []))] == list(saved.get(name, []))]
+    stages.claim_folder(cfg.out, config, (*RESULT_NEUTRAL_FIELDS, *grown),
                         results=("sft", "rl", "eval", "results.json"),
                         remedy="use another --out, or delete that folder and rerun")
+    if grown:
+        write_json(path, json.loads(json.dumps(config)))
