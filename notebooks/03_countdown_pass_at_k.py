@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -21,20 +23,27 @@
 # solved problem). SetPO's claim: at large k it solves more problems, because it keeps several solutions alive
 # where GRPO sharpens onto one.
 #
-# Here the same study runs at a size two CPU cores finish in one sitting (the run that made the committed
-# figures prints its measured time below the first cell and keeps it in `figures/fig3_countdown_results.json`),
-# on the engine that trains real models, TRL (`setpo.trl.SetPOTrainer`, a `GRPOTrainer` that adds λ·s_i after TRL's own normalisation):
+# Here the same study runs at a size two CPU cores finish (the run that made the committed figures keeps its
+# measured time per stage in `figures/fig3_countdown_results.json`), on the engine that trains real models, TRL
+# (`setpo.trl.SetPOTrainer`, a `GRPOTrainer` that adds λ·s_i after TRL's own normalisation):
 #
 # - a ~1M-parameter Qwen2-architecture model with an expression-level tokenizer, from scratch;
 # - a warm start by supervised fine-tuning on solver solutions, several distinct ones per problem;
 # - first, *choosing an embedder*: how well each candidate tells two solutions apart (below);
-# - a validation search for SetPO's embedder and λ, on the validation split only;
-# - then, in the paper's main cell (G = 7, β = 0.001), GRPO, the paper-faithful SetPO+GRPO (all-MiniLM-L6-v2,
-#   λ = 0.5), the SetPO+GRPO chosen on validation and the local pairwise penalty SetPO argues against, each over
-#   several seeds from the same warm start; another cell with one seed;
-# - evaluation on held-out test problems exactly as in the paper, once, at the end.
+# - validation searches, on the validation split over two seeds: SetPO's embedder and λ, and each baseline's own
+#   setting — the local pairwise penalty SetPO argues against, DRA-GRPO's reward rescaling (the closest prior
+#   art: rewards divided by 1 + the similarity to the rest of the group) and Pass@k Training's group advantage
+#   (the other way to keep solutions alive);
+# - a *perfect-kernel ceiling*: SetPO with the verifier's kernel (1 for the same solution, else 0), which says
+#   how much the embedders leave on the table;
+# - then, in the paper's main cell (G = 7, β = 0.001), all of them over 5 paired seeds from the same warm start,
+#   and the paper's grid (G ∈ {3, 7} × β ∈ {0.001, 0.005}, T ∈ {0.5, 1.0}) for GRPO and the chosen SetPO+GRPO;
+# - evaluation on held-out test problems exactly as in the paper, once, at the end;
+# - and the whole study again at another thread count (another floating-point path acts like another seed):
+#   the replication.
 #
-# All of it is `setpo.studies.countdown`; the study is one command,
+# Every run records its identity (threads, the code it ran, package versions), and a run made at another is
+# never reused. All of it is `setpo.studies.countdown`; the study is one command,
 # `.venv/bin/python -m setpo.studies.countdown --full --out runs/countdown` (resumable). This notebook runs it (or
 # finds it already done) and draws the figures.
 
@@ -76,7 +85,9 @@ record = cr.figure_record(summary, cr.study_command(str(cfg.out), SMOKE), study_
 # others) — the size of the push SetPO can give where GRPO's advantage is zero.
 #
 # Above it: the main cell (mean over seeds; ★ = chosen on validation), the paired differences against GRPO of
-# the same seed with 95% t-intervals, the other cell, and the validation search that chose the embedder and λ.
+# the same seed with 95% t-intervals, the chosen SetPO+GRPO against each baseline and the ceiling, the grid, the
+# noise of the headline (how much of it is evaluation, how much training, and what more seeds or test problems
+# would buy), the replication, the validation searches, and where the time went.
 
 # %%
 table, table_path = cr.write_results(summary, OUT_DIR, record)
@@ -84,10 +95,9 @@ show_table(table)
 
 # %% [markdown]
 # ## pass@k curves
-# The main cell at T = 1 (mean over seeds; bands span the seeds), and the other cell; dotted grey: the warm
-# start. (The paper also reports T = 0.5; add it to `eval_temperatures` to evaluate the warm start and the main
-# cell's first seed there too: on 2 cores each such evaluation costs about as much as an RL run.) pass@1 is accuracy; pass@64 is "solved by at least one of 64 samples", the
-# number diversity should lift.
+# The main cell at T = 1 with every method (mean over seeds; bands span the seeds), then every cell of the grid at
+# T = 0.5 and T = 1 with GRPO and the chosen SetPO+GRPO; dotted grey: the warm start. pass@1 is accuracy; pass@64
+# is "solved by at least one of 64 samples", the number diversity should lift.
 
 # %%
 fig = cr.pass_at_k_figure(summary)
@@ -127,6 +137,9 @@ show(fig, png)
 # ## Reading the result
 # The paired-differences table is the test of the paper's claim at this scale: the chosen SetPO+GRPO's pass@64
 # against GRPO's of the same seed, with an interval that should exclude 0; pass@1 within two points; higher
-# average modes. The README records the numbers of the committed full run and what they do and do not show.
-# Every row, seed and setting is in `fig3_countdown_results.json` beside the figures (and
-# `runs/countdown/config.json`, `selection.json`, `diagnostics.json`); nothing was tuned on the test split.
+# average modes and width. The replication row says whether that survives another floating-point path, the grid
+# whether it holds across G, β and T, the "minus" table whether set-level credit beats the pairwise penalty,
+# DRA-GRPO and Pass@k training, and the ceiling how far a perfect kernel would take it. The README records the
+# numbers of the committed full run and what they do and do not show. Every row, seed and setting is in
+# `fig3_countdown_results.json` beside the figures (and `runs/countdown/config.json`, `selection.json`,
+# `diagnostics.json`); nothing was tuned on the test split.
