@@ -49,7 +49,7 @@ def _options(parser: argparse.ArgumentParser):
 
 
 def test_every_launcher_option_has_help_text():
-    missing = [a.dest for a in _options(launch._parser()) if not a.help]
+    missing = [a.dest for a in _options(launch.build_parser()) if not a.help]
     assert not missing, f"options without help text: {missing}"
 
 

@@ -115,16 +115,16 @@ def test_cpu_run_on_several_nodes_needs_a_cluster():
 
 
 def test_ray_address_comes_from_the_flag_or_rays_environment(monkeypatch):
-    from setpo.verl.launch import _parser, launch_config_from_args
+    from setpo.verl.launch import build_parser, launch_config_from_args
 
     args = ["train", "--model-path", "m", "--train-file", "t.parquet", "--val-file", "v.parquet", "--device", "cpu"]
     monkeypatch.setattr("setpo.verl.launch.prepare_data", lambda path, *a: path)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # what `ray job submit` sets for its entrypoint
-    assert launch_config_from_args(_parser().parse_args(args)).ray_address == "10.0.0.1:6379"
-    flag = _parser().parse_args([*args, "--ray-address", "10.0.0.2:6379"])
+    assert launch_config_from_args(build_parser().parse_args(args)).ray_address == "10.0.0.1:6379"
+    flag = build_parser().parse_args([*args, "--ray-address", "10.0.0.2:6379"])
     assert launch_config_from_args(flag).ray_address == "10.0.0.2:6379"
     monkeypatch.delenv("RAY_ADDRESS")
-    assert launch_config_from_args(_parser().parse_args(args)).ray_address is None
+    assert launch_config_from_args(build_parser().parse_args(args)).ray_address is None
 
 
 def test_vllm_gets_the_tokenizer_folder():

@@ -360,7 +360,9 @@ def _split_files(value: str) -> list[str]:
     return [v for v in (s.strip() for s in value.split(",")) if v]
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m setpo.verl`` (subcommands train, dry-run, cpu-demo); its parsed
+    arguments become a ``VerlLaunchConfig`` through ``launch_config_from_args``."""
     d = VerlLaunchConfig.__dataclass_fields__
     ap = argparse.ArgumentParser(prog="python -m setpo.verl",
                                  description="Train with SetPO on verl (the paper's math settings by default).")
@@ -465,7 +467,7 @@ def launch_config_from_args(args) -> VerlLaunchConfig:
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line. A missing file or a bad setting raises FileNotFoundError / ValueError here;
     ``python -m setpo.verl`` (``cli``) turns them into one line on stderr and exit status 2."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.cmd == "cpu-demo":
         import shlex
 
