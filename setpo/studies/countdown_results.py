@@ -48,14 +48,18 @@ def _ks(n: int) -> list[int]:
     return [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= n]
 
 
+def _t975(df: int) -> float:
+    """The two-sided 95% Student t quantile for ``df`` degrees of freedom (the table's nearest lower entry)."""
+    return _T975.get(df, 1.96 if df > 30 else _T975[max(k for k in _T975 if k <= df)])
+
+
 def mean_ci(values: Sequence[float]) -> dict:
     """Mean and its 95% t-interval over seeds: {"mean", "lo", "hi", "n"} (no interval from one value)."""
     n = len(values)
     mean = sum(values) / n
     if n < 2:
         return {"mean": mean, "lo": None, "hi": None, "n": n}
-    half = _T975.get(n - 1, 1.96 if n > 31 else _T975[max(k for k in _T975 if k <= n - 1)])
-    half *= statistics.stdev(values) / math.sqrt(n)
+    half = _t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
 
 
@@ -228,19 +232,19 @@ def headline_noise(cfg: CountdownLMConfig, rows: Sequence[dict], results: Mappin
     run_se = [se(hits(row)) for pair in pairs for row in pair]
     pair_se = [se([a - b for a, b in zip(hits(x), hits(y))]) for x, y in pairs]
     diffs = [x["pass_at_k"][n] - y["pass_at_k"][n] for x, y in pairs]
+    headline = mean_ci(diffs)
     eval_var = statistics.mean(v * v for v in pair_se)
     train_var = max(0.0, statistics.variance(diffs) - eval_var)
     projection = {}
     for s in (len(pairs), 5, 8, 10, 15):
         for m in (problems, 2 * problems, 5 * problems):
-            t = _T975.get(s - 1, 1.96 if s > 31 else _T975[max(k for k in _T975 if k <= s - 1)])
-            projection[f"{s} seeds, {m} problems"] = t * math.sqrt((train_var + eval_var * problems / m) / s)
+            projection[f"{s} seeds, {m} problems"] = _t975(s - 1) * math.sqrt((train_var + eval_var * problems / m) / s)
     return {"problems": problems, "seeds": len(pairs), "run_se_mean": statistics.mean(run_se),
             "pair_se_mean": math.sqrt(eval_var), "diff_sd_over_seeds": statistics.stdev(diffs),
             "train_sd": math.sqrt(train_var),
             "seed_sd": {"GRPO": statistics.stdev(y["pass_at_k"][n] for _, y in pairs),
                         "SetPO": statistics.stdev(x["pass_at_k"][n] for x, _ in pairs)},
-            "half_width": mean_ci(diffs)["hi"] - mean_ci(diffs)["mean"], "target": 0.03, "projection": projection}
+            "half_width": headline["hi"] - headline["mean"], "target": 0.03, "projection": projection}
 
 
 def _ci(d: dict, scale: float = 100.0, digits: int = 1) -> str:
@@ -282,12 +286,12 @@ def results_markdown(summary: dict) -> str:
         lines.append(f"| {p['variant']}{' ★' if p['primary'] else ''} | {_ci(p['pass1'])} | {_ci(p['passn'])} | "
                      f"{_ci(p['avg_modes'], 1.0, 2)} | {_ci(p['width'], 1.0, 1)} | {gap} |")
     if summary.get("versus"):
-        lines += ["", f"The chosen SetPO+GRPO minus each other method, same seed (points; 95% t-interval):", "",
+        lines += ["", "The chosen SetPO+GRPO minus each other method, same seed (points; 95% t-interval):", "",
                   f"| minus | role | pass@1 | pass@{n} | avg modes | width |", "|---|---|---|---|---|---|"]
         lines += [f"| {v['baseline']} | {v.get('role', '')} | {_ci(v['pass1'])} | {_ci(v['passn'])} | "
                   f"{_ci(v['avg_modes'], 1.0, 2)} | {_ci(v['width'], 1.0, 1)} |" for v in summary["versus"]]
     if summary.get("grid"):
-        lines += ["", f"The grid: GRPO and the chosen SetPO+GRPO in every cell (means over seeds; difference SetPO − "
+        lines += ["", "The grid: GRPO and the chosen SetPO+GRPO in every cell (means over seeds; difference SetPO − "
                   "GRPO with its 95% t-interval, points):", "",
                   f"| G | β | T | seeds | GRPO pass@1 / pass@{n} / modes / width | SetPO pass@1 / pass@{n} / modes / width "
                   f"| Δ pass@1 | Δ pass@{n} | Δ width |", "|---|---|---|---|---|---|---|---|---|"]
