@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import platform
 import subprocess
 from collections.abc import Iterable, Mapping
 from importlib import metadata
@@ -118,14 +119,29 @@ def result_versions() -> dict:
     return out
 
 
+def machine() -> dict:
+    """The processor that made a result, recorded (not compared): when a model trained again elsewhere gives other
+    weights, this says whose arithmetic made the first."""
+    cpu = None
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"cpu": cpu or platform.processor() or None, "arch": platform.machine()}
+
+
 def run_identity(threads: int, modules: Iterable[str], exclude: Iterable[str] = (), root: Path = ROOT) -> dict:
-    """The identity of a run made now: {"threads", "code": ``code_identity``, "versions": ``result_versions``}."""
-    return {"threads": threads, "code": code_identity(modules, root, exclude), "versions": result_versions()}
+    """The identity of a run made now: {"threads", "code": ``code_identity``, "versions": ``result_versions``,
+    "machine": ``machine`` (recorded, not compared)}."""
+    return {"threads": threads, "code": code_identity(modules, root, exclude), "versions": result_versions(),
+            "machine": machine()}
 
 
 def identity_differences(saved: Mapping, now: Mapping) -> dict[str, str]:
     """What differs between two identities, by field: "threads", "code" (the files that changed, were added
-    or are gone, and both commits), "versions.<package>". Commit and dirtiness alone are not a difference."""
+    or are gone, and both commits), "versions.<package>". Commit, dirtiness and machine alone are not a
+    difference."""
     out: dict[str, str] = {}
     if saved.get("threads") != now.get("threads"):
         out["threads"] = f"{saved.get('threads')} then, {now.get('threads')} now"

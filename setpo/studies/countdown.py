@@ -102,9 +102,12 @@ from setpo.studies.countdown_results import results_markdown, summarize, with_re
 from setpo.studies.sampling import sample_completions
 from setpo.studies.stages import (
     Progress,
+    check_restored,
     chosen_stages,
     claim_identity,
+    has_model,
     refusal,
+    restore_model,
     reusable_record,
     stage_done,
     unreadable,
@@ -143,8 +146,13 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_l
 
     final = out_dir / "final"
     claim_identity(out_dir, identity, redo)
+    recorded = restore_model(final)
     if stage_done(final):
         return final
+    kept = _run_records(out_dir) if recorded is not None else {}
+    if recorded is not None:
+        log(f"[sft] the warm start's model is not here (a study folder keeps its records, not its models): "
+            "training it again, to the recorded weights")
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, cfg.model, seed=cfg.seed)
     examples = examples() if callable(examples) else examples  # the study's, made only when SFT trains
@@ -164,7 +172,20 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_l
     train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(examples)}, log,
                     f"[sft]: {steps_per_epoch} steps per epoch, {cfg.sft_epochs:g} epochs")
     _clean_checkpoints(out_dir)
+    check_restored(final, recorded, "the warm start")
+    _put_back(kept)
     return final
+
+
+def _run_records(run_dir: Path) -> dict[Path, bytes]:
+    """A run folder's records (log history, probes, timings): kept while its missing model is trained again,
+    then put back (``_put_back``), so a restore leaves the first training's wall-clock times in them."""
+    return {p: p.read_bytes() for p in run_dir.glob("*.json*") if p.is_file()}
+
+
+def _put_back(kept: dict[Path, bytes]) -> None:
+    for path, data in kept.items():
+        path.write_bytes(data)
 
 
 def _clean_checkpoints(folder: Path) -> None:
@@ -176,6 +197,10 @@ def load_trained(model_dir: Path):
     """(tokenizer, float32 model) of a finished stage; a damaged folder is a ValueError naming it."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # the engine, when a model is loaded
 
+    if stage_done(model_dir) and not has_model(model_dir):
+        raise refusal("recorded as trained, but its model is not here (a study folder keeps its records, not its "
+                      "models)", model_dir, "rerun with the stage that trains it (--stages sft,rl,eval): it is "
+                      "trained again and checked against the recorded weights")
     try:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
@@ -221,8 +246,13 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
 
     final = out_dir / "final"
     claim_identity(out_dir, identity, redo)
+    recorded = restore_model(final)
     if stage_done(final):
         return final
+    kept = _run_records(out_dir) if recorded is not None else {}
+    if recorded is not None:
+        log(f"[rl] {run.name}: its model is not here (a study folder keeps its records, not its models): "
+            "training it again, to the recorded weights")
     out_dir.mkdir(parents=True, exist_ok=True)
     resumed = last_checkpoint(out_dir) is not None
     tokenizer, model = load_trained(init_dir)
@@ -248,6 +278,8 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
                     f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
     write_json(out_dir / "timings.json", {**trainer.setpo_seconds, "seconds": time.time() - t0, "resumed": resumed})
     _clean_checkpoints(out_dir)
+    check_restored(final, recorded, f"run {run.name}")
+    _put_back(kept)
     return final
 
 
@@ -262,15 +294,18 @@ def sample_eval(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[Cou
                               batch_sequences=cfg.eval_batch_sequences, seed=cfg.seed + 1, progress=progress)
 
 
-def evaluate_model(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
-                   temperature: float, path: Path, log=None, texts_file: Path | None = None,
-                   identity: dict | None = None, redo: bool = False) -> dict:
+def evaluate_model(cfg: CountdownLMConfig, model_dir: Path | Callable[[], Path],
+                   instances: Sequence[CountdownInstance], temperature: float, path: Path, log=None,
+                   texts_file: Path | None = None, identity: dict | None = None, redo: bool = False) -> dict:
     """Sample ``cfg.eval_samples`` completions per problem (``sample_eval``) and score them; cached in ``path``
     with the run identity it was made at (a cache made at another is refused, or with ``redo`` made again).
-    texts_file: where to keep the completions (for the judge; None keeps none)."""
+    model_dir: the model's folder, or a function training it and returning it, called only when the evaluation
+    is not cached (a resumed study trains no model whose evaluations it has). texts_file: where to keep the
+    completions (for the judge; None keeps none)."""
     cached = reusable_record(path, identity, redo, "delete it and rerun to evaluate again")
     if cached is not None:
         return cached
+    model_dir = model_dir() if callable(model_dir) else model_dir
     t0 = time.time()
     samples = sample_eval(cfg, model_dir, instances, temperature, path.stem, log)
     if texts_file is not None:
@@ -308,10 +343,12 @@ def study_identity(cfg: CountdownLMConfig) -> dict:
 
 
 def replication_config(cfg: CountdownLMConfig) -> CountdownLMConfig | None:
-    """The replication: the same study at ``cfg.replication_threads`` threads in ``<out>/replication`` (None: none)."""
+    """The replication: the same study at ``cfg.replication_threads`` threads in ``<out>/replication``, its grid
+    over ``cfg.replication_grid_seeds`` seeds (None: none)."""
     if not cfg.replication_threads:
         return None
-    return replace(cfg, out=str(Path(cfg.out) / "replication"), threads=cfg.replication_threads, replication_threads=0)
+    return replace(cfg, out=str(Path(cfg.out) / "replication"), threads=cfg.replication_threads, replication_threads=0,
+                   grid_seeds=cfg.replication_grid_seeds)
 
 
 def select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
@@ -377,37 +414,50 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str], redo: bool) -> 
                                     for k in ("train", "val", "test")})
     # one solver pass per invocation: the warm start's examples and the "centered:" embedders' reference
     examples = functools.cache(lambda: sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log))
-    sft_final = (train_sft(cfg, data, out / "sft", log=log, examples=examples, identity=identity, redo=redo)
-                 if "sft" in stages else out / "sft" / "final")
+    sft_final = out / "sft" / "final"
+    # The warm start, trained when stage "sft" runs and not done; a done one whose model is not here (a new
+    # checkout of a study kept in git) is trained again only when a run or an evaluation needs it.
+    warm_start = (functools.cache(lambda: train_sft(cfg, data, out / "sft", log=log, examples=examples,
+                                                     identity=identity, redo=redo))
+                  if "sft" in stages else lambda: sft_final)
+    if "sft" in stages and not stage_done(sft_final):
+        warm_start()
     if stages == ["sft"]:
         return {}
     _require(sft_final, "sft")
     reference = lambda: [e["completion"] for e in examples()]  # noqa: E731
-    if "rl" in stages:
-        runs, chosen, selection = _train_everything(cfg, data, sft_final, log, t0, reference, identity, redo)
-    else:
-        runs, chosen, selection = _trained_runs(cfg)
     judge = "judge" in stages and judging.judge_configured(cfg)
-    if "eval" not in stages:
-        if not judge:
-            return {}
-        summary = read_json(_require(out / "results.json", "eval"), "delete it and rerun --stages eval")
-        return _write_summary(out, {**summary, "judged": judge_runs(cfg, data, runs, log)}, log)
-    # the test split, once, after every run has finished
-    models = {"sft": (None, sft_final), **{run.name: (run, _require(out / "rl" / run.name / "final", "rl"))
-                                           for run in runs}}
-    (out / "eval").mkdir(exist_ok=True)
     results = {}
-    for name, (run, mdir) in models.items():
+
+    def test_split(name: str, run: RLRun | None, mdir: Path | Callable[[], Path], chosen: dict[str, RLRun]) -> None:
+        """Evaluate one model on the test split at its temperatures (cached; ``mdir``: as ``evaluate_model``'s)."""
+        (out / "eval").mkdir(exist_ok=True)
         for temp in cfg.temperatures(run, chosen["setpo"]):
             t = time.time()
             path = out / "eval" / f"{name}_T{temp:g}.json"
             r = evaluate_model(cfg, mdir, data.test, temp, path, log,
                                texts_file=judging.texts_path(path) if judge and temp == 1.0 else None,
                                identity=identity, redo=redo)
+            if f"{name}_T{temp:g}" not in results:
+                log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
+                    f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
             results[f"{name}_T{temp:g}"] = r
-            log(f"[eval] {name} T={temp:g}: pass@1 {r['accuracy']:.3f}, pass@{r['n']} {r['pass_at_k'][-1]:.3f}, "
-                f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
+
+    if "rl" in stages:
+        runs, chosen, selection = _train_everything(cfg, data, warm_start, log, t0, reference, identity, redo,
+                                                    test_split if "eval" in stages else None)
+    else:
+        runs, chosen, selection = _trained_runs(cfg)
+    if "eval" not in stages:
+        if not judge:
+            return {}
+        summary = read_json(_require(out / "results.json", "eval"), "delete it and rerun --stages eval")
+        return _write_summary(out, {**summary, "judged": judge_runs(cfg, data, runs, log)}, log)
+    # the test split: each model once, only after every validation search is settled (made as each final run
+    # finishes when stage "rl" runs too, so that a resumed study needs no model it has already evaluated)
+    test_split("sft", None, warm_start, chosen)
+    for run in runs:
+        test_split(run.name, run, _require(out / "rl" / run.name / "final", "rl"), chosen)
     diagnostics = read_json(out / "diagnostics.json", "delete it and rerun --stages rl to diagnose again")
     summary = summarize(cfg, runs, chosen, results, selection, diagnostics, stage_timings(cfg, runs))
     if judge:
@@ -471,27 +521,34 @@ def _require(final: Path, stage: str) -> Path:
     return final
 
 
-def _train_everything(cfg: CountdownLMConfig, data: CountdownData, sft_final: Path, log, t0: float,
-                      reference: Callable[[], Sequence[str]], identity: dict | None = None, redo: bool = False):
+def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: Callable[[], Path], log, t0: float,
+                      reference: Callable[[], Sequence[str]], identity: dict | None = None, redo: bool = False,
+                      test_split: Callable[[str, RLRun | None, Path, dict], None] | None = None):
     """Stage "rl": embedder diagnostics, the validation searches (GRPO, the SetPO candidates, then with the
     embedder SetPO chose the pairwise penalty, DRA-GRPO, Pass@k training and the perfect-kernel ceiling; each
-    candidate over the search seeds), then every run the test split evaluates. Returns (those runs, the run
-    chosen by each search, the record of the searches)."""
+    candidate over the search seeds), then every run the test split evaluates, each from ``warm_start()`` (the
+    warm start's folder, trained again if its model is not here). Returns (those runs, the run
+    chosen by each search, the record of the searches). test_split(name, run, model folder, chosen): called on
+    the warm start and on each of those runs as soon as the searches are settled and it is trained (None: not)."""
     out = Path(cfg.out)
     embedders: dict = {}
 
+    @functools.cache  # once per run and invocation (its evaluations may each ask for it)
     def train(run: RLRun) -> Path:
         final = out / "rl" / run.name / "final"
+        claim_identity(final.parent, identity, redo)
+        if stage_done(final) and has_model(final):
+            return final
         t = time.time()
-        final = train_rl(cfg, run, data, sft_final, out / "rl" / run.name,
-                         embedder=resolve_embedder(run.embedder, reference, embedders) if not stage_done(final)
-                         else None, log=log, identity=identity, redo=redo)
+        final = train_rl(cfg, run, data, warm_start(), final.parent,
+                         embedder=resolve_embedder(run.embedder, reference, embedders), log=log, identity=identity,
+                         redo=redo)
         log(f"[rl] {run.name} ready ({time.time() - t:.0f}s, study {time.time() - t0:.0f}s)")
         return final
 
     def validate(run: RLRun) -> list[dict]:
-        return [evaluate_model(cfg, train(r), data.val, 1.0, out / "val" / f"{r.name}_T1.json", log,
-                               identity=identity, redo=redo)
+        return [evaluate_model(cfg, functools.partial(train, r), data.val, 1.0, out / "val" / f"{r.name}_T1.json",
+                               log, identity=identity, redo=redo)
                 for r in (run.with_seed(s) for s in cfg.search_seed_list)]
 
     if not (out / "diagnostics.json").exists():
@@ -507,8 +564,13 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, sft_final: Pa
     write_json(out / "selection.json", selection)
     log("[select] chosen on validation: " + "; ".join(f"{k}: {r.variant}" for k, r in chosen.items()))
     runs = cfg.final_runs(chosen)
+    if test_split is not None:
+        test_split("sft", None, warm_start, chosen)
     for run in runs:
-        train(run)
+        if test_split is None:
+            train(run)
+        else:  # trained only if an evaluation of it is missing
+            test_split(run.name, run, functools.partial(train, run), chosen)
     return runs, chosen, selection
 
 
@@ -533,7 +595,8 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str], bool]:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="the study at its documented size")
     mode.add_argument("--smoke", action="store_true", help="toy size, seconds")
-    p.add_argument("--out", default=None, help="output folder (default runs/countdown or runs/countdown_smoke)")
+    p.add_argument("--out", default=None, help="output folder (default results/countdown, kept in git without its "
+                                               "models, or runs/countdown_smoke)")
     add_stage_and_set_arguments(p, STAGES, "rl_steps=100 'rl_seeds=[0,1,2,3,4]' 'search_embedders=[\"hash\"]'")
     judging.add_judge_arguments(p)
     p.add_argument("--redo", action="store_true",

@@ -25,7 +25,8 @@ Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.st
 - A run is made by its settings, its thread count (``threads``) and the code (``setpo.provenance``): all are
   part of its identity. The replication (``replication_threads``, 0 for none) runs the whole study again,
   search included, at another thread count, in ``<out>/replication``: another floating-point summation order
-  acts like another seed.
+  acts like another seed. Its grid has ``replication_grid_seeds`` seeds a cell (default 1): the budget
+  (≤ 5 h of 2 cores for both) cuts grid seeds first, and the main study keeps ``grid_seeds`` = 3.
 """
 
 from __future__ import annotations
@@ -130,10 +131,11 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
     ``judge_limit``, ``judge_samples``; see ``setpo.studies.judging``. None: no judge.
     """
 
-    out: str = "runs/countdown"
+    out: str = "results/countdown"  # kept in git (results/.gitignore leaves the models out): a new checkout resumes
     seed: int = 0
     threads: int = 2
     replication_threads: int = 1   # the replication's thread count; 0: no replication
+    replication_grid_seeds: int = 1  # the replication's grid_seeds (the budget's cut: grid seeds go first)
     # data
     n_train: int = 3000
     n_val: int = 200
@@ -219,7 +221,7 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
         if len(set(self.headline_seeds)) != len(self.headline_seeds) or set(self.headline_seeds) & set(self.rl_seeds):
             raise ValueError(f"headline_seeds must be distinct and not among rl_seeds {self.rl_seeds}, got "
                              f"{self.headline_seeds}")
-        for name in ("search_seeds", "grid_seeds"):
+        for name in ("search_seeds", "grid_seeds", "replication_grid_seeds"):
             if not 1 <= getattr(self, name) <= len(self.rl_seeds):
                 raise ValueError(f"{name} must be in [1, len(rl_seeds) = {len(self.rl_seeds)}], got {getattr(self, name)}")
         if self.replication_threads < 0 or self.replication_threads == self.threads:

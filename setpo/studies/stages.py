@@ -12,6 +12,9 @@ claiming a run folder for one configuration, refusals in one shape, and progress
 - ``claim_identity(folder, identity)`` / ``reusable_record(path, identity)``: a folder or record made at another
   identity (thread count, code, package versions: ``setpo.provenance``) is refused with the differing fields
   named, or, where the user asks (``redo``), deleted so that it is made again.
+- ``restore_model`` / ``check_restored``: a stage recorded as done whose model is not here (a study folder
+  kept in git keeps its records, not its models) is trained again and must give the recorded weights bit for
+  bit, or is refused.
 - ``Progress``: a line at most every ``every_s`` seconds from a loop, so long data building shows it is alive.
 """
 
@@ -25,7 +28,9 @@ from pathlib import Path
 
 from setpo.provenance import identity_differences
 from setpo.records import config_differences, read_json, write_json
-from setpo.trl.training import is_done
+from setpo.trl.training import DONE_FILE, WEIGHT_FILES, is_done
+
+RECORDED_FILE = "done.recorded.json"  # a done stage's record, set aside while its missing model is trained again
 
 IDENTITY_FILE = "identity.json"
 REDO = "rerun with --redo to make it again at this identity, or go back to the threads and code that made it"
@@ -34,6 +39,43 @@ def stage_done(final: str | Path) -> bool:
     """Whether a training stage whose final folder is ``final`` finished: the trainer answers
     (``setpo.trl.training.is_done``, its own marker), so no study guesses the file."""
     return is_done(final)
+
+
+def has_model(final: str | Path) -> bool:
+    """Whether a final folder holds a model's weights (any of ``setpo.trl.training.WEIGHT_FILES``)."""
+    return any((Path(final) / name).is_file() for name in WEIGHT_FILES)
+
+
+def restore_model(final: str | Path) -> dict | None:
+    """Get ready to train again a stage recorded as done whose model is not here: its record (``done.json``)
+    is set aside as ``done.recorded.json`` and returned, so the stage trains and ``check_restored`` can compare
+    the new weights with the recorded ones. None when there is nothing to restore. A record already set aside
+    (a restore that was killed) is returned again."""
+    final = Path(final)
+    aside = final / RECORDED_FILE
+    if stage_done(final) and not has_model(final):
+        (final / DONE_FILE).replace(aside)
+    return read_json(aside, f"delete {final.parent} and rerun to train it again") if aside.exists() else None
+
+
+def check_restored(final: str | Path, recorded: Mapping | None, what: str) -> None:
+    """After training again what ``restore_model`` set aside: the same weights (SHA-256) as recorded put the
+    recorded ``done.json`` back (its times are the first training's); other weights are refused and deleted,
+    so that nothing made from them passes for the recorded run."""
+    if recorded is None:
+        return
+    final = Path(final)
+    now = read_json(final / DONE_FILE, "delete it and rerun").get("weights_sha256")
+    then = recorded.get("weights_sha256")
+    if now is None or now != then:
+        for name in [*WEIGHT_FILES, DONE_FILE]:
+            (final / name).unlink(missing_ok=True)
+        raise refusal(f"{what}, trained again because its model was not here, gave other weights than the "
+                      f"recorded ones (SHA-256 {str(now)[:12]} now, {str(then)[:12]} recorded): this machine's "
+                      "arithmetic is not the one that made the record (see identity.json's machine)", final,
+                      "rerun where the record was made, or start the study over in a new folder")
+    write_json(final / DONE_FILE, dict(recorded))
+    (final / RECORDED_FILE).unlink()
 
 
 def chosen_stages(stages: Sequence[str] | str, valid: Sequence[str]) -> list[str]:

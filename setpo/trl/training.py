@@ -19,6 +19,7 @@ does not do on its own:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -206,6 +207,7 @@ def progress_callback(log: Callable[[str], Any], label: str, every_s: float = 10
 
 #: written into a run's final folder last, when its model and records are all there: the run is finished.
 DONE_FILE = "done.json"
+WEIGHT_FILES = _RESUME_NEEDS[0]  # the names a saved model's weights may have
 
 
 def is_done(final) -> bool:
@@ -213,9 +215,24 @@ def is_done(final) -> bool:
     return (Path(final) / DONE_FILE).is_file()
 
 
+def weights_sha256(final) -> str | None:
+    """SHA-256 of the weight files a final folder holds (``WEIGHT_FILES``, in name order), None when it holds
+    none: what ``done.json`` records, so that a model trained again can be checked against it bit for bit."""
+    files = sorted(p for p in Path(final).glob("*") if p.name in WEIGHT_FILES and p.is_file())
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict, log=None, describe: str = "") -> Path:
     """Train to the end, resuming from the newest complete checkpoint in ``out_dir``; save model and tokenizer
-    to ``final`` with ``done.json`` ({"seconds", "steps", **record}) and the run's ``log_history.json``.
+    to ``final`` with ``done.json`` ({"seconds", "steps", "weights_sha256", **record}) and the run's
+    ``log_history.json``.
 
     Any TRL/transformers trainer whose ``output_dir`` is ``out_dir``. Checkpoints are written atomically and,
     for GRPO-style trainers, only at generation boundaries (``save_steps`` is rounded up to a multiple of the
@@ -254,7 +271,8 @@ def train_resumable(trainer, tokenizer, out_dir: Path, final: Path, record: dict
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
     write_json(out_dir / "log_history.json", _whole_run_history(trainer.state))
-    write_json(Path(final) / DONE_FILE, {"seconds": time.time() - t0, "steps": trainer.state.global_step, **record})
+    write_json(Path(final) / DONE_FILE, {"seconds": time.time() - t0, "steps": trainer.state.global_step,
+                                         "weights_sha256": weights_sha256(final), **record})
     return Path(final)
 
 

@@ -1,0 +1,130 @@
+"""A study folder kept in git (``results/``: the records and the warm start's model, no other model) resumes
+in a new checkout: what is evaluated is never trained again, and a model needed again is trained again and
+must match the SHA-256 its done.json recorded, bit for bit, or it is refused (issue 23: a study longer than
+one session)."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from setpo.studies.countdown import CountdownLMConfig, run_study
+from setpo.trl.training import DONE_FILE, weights_sha256
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _without_models(folder: Path) -> None:
+    """A study folder with no model at all: a new checkout's holds only the warm start's (``results/.gitignore``),
+    so this is the harder case."""
+    for final in folder.rglob("final"):
+        for f in final.iterdir():
+            if f.name != DONE_FILE:
+                f.unlink()
+
+
+def _records(folder: Path) -> dict:
+    """Every JSON record a checkout of a study folder holds, minus wall-clock seconds (the only thing allowed to
+    differ) and the folder's own path."""
+    def clean(value):
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if k not in ("seconds", "timings", "out")}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+    kept = [p for p in sorted(folder.rglob("*.json")) if p.parent.name != "final" or p.name == DONE_FILE]
+    return {str(p.relative_to(folder)): clean(json.loads(p.read_text())) for p in kept}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("in_git")
+    before = torch.get_num_threads()
+    cfg = CountdownLMConfig.smoke(out=str(root / "made"), threads=1, other_cells=(), rl_seeds=(0,),
+                                  dra_embedders=("hash",), eval_temperatures=(1.0,))
+    try:
+        run_study(cfg, log=lambda *_: None)
+    finally:
+        torch.set_num_threads(before)
+    return cfg
+
+
+def _copy(cfg, to: Path) -> CountdownLMConfig:
+    shutil.copytree(cfg.out, to)
+    _without_models(to)
+    return CountdownLMConfig(**{**json.loads((to / "config.json").read_text()), "out": str(to)})
+
+
+def _run(cfg) -> list[str]:
+    logs: list[str] = []
+    before = torch.get_num_threads()
+    try:
+        run_study(cfg, log=logs.append)
+    finally:
+        torch.set_num_threads(before)
+    return logs
+
+
+def test_done_json_records_the_weights_hash(study):
+    final = Path(study.out) / "sft" / "final"
+    assert json.loads((final / DONE_FILE).read_text())["weights_sha256"] == weights_sha256(final)
+    assert weights_sha256(final.parent) is None  # no weights there
+
+
+def test_a_checkout_without_models_trains_nothing_it_has_evaluated(study, tmp_path):
+    cfg = _copy(study, tmp_path / "checkout")
+    logs = _run(cfg)
+    assert not [line for line in logs if "not here" in line or line.startswith("[sft] step")]
+    assert _records(Path(cfg.out)) == _records(Path(study.out))
+
+
+def test_a_missing_evaluation_retrains_its_model_to_the_recorded_weights(study, tmp_path):
+    cfg = _copy(study, tmp_path / "checkout")
+    out = Path(cfg.out)
+    test_eval = next(p for p in sorted((out / "eval").glob("grpo_*_T1.json")) if "setpo" in p.name)
+    val_eval = out / "val" / "grpo_G3_b0.001_s0_T1.json"
+    test_eval.unlink()
+    val_eval.unlink()
+    logs = _run(cfg)
+    restored = sorted(line.split()[1].rstrip(":") for line in logs if "not here" in line)
+    assert restored == sorted(["the", "grpo_G3_b0.001_s0", test_eval.stem[:-len("_T1")]])  # "the" warm start
+    assert _records(out) == _records(Path(study.out))  # the same evaluations, records and done.json as the first time
+    for name in ("sft", "rl/grpo_G3_b0.001_s0"):
+        assert weights_sha256(out / name / "final") == weights_sha256(Path(study.out) / name / "final")
+        assert (out / name / "log_history.json").read_bytes() == (Path(study.out) / name / "log_history.json").read_bytes()
+
+
+def test_a_retrained_model_with_other_weights_is_refused_and_not_kept(study, tmp_path):
+    cfg = _copy(study, tmp_path / "checkout")
+    out = Path(cfg.out)
+    done = out / "rl" / "grpo_G3_b0.001_s0" / "final" / DONE_FILE
+    done.write_text(json.dumps({**json.loads(done.read_text()), "weights_sha256": "0" * 64}))
+    for path in (out / "val").glob("grpo_G3_b0.001_s0_T1.json"):
+        path.unlink()
+    with pytest.raises(ValueError, match=r"run grpo_G3_b0.001_s0, trained again .* gave other weights .*"
+                                         r"0{12} recorded"):
+        _run(cfg)
+    final = done.parent
+    assert not (final / "model.safetensors").exists() and not done.exists()
+    assert json.loads((final / "done.recorded.json").read_text())["weights_sha256"] == "0" * 64  # asked again next time
+
+
+def test_evaluating_without_training_a_missing_model_says_how_to_get_it(study, tmp_path):
+    cfg = _copy(study, tmp_path / "checkout")
+    (Path(cfg.out) / "eval" / "sft_T1.json").unlink()
+    with pytest.raises(ValueError, match=r"its model is not here.*--stages sft,rl,eval"):
+        run_study(cfg, log=lambda *_: None, stages=["eval"])
+
+
+def test_git_keeps_the_records_and_leaves_the_models_out():
+    paths = ["results/countdown/rl/run/final/model.safetensors", "results/countdown/rl/run/final/tokenizer.json",
+             "results/countdown/rl/run/checkpoint-20/optimizer.pt", "results/countdown/eval/sft_T1.texts.json",
+             "results/countdown/rl/run/final/done.json", "results/countdown/rl/run/log_history.json",
+             "results/countdown/eval/sft_T1.json", "results/countdown/replication/rl/run/final/done.json",
+             "results/countdown/sft/final/model.safetensors", "results/countdown/replication/sft/final/tokenizer.json"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True,
+                             text=True).stdout.split()
+    assert ignored == paths[:4]
