@@ -18,7 +18,8 @@ What is ours to decide (design choices, written down here):
 - Problems: 3 or 4 numbers in [1, 20], targets in [1, 50] (``envs.countdown.generate_instances``); smaller
   than the public data's [1, 100] so that most problems have several distinct solutions (about 5 on
   average with 4 numbers) and a 1M-parameter model can learn them. Train, validation and test splits share
-  no problem; settings were chosen on the validation split only, and the test split is evaluated once.
+  no problem; settings are chosen on the validation split only, and each model is evaluated on the test
+  split once, only after every validation search is settled.
 - Warm start: supervised fine-tuning (TRL's ``SFTTrainer``, loss on the completion only) on solver
   solutions, up to ``sft_solutions_per_problem`` distinct (canonical) solutions per training problem, so
   the warm-start policy spreads over several modes; RL then decides whether it keeps them.
@@ -44,11 +45,16 @@ Run everything with one command (resumable: finished stages are skipped, RL resu
 checkpoint, every evaluation is cached; a run killed at any moment and started again gives the same models
 and records as an uninterrupted one, and one started with a different configuration is refused):
 
-    .venv/bin/python -m setpo.studies.countdown --full --out runs/countdown
+    .venv/bin/python -m setpo.studies.countdown --full --out results/countdown
+
+``results/countdown`` is kept in git without its models, except the warm start's (``results/.gitignore``):
+a study longer than one sitting resumes from a new checkout, which trains again only a model whose
+evaluation is missing and refuses it unless it matches the recorded weights (``stages.restore_model``).
 
 ``--smoke`` runs the same pipeline at toy size in seconds (used by the tests and notebook 03).
-Outputs under ``--out``: ``config.json``, ``data.json`` (the splits), ``sft/`` and ``rl/<run>/`` (models,
-checkpoints, ``log_history.json``, ``probes.jsonl``: samples on fixed validation problems over training),
+Outputs under ``--out``: ``config.json``, ``identity.json``, ``data.json`` (the splits), ``sft/`` and
+``rl/<run>/`` (models, checkpoints, ``final/done.json`` with the weights' SHA-256, ``log_history.json``,
+``timings.json``, ``probes.jsonl``: samples on fixed validation problems over training),
 ``diagnostics.json``, ``val/<run>_T1.json`` and ``selection.json`` (the validation search),
 ``eval/<run>_T<temp>.json`` (the test split), ``results.json`` (every run's row and the paired differences,
 ``countdown_results.summarize``) and ``results.md``. With a judge (``--judge-url URL --judge-model NAME`` or
@@ -382,7 +388,8 @@ def select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
 
 def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES, redo: bool = False) -> dict:
     """The whole study, resumable: data, warm start (stage "sft"), embedder diagnostics, the validation searches
-    and every RL run (seeds, cells; stage "rl"), then the test split once and the record (stage "eval"); then
+    and every RL run (seeds, cells; stage "rl"), the test split (each model once, after every search is settled)
+    and the record (stage "eval"); then
     the same again as the replication (``replication_config``). Runs exactly the ``stages`` named; a stage whose
     input another stage makes refuses to start until that one has finished. Every output is made at the
     study's identity (``study_identity``): one made at another is refused naming what differs, or with ``redo``

@@ -20,8 +20,8 @@ Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.st
   ``search_lambdas`` with λ in units of the term's batch spread (``setpo_lambda_units="term_std"``, our
   opt-in), plus the paper-faithful run. The one chosen has the highest mean validation pass@``eval_samples``
   among those whose mean pass@1 is at most ``max_pass1_loss`` below GRPO's (none qualifying: the highest
-  pass@k, flagged); the seed-to-seed spread is recorded beside it. The test split is only ever evaluated after
-  every run has finished.
+  pass@k, flagged); the seed-to-seed spread is recorded beside it. The test split evaluates a model only after
+  every search is settled.
 - A run is made by its settings, its thread count (``threads``) and the code (``setpo.provenance``): all are
   part of its identity. The replication (``replication_threads``, 0 for none) runs the whole study again,
   search included, at another thread count, in ``<out>/replication``: another floating-point summation order
@@ -123,9 +123,8 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
     Data: ``n_train`` / ``n_val`` / ``n_test`` problems (disjoint), ``num_numbers`` numbers per problem in
     ``number_range``, targets in ``target_range``, drawn with ``seed``. Model: ``model``. SFT: ``sft_*``.
     RL: ``rl_*``, the cells and methods above. Evaluation: ``eval_samples`` per problem, top-p ``eval_top_p``;
-    every run at T = 1, and the warm start and the main cell's first seed also at any other of
-    ``eval_temperatures`` (default T = 1 only: on 2 cores sampling 200 x 64 completions costs as much as an RL
-    run, and T = 1 is where the paper measures diversity).
+    every run at T = 1, and the warm start, GRPO and the chosen SetPO+GRPO (every cell, every seed) also at the
+    other ``eval_temperatures`` (``temperatures``).
     Probes: ``probe_samples`` samples on ``n_probe`` validation problems every ``probe_every`` RL steps.
     Judge (optional, stage "judge"): ``judge_url`` + ``judge_model`` (a server) or ``judge_path`` (a local model),
     ``judge_limit``, ``judge_samples``; see ``setpo.studies.judging``. None: no judge.
