@@ -44,13 +44,13 @@
 #
 # Every run records its identity (threads, the code it ran, package versions), and a run made at another is
 # never reused. All of it is `setpo.studies.countdown`; the study is one command,
-# `.venv/bin/python -m setpo.studies.countdown --full --out runs/countdown` (resumable). This notebook runs it (or
+# `.venv/bin/python -m setpo.studies.countdown --full --out results/countdown` (resumable). This notebook runs it (or
 # finds it already done) and draws the figures.
 
 # %% tags=["parameters"]
 SMOKE = False                  # toy-size study in a temp folder, to check the notebook runs
 OUT_DIR = "../runs/notebooks"  # scratch folder for figures; `make figures` passes ../figures
-RUN_DIR = "../runs/countdown"  # the full study's folder (made by the command above, or by this notebook)
+RUN_DIR = "../results/countdown"  # the full study's folder (made by the command above, or by this notebook)
 PROJECTION = "pca"             # 2-D projection of the embedding trajectories: "pca" or "umap"
 
 # %%
@@ -109,7 +109,7 @@ show(fig, png)
 # What the trainer logs every step (`setpo/*` metrics from `SetPOTrainer`, also for the baselines): the reward,
 # the number of distinct correct solutions per group of G, and the mean pairwise similarity of a group's
 # responses under each run's embedder (lower is more diverse). The main cell, first seed; every run's curves are
-# in `runs/countdown/rl/<run>/log_history.json`, with `setpo/flat_group_fraction`, the share of groups whose
+# in `results/countdown/rl/<run>/log_history.json`, with `setpo/flat_group_fraction`, the share of groups whose
 # rewards are all equal (where s is the only signal).
 
 # %%
@@ -141,5 +141,5 @@ show(fig, png)
 # whether it holds across G, β and T, the "minus" table whether set-level credit beats the pairwise penalty,
 # DRA-GRPO and Pass@k training, and the ceiling how far a perfect kernel would take it. The README records the
 # numbers of the committed full run and what they do and do not show. Every row, seed and setting is in
-# `fig3_countdown_results.json` beside the figures (and `runs/countdown/config.json`, `selection.json`,
+# `fig3_countdown_results.json` beside the figures (and `results/countdown/config.json`, `selection.json`,
 # `diagnostics.json`); nothing was tuned on the test split.
