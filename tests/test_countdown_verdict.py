@@ -1,0 +1,78 @@
+"""countdown_results.verdict: issue 23's questions answered from the record by fixed rules (the headline's bar,
+the grid, the ceiling, the baselines, the replication), on hand-made records whose answers are known."""
+
+import pytest
+
+from setpo.studies.countdown_results import headline_bar, verdict, verdict_markdown
+
+
+def ci(mean, half=None, n=5):
+    return {"mean": mean, "lo": None if half is None else mean - half, "hi": None if half is None else mean + half,
+            "n": n}
+
+
+def diff(passn, pass1=(0.0, 0.01), width=(5.0, 2.0), modes=(0.1, 0.05), seeds=5):
+    return {"seeds": list(range(seeds)), "pass1": ci(*pass1, seeds), "passn": ci(*passn, seeds),
+            "avg_modes": ci(*modes, seeds), "width": ci(*width, seeds)}
+
+
+def record(head=(0.05, 0.02), pass1=(-0.01, 0.01), grid=((0.04, 0.02), (0.03, 0.02)), ceiling=(0.10, 0.03),
+           versus=None, agreement=None):
+    cfg = {"eval_samples": 64, "main_group_size": 7, "main_beta": 0.001, "n_test": 400, "eval_top_p": 0.9,
+           "threads": 2}
+    row = lambda name, role, passn: {"name": name, "role": role, "T": 1.0, "G": 7 if role else None,  # noqa: E731
+                                     "beta": 0.001 if role else None, "pass_at_k": {"64": passn}, "seed": 0}
+    summary = {"config": cfg, "chosen": "SetPO", "runs": [row("sft", None, 0.76), row("c0", "ceiling", 0.70)],
+               "paired": [{"variant": "SetPO", "primary": True, "role": "setpo", **diff(head, pass1)},
+                          {"variant": "ceiling", "primary": False, "role": "ceiling", **diff(ceiling)}],
+               "grid": [{"G": 3, "beta": 0.005, "T": t, "difference": diff(g, seeds=3)}
+                        for t, g in zip((0.5, 1.0), grid)],
+               "versus": versus or [], "selection": None, "diagnostics": {}}
+    if agreement is not None:
+        summary["agreement"] = agreement
+    return summary
+
+
+def answers(summary):
+    return {v["question"].split(" (")[0].split("?")[0]: v["holds"] for v in verdict(summary)}
+
+
+def test_the_headline_bar_needs_the_interval_above_zero_and_at_most_two_points_of_pass1():
+    assert headline_bar({"passn": ci(0.05, 0.02), "pass1": ci(-0.019, 0.01)}) is True
+    assert headline_bar({"passn": ci(0.05, 0.02), "pass1": ci(-0.021, 0.01)}) is False  # too much pass@1 lost
+    assert headline_bar({"passn": ci(0.01, 0.02), "pass1": ci(0.0, 0.01)}) is False  # interval spans 0
+    assert headline_bar({"passn": ci(0.05), "pass1": ci(0.0)}) is None  # one seed: no interval
+    assert headline_bar(None) is None
+
+
+def test_a_clear_positive_record_answers_yes_everywhere():
+    got = answers(record())
+    assert got["Does the chosen SetPO+GRPO beat GRPO at pass@64 in the main cell"] is True
+    assert got["Does it keep more distinct solutions"] is True
+    assert got["Does the pass@64 effect hold over the grid"] is True
+    assert got["Does the perfect kernel bring SetPO+GRPO back to the warm start's pass@64"] is False  # 0.70 < 0.76
+    reach = next(v for v in verdict(record()) if v["question"].startswith("How much"))
+    assert reach["answer"].startswith("50%")  # 5 of the ceiling's 10 points
+
+
+def test_a_cell_below_zero_fails_the_grid_and_a_spanning_one_leaves_it_open():
+    assert answers(record(grid=((0.04, 0.02), (-0.05, 0.02))))["Does the pass@64 effect hold over the grid"] is False
+    assert answers(record(grid=((0.04, 0.02), (0.01, 0.05))))["Does the pass@64 effect hold over the grid"] is None
+
+
+@pytest.mark.parametrize("passn, answer", [((0.04, 0.02), "better"), ((-0.04, 0.02), "worse"),
+                                           ((0.01, 0.03), "not separable")])
+def test_each_baseline_is_better_worse_or_not_separable_by_its_paired_interval(passn, answer):
+    versus = [{"baseline": "DRA-GRPO (hash)", "role": "dra", **diff(passn)}]
+    row = next(v for v in verdict(record(versus=versus)) if "DRA-GRPO" in v["question"])
+    assert row["answer"] == answer
+
+
+def test_the_replication_agrees_only_when_both_studies_reach_the_same_conclusion():
+    meets = {"threads": 2, "chosen": "SetPO", "headline": {"passn": ci(0.05, 0.02), "pass1": ci(0.0, 0.01)}}
+    misses = {"threads": 1, "chosen": "SetPO", "headline": {"passn": ci(0.01, 0.03), "pass1": ci(0.0, 0.01)}}
+    question = "Does the replication"
+    assert answers(record(agreement={"primary": meets, "replication": {**meets, "threads": 1}}))[question] is True
+    assert answers(record(agreement={"primary": meets, "replication": misses}))[question] is False
+    table = "\n".join(verdict_markdown(record(agreement={"primary": meets, "replication": misses})))
+    assert table.startswith("What the record says") and "| Does the replication" in table and "| no |" in table
