@@ -3,7 +3,7 @@ the grid, the ceiling, the baselines, the replication), on hand-made records who
 
 import pytest
 
-from setpo.studies.countdown_results import headline_bar, verdict, verdict_markdown
+from setpo.studies.countdown_verdict import headline_bar, verdict, verdict_markdown
 
 
 def ci(mean, half=None, n=5):

@@ -19,7 +19,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = {"trl", "transformers", "verl", "accelerate", "datasets", "vllm", "ray", "tokenizers", "peft", "openai"}
-MAX_LINES = 600  # a module you can read in one sitting; a longer one needs a reason (none does today)
+MAX_LINES = 600  # a module you can read in one sitting; a longer one needs a reason, written here
+# {module: (its current length at most, the reason)}. A longer module fails again the moment it grows.
+LONGER_FOR_A_REASON = {
+    "setpo/studies/countdown.py": (636, "the Countdown study it drives is half-way through in results/countdown, "
+                                   "across sessions; any edit changes the study's code identity and strands it "
+                                   "(issue 23). Split it (driver / selection and timings) when the study is next "
+                                   "started over."),
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -84,7 +91,8 @@ def test_studies_do_not_import_the_cli(path):
 @pytest.mark.parametrize("path", CORE + ENGINE_ADAPTERS + STUDIES + ENVS, ids=_rel)
 def test_modules_are_readable_in_one_sitting(path):
     n = len(path.read_text().splitlines())
-    assert n <= MAX_LINES, f"{_rel(path)} has {n} lines; split it by job"
+    limit = LONGER_FOR_A_REASON.get(_rel(path), (MAX_LINES,))[0]
+    assert n <= limit, f"{_rel(path)} has {n} lines; split it by job"
 
 
 def test_every_layer_is_found():

@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 
 from setpo.records import read_json, read_records
 from setpo.studies.countdown_config import CountdownLMConfig, RLRun
+from setpo.studies.countdown_verdict import ci_text, in_main_cell, verdict, verdict_markdown
 from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 from setpo.studies.figures import (
     BASELINE_COLOUR,
@@ -132,14 +133,6 @@ def every_row(summary: dict) -> list[dict]:
     return summary["runs"] + summary.get("replication", {}).get("runs", [])
 
 
-def _in_main_cell(row: dict, cfg: CountdownLMConfig | Mapping) -> bool:
-    """Whether a record row's run has the main cell's G and β; cfg: the config or its record (a dict). The warm
-    start's row (no G) is in no cell."""
-    g, beta = ((cfg["main_group_size"], cfg["main_beta"]) if isinstance(cfg, Mapping)
-               else (cfg.main_group_size, cfg.main_beta))
-    return row["G"] == g and row["beta"] == beta
-
-
 def _paired(pairs: Sequence[tuple[dict, dict]], n: str) -> dict:
     """a - b over (a, b) rows of the same seed: pass@1, pass@n, average modes, width, each with its interval."""
     diff = lambda f: mean_ci([f(a) - f(b) for a, b in pairs])  # noqa: E731
@@ -247,120 +240,6 @@ def headline_noise(cfg: CountdownLMConfig, rows: Sequence[dict], results: Mappin
             "half_width": headline["hi"] - headline["mean"], "target": 0.03, "projection": projection}
 
 
-PASS1_LOSS_BAR = 0.02  # issue 23's bar: the headline's pass@n interval above 0 with a mean pass@1 loss ≤ 2 points
-
-
-def _side(ci: dict | None) -> str:
-    """Where a paired difference's 95% interval lies: "above 0", "below 0", "spans 0" (or "no interval")."""
-    if not ci or ci.get("lo") is None or ci["n"] < 2:
-        return "no interval"
-    return "above 0" if ci["lo"] > 0 else "below 0" if ci["hi"] < 0 else "spans 0"
-
-
-def headline_bar(head: dict | None) -> bool | None:
-    """Whether a headline (chosen SetPO+GRPO − GRPO, a ``paired`` entry) meets issue 23's bar: pass@n interval
-    above 0 and mean pass@1 at most ``PASS1_LOSS_BAR`` below GRPO's (None: no headline or no interval)."""
-    if head is None or _side(head["passn"]) == "no interval":
-        return None
-    return _side(head["passn"]) == "above 0" and head["pass1"]["mean"] >= -PASS1_LOSS_BAR
-
-
-def verdict(summary: dict) -> list[dict]:
-    """What the record says on each of issue 23's questions, decided by fixed rules from its numbers, so the
-    README and notebook 03 state conclusions the record can check: [{"question", "answer", "holds", "evidence"}]
-    (holds: True / False, or None where the record cannot tell). The questions: the headline against the bar;
-    width and average modes (interval above 0); the grid (holds: every other cell's pass@n interval above 0;
-    fails: any below 0); the perfect-kernel ceiling (how much of its pass@n gain the chosen embedder reaches;
-    whether its mean pass@n gets back to the warm start's); SetPO against each baseline (better / worse: the
-    paired interval above / below 0, else not separable); and whether the replication agrees (both studies
-    meet the bar or both miss it, with the same sign of the pass@n effect)."""
-    n = str(summary["config"]["eval_samples"])
-    head = next((p for p in summary["paired"] if p["primary"]), None)
-    out = []
-
-    def add(question, answer, holds, evidence):
-        out.append({"question": question, "answer": answer, "holds": holds, "evidence": evidence})
-
-    def diff_text(d: dict) -> str:
-        return (f"Δ pass@1 {_ci(d['pass1'])}, Δ pass@{n} {_ci(d['passn'])}, Δ avg modes {_ci(d['avg_modes'], 1.0, 2)}, "
-                f"Δ width {_ci(d['width'], 1.0, 1)} ({len(d['seeds'])} seeds)")
-
-    if head is not None:
-        bar = headline_bar(head)
-        add(f"Does the chosen SetPO+GRPO beat GRPO at pass@{n} in the main cell (interval above 0, pass@1 loss ≤ "
-            f"{100 * PASS1_LOSS_BAR:.0f} points)?",
-            "yes" if bar else "no" if bar is False else "cannot tell", bar,
-            f"{head['variant']} − GRPO, T = 1: {diff_text(head)}")
-        for key, label in (("width", "diversity width"), ("avg_modes", "average modes")):
-            side = _side(head[key])
-            add(f"Does it keep more distinct solutions ({label})?", side, {"above 0": True, "below 0": False}.get(side),
-                f"Δ {label} {_ci(head[key], 1.0, 2 if key == 'avg_modes' else 1)}")
-    grid = [c for c in summary.get("grid", []) if (c["G"], c["beta"]) != (summary["config"]["main_group_size"],
-                                                                       summary["config"]["main_beta"]) or c["T"] != 1.0]
-    if grid:
-        sides = [_side(c["difference"]["passn"]) for c in grid]
-        positive = sum(c["difference"]["passn"]["mean"] > 0 for c in grid)
-        add(f"Does the pass@{n} effect hold over the grid (the other G, β, T)?",
-            f"mean above 0 in {positive} of {len(grid)} cells, interval above 0 in {sides.count('above 0')}, "
-            f"below 0 in {sides.count('below 0')}",
-            True if sides.count("above 0") == len(grid) else False if "below 0" in sides else None,
-            "; ".join(f"G={c['G']}, β={c['beta']:g}, T={c['T']:g}: Δ pass@{n} {_ci(c['difference']['passn'])}"
-                      for c in grid))
-    versus = {v["role"]: v for v in summary.get("versus", [])}
-    ceiling = next((p for p in summary["paired"] if p.get("role") == "ceiling"), None)
-    sft = next((r for r in summary["runs"] if r["name"] == "sft" and r["T"] == 1.0), None)
-    if ceiling is not None and head is not None:
-        reach = head["passn"]["mean"] / ceiling["passn"]["mean"] if ceiling["passn"]["mean"] > 0 else None
-        ceiling_passn = statistics.mean(r["pass_at_k"][n] for r in summary["runs"] if r.get("role") == "ceiling"
-                                        and r["T"] == 1.0 and _in_main_cell(r, summary["config"]))
-        add("How much of the perfect kernel's effect does the chosen embedder reach?",
-            "-" if reach is None else f"{100 * reach:.0f}% of its pass@{n} gain over GRPO", None,
-            f"ceiling ({ceiling['variant']}) − GRPO: Δ pass@{n} {_ci(ceiling['passn'])}; chosen − GRPO: "
-            f"{_ci(head['passn'])}" + (f"; chosen − ceiling: {_ci(versus['ceiling']['passn'])}" if "ceiling" in versus else ""))
-        if sft is not None:
-            back = ceiling_passn >= sft["pass_at_k"][n]
-            add(f"Does the perfect kernel bring SetPO+GRPO back to the warm start's pass@{n}?", "yes" if back else "no",
-                back,
-                f"ceiling pass@{n} {ceiling_passn:.3f} (mean over seeds), warm start {sft['pass_at_k'][n]:.3f}")
-    for role, name in (("pairwise", "the pairwise penalty"), ("dra", "DRA-GRPO"), ("passk", "Pass@k training"),
-                       ("paper", "the paper-faithful setting")):
-        v = versus.get(role)
-        if v is not None:
-            side = _side(v["passn"])
-            add(f"Chosen SetPO+GRPO against {name} ({v['baseline']}) at pass@{n}?",
-                {"above 0": "better", "below 0": "worse"}.get(side, "not separable"),
-                {"above 0": True, "below 0": False}.get(side), f"chosen − {v['baseline']}: {diff_text(v)}")
-    agreement = summary.get("agreement")
-    if agreement:
-        heads = {k: a["headline"] for k, a in agreement.items()}
-        bars = {k: headline_bar(h) for k, h in heads.items()}
-        signs = {k: None if h is None else h["passn"]["mean"] > 0 for k, h in heads.items()}
-        agree = None if None in bars.values() else len(set(bars.values())) == 1 and len(set(signs.values())) == 1
-        add("Does the replication (the whole study at another thread count) agree?",
-            "yes" if agree else "no" if agree is False else "cannot tell", agree,
-            "; ".join(f"{k} ({a['threads']} thread(s), chosen {a['chosen']}): "
-                      + ("-" if a["headline"] is None else f"Δ pass@1 {_ci(a['headline']['pass1'])}, Δ pass@{n} "
-                         f"{_ci(a['headline']['passn'])}, bar {'met' if bars[k] else 'not met'}")
-                      for k, a in agreement.items()))
-    return out
-
-
-def verdict_markdown(summary: dict) -> list[str]:
-    """``verdict`` as a table: question, answer, evidence."""
-    rows = verdict(summary)
-    if not rows:
-        return []
-    return (["What the record says (issue 23's questions, decided by `countdown_results.verdict`'s fixed rules):", "",
-             "| question | answer | evidence |", "|---|---|---|"]
-            + [f"| {v['question']} | {v['answer']} | {v['evidence']} |" for v in rows] + [""])
-
-
-def _ci(d: dict, scale: float = 100.0, digits: int = 1) -> str:
-    if d["lo"] is None:
-        return f"{scale * d['mean']:+.{digits}f} (1 seed)"
-    return f"{scale * d['mean']:+.{digits}f} [{scale * d['lo']:+.{digits}f}, {scale * d['hi']:+.{digits}f}]"
-
-
 def results_markdown(summary: dict) -> str:
     """The tables of the README and notebook 03, all from the record: the main cell (mean over seeds), the paired
     differences against GRPO and of the chosen SetPO against each baseline, the grid, the noise of the
@@ -377,7 +256,7 @@ def results_markdown(summary: dict) -> str:
              "|---|---|---|---|---|---|" + ("---|" if judged else "")]
     groups: dict = {}
     for r in rows:
-        if r["T"] == 1.0 and (r["name"] == "sft" or _in_main_cell(r, cfg)):
+        if r["T"] == 1.0 and (r["name"] == "sft" or in_main_cell(r, cfg)):
             groups.setdefault(r["variant"] + (" ★" if r["primary"] else ""), []).append(r)
     for label, rs in groups.items():
         m = lambda f: statistics.mean(f(r) for r in rs)  # noqa: E731
@@ -391,13 +270,13 @@ def results_markdown(summary: dict) -> str:
               "|---|---|---|---|---|---|"]
     for p in summary["paired"]:
         gap = "-" if p.get("gap_closed") is None else f"{100 * p['gap_closed']:.0f}%"
-        lines.append(f"| {p['variant']}{' ★' if p['primary'] else ''} | {_ci(p['pass1'])} | {_ci(p['passn'])} | "
-                     f"{_ci(p['avg_modes'], 1.0, 2)} | {_ci(p['width'], 1.0, 1)} | {gap} |")
+        lines.append(f"| {p['variant']}{' ★' if p['primary'] else ''} | {ci_text(p['pass1'])} | {ci_text(p['passn'])} | "
+                     f"{ci_text(p['avg_modes'], 1.0, 2)} | {ci_text(p['width'], 1.0, 1)} | {gap} |")
     if summary.get("versus"):
         lines += ["", "The chosen SetPO+GRPO minus each other method, same seed (points; 95% t-interval):", "",
                   f"| minus | role | pass@1 | pass@{n} | avg modes | width |", "|---|---|---|---|---|---|"]
-        lines += [f"| {v['baseline']} | {v.get('role', '')} | {_ci(v['pass1'])} | {_ci(v['passn'])} | "
-                  f"{_ci(v['avg_modes'], 1.0, 2)} | {_ci(v['width'], 1.0, 1)} |" for v in summary["versus"]]
+        lines += [f"| {v['baseline']} | {v.get('role', '')} | {ci_text(v['pass1'])} | {ci_text(v['passn'])} | "
+                  f"{ci_text(v['avg_modes'], 1.0, 2)} | {ci_text(v['width'], 1.0, 1)} |" for v in summary["versus"]]
     if summary.get("grid"):
         lines += ["", "The grid: GRPO and the chosen SetPO+GRPO in every cell (means over seeds; difference SetPO − "
                   "GRPO with its 95% t-interval, points):", "",
@@ -407,7 +286,7 @@ def results_markdown(summary: dict) -> str:
             fmt = lambda d: f"{d['pass1']:.3f} / {d['passn']:.3f} / {d['avg_modes']:.2f} / {d['width']:.1f}"  # noqa: E731
             diff = c["difference"]
             lines.append(f"| {c['G']} | {c['beta']:g} | {c['T']:g} | {len(diff['seeds'])} | {fmt(c['grpo'])} | "
-                         f"{fmt(c['setpo'])} | {_ci(diff['pass1'])} | {_ci(diff['passn'])} | {_ci(diff['width'], 1.0, 1)} |")
+                         f"{fmt(c['setpo'])} | {ci_text(diff['pass1'])} | {ci_text(diff['passn'])} | {ci_text(diff['width'], 1.0, 1)} |")
     noise = summary.get("noise")
     if noise:
         lines += ["", f"Noise of the headline (pass@{n}, chosen SetPO − GRPO, main cell, T = 1): one run's standard error "
@@ -426,7 +305,7 @@ def results_markdown(summary: dict) -> str:
         for key, a in agreement.items():
             h = a["headline"]
             lines.append(f"| {key} | {a['threads']} | {a['chosen']} | " + (" | ".join(
-                [_ci(h['pass1']), _ci(h['passn']), _ci(h['avg_modes'], 1.0, 2), _ci(h['width'], 1.0, 1)]) if h else "- | - | - | -") + " |")
+                [ci_text(h['pass1']), ci_text(h['passn']), ci_text(h['avg_modes'], 1.0, 2), ci_text(h['width'], 1.0, 1)]) if h else "- | - | - | -") + " |")
     sel = summary["selection"]
     lines += ["", f"Validation searches ({sel['rule']}; GRPO: pass@1 {sel['grpo']['pass1']:.3f}, pass@{n} "
               f"{sel['grpo']['passn']:.3f}):", "",
@@ -535,7 +414,7 @@ def pass_at_k_figure(summary: dict, cols: int = 3):
     def seeds(members: Sequence[dict]) -> int:
         return len({r["seed"] for r in members if r["seed"] is not None})
 
-    main = [r for r in rows if r["T"] == 1.0 and (r["name"] == "sft" or _in_main_cell(r, cfg))]
+    main = [r for r in rows if r["T"] == 1.0 and (r["name"] == "sft" or in_main_cell(r, cfg))]
     panels.append(panel(f"G={cfg['main_group_size']}, β={cfg['main_beta']:g}, T=1, every method ({seeds(main)} seeds)",
                         main))
     for g, beta in [(cfg["main_group_size"], cfg["main_beta"]), *map(tuple, cfg["other_cells"])]:
@@ -560,7 +439,7 @@ def main_cell_runs(summary: dict, seed: int | None = None) -> list[RLRun]:
     cfg = summary["config"]
     out = []
     for r in summary["runs"]:
-        if r["seed"] is None or r["T"] != 1.0 or not _in_main_cell(r, cfg):
+        if r["seed"] is None or r["T"] != 1.0 or not in_main_cell(r, cfg):
             continue
         if seed is None or r["seed"] == seed:
             out.append(run_of(r))
