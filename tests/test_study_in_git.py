@@ -41,14 +41,9 @@ def _records(folder: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    root = tmp_path_factory.mktemp("in_git")
-    before = torch.get_num_threads()
-    cfg = CountdownLMConfig.smoke(out=str(root / "made"), threads=1, other_cells=(), rl_seeds=(0,),
-                                  dra_embedders=("hash",), eval_temperatures=(1.0,))
-    try:
-        run_study(cfg, log=lambda *_: None)
-    finally:
-        torch.set_num_threads(before)
+    cfg = CountdownLMConfig.smoke(out=str(tmp_path_factory.mktemp("in_git") / "made"), threads=1, other_cells=(),
+                                  rl_seeds=(0,), dra_embedders=("hash",), eval_temperatures=(1.0,))
+    _run(cfg)
     return cfg
 
 
