@@ -8,7 +8,7 @@ TORCH_INDEX ?=
 PY          := $(VENV)/bin/python
 PIP         := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test bench lab figures clean
+.PHONY: demo test bench lab figures countdown clean
 
 demo: $(VENV)/.deps-notebooks
 	$(PY) -m setpo.cli demo
@@ -24,10 +24,16 @@ bench: $(VENV)/.deps-test
 figures: $(VENV)/.deps-lab
 	$(PY) -m setpo.cli figures
 
-# What the notebooks need (extra `lab`: figures + TRL and the embedders), not verl or Ray. Containers often
-# run as root, where Jupyter refuses to start without --allow-root.
+# The Countdown study (notebook 03's; kept in git in results/countdown, resumable across sittings), on the pinned
+# floating-point path (setpo.arithmetic), so that its parts made on different machines are one experiment.
+countdown: $(VENV)/.deps-lab
+	$(PY) -m setpo.cli countdown --full --out results/countdown
+
+# What the notebooks need (extra `lab`: figures + TRL and the embedders), not verl or Ray, on the pinned
+# floating-point path (notebook 03 resumes the Countdown study). Containers often run as root, where Jupyter
+# refuses to start without --allow-root.
 lab: $(VENV)/.deps-lab
-	$(PY) -m jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(PY) -m setpo.arithmetic $(PY) -m jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "setpo needs Python 3.10 or newer, found " + sys.version.split()[0]'

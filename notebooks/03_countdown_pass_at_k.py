@@ -43,9 +43,11 @@
 #   the replication.
 #
 # Every run records its identity (threads, the code it ran, package versions), and a run made at another is
-# never reused. All of it is `setpo.studies.countdown`; the study is one command,
-# `.venv/bin/python -m setpo.studies.countdown --full --out results/countdown` (resumable). This notebook runs it (or
-# finds it already done) and draws the figures.
+# never reused. All of it is `setpo.studies.countdown`; the study is one command, `make countdown` (resumable), which
+# runs `python -m setpo.studies.countdown --full --out results/countdown` on the pinned floating-point path
+# (`setpo.arithmetic`: torch, MKL and oneDNN kept to their AVX2 kernels, so that parts of the study made on an
+# AVX2 machine and on an AVX-512 one are one experiment). This notebook runs it (or finds it already done) and
+# draws the figures; it runs on that path too (`make lab`, `make figures`).
 
 # %% tags=["parameters"]
 SMOKE = False                  # toy-size study in a temp folder, to check the notebook runs
@@ -60,6 +62,7 @@ from pathlib import Path
 
 import torch
 
+from setpo.arithmetic import require_pinned
 from setpo.studies import countdown_results as cr
 from setpo.studies.countdown import CountdownLMConfig, resolve_embedder, run_study, warm_start_texts
 from setpo.studies.figures import save_figure, show, show_table
@@ -68,6 +71,7 @@ torch.set_num_threads(1)
 if SMOKE:
     cfg = CountdownLMConfig.smoke(out=tempfile.mkdtemp(prefix="countdown_smoke_"), threads=1)
 else:
+    require_pinned("notebook 03's Countdown study")  # its parts were made on the pinned path: resume on it
     cfg = CountdownLMConfig(out=RUN_DIR)
 out = Path(cfg.out)
 t0 = time.time()

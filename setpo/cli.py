@@ -1,4 +1,5 @@
-"""`setpo demo | sweep | figures | bench`: the commands behind `make demo`, `make figures` and `make bench`.
+"""`setpo demo | sweep | figures | bench | countdown`: the commands behind `make demo`, `make figures`, `make bench`
+and `make countdown`.
 
 Every argument is checked before any work starts; a bad one exits with status 2 and one line on stderr.
 Only `figures` writes the committed figures/ folder; `demo` writes to runs/demo/ unless told otherwise.
@@ -7,6 +8,7 @@ Only `figures` writes the committed figures/ folder; `demo` writes to runs/demo/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import runpy
@@ -14,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from setpo.arithmetic import pinned_children, pinned_environment
 from setpo.records import ROOT
 from setpo.studies.arguments import Parser, nonnegative_float, positive_int
 
@@ -24,6 +27,9 @@ FIGURE_NOTEBOOKS = [
     "03_countdown_pass_at_k",
     "05_setgrpo_noisy_graders",
 ]
+# Notebooks that run (or resume) a study made across sittings on other machines: run on the pinned floating-point
+# path (setpo.arithmetic), the one their study was made on.
+PINNED_NOTEBOOKS = {"03_countdown_pass_at_k"}
 MAX_SEEDS = 1000                      # seeds per method or λ: more is a typo, not a study
 DEMO_DIR = ROOT / "runs" / "demo"     # scratch: smoke and interactive runs never touch figures/
 FIGURES_DIR = ROOT / "figures"        # committed: written only by `setpo figures` (`make figures`)
@@ -101,8 +107,9 @@ def cmd_figures(args) -> None:
         print(f"== [{i}/{len(args.names)}] notebooks/{name}.ipynb -> {out_dir} ...", flush=True)
         t0 = time.time()
         # writing the committed figures also saves the notebook back with its (static-image) outputs
-        executed = run_notebook(name, out_dir, save_to_notebook=out_dir.resolve() == FIGURES_DIR.resolve(),
-                                log_output=True)
+        with pinned_children() if name in PINNED_NOTEBOOKS else contextlib.nullcontext():
+            executed = run_notebook(name, out_dir, save_to_notebook=out_dir.resolve() == FIGURES_DIR.resolve(),
+                                    log_output=True)
         print(f"   done in {time.time() - t0:.0f} s (executed copy: {executed})", flush=True)
     print(f"== {len(args.names)} notebooks in {time.time() - t_all:.0f} s", flush=True)
 
@@ -113,6 +120,15 @@ def cmd_bench(args) -> None:
         t0 = time.time()
         runpy.run_path(str(script), run_name="__main__")
         print(f"   done in {time.time() - t0:.0f} s", flush=True)
+
+
+def cmd_countdown(args) -> None:
+    """The Countdown study on the pinned floating-point path: this process becomes
+    ``python -m setpo.studies.countdown ARGS`` with the pin in its environment (the study checks its own
+    arguments)."""
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "setpo.studies.countdown", *args.study_args],
+              pinned_environment())
 
 
 def build_parser() -> Parser:
@@ -138,6 +154,11 @@ def build_parser() -> Parser:
     b = sub.add_parser("bench", help="run benchmarks/*.py; each prints a table and writes it to runs/bench/")
     b.add_argument("names", nargs="*", help="benchmark script stems to run (default: all)")
     b.set_defaults(fn=cmd_bench)
+    c = sub.add_parser("countdown", help="the Countdown study (python -m setpo.studies.countdown ARGS) on the pinned "
+                                         "floating-point path, so that a study of several sittings is one experiment")
+    c.add_argument("study_args", nargs="*", help="the study's own arguments, e.g. --full --out results/countdown "
+                                                 "(passed on as they are: the study checks them)")
+    c.set_defaults(fn=cmd_countdown)
     return p
 
 
@@ -164,6 +185,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     """Parse and check everything a command needs before it starts (names that must exist included)."""
     p = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["countdown"]:  # everything after it is the study's, options included
+        return argparse.Namespace(cmd="countdown", study_args=argv[1:], fn=cmd_countdown)
     if _negative_lams(argv):
         p.error(f"argument --lams: expected a finite number >= 0, got {_negative_lams(argv)[0]}")
     args = p.parse_args(argv)

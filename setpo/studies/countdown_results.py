@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from setpo.arithmetic import active_arithmetic
 from setpo.records import read_json, read_records
 from setpo.studies.countdown_config import CountdownLMConfig, RLRun
 from setpo.studies.countdown_verdict import ci_text, in_main_cell, verdict, verdict_markdown
@@ -501,12 +502,14 @@ def figure_record(summary: dict, command: str, **extra) -> dict:
     chosen = next((r for r in summary["runs"] if r["primary"]), None)
     uses = {"paper-faithful embedder": embedder_label(cfg["paper_embedder"]),
             "chosen embedder": chosen["embedder"] if chosen else None, "study folder": cfg["out"]}
-    return run_record(command, config=cfg, seeds=cfg["rl_seeds"], uses=uses, **extra)
+    return run_record(command, config=cfg, seeds=cfg["rl_seeds"], uses=uses, arithmetic=active_arithmetic(), **extra)
 
 
 def study_command(out: str, smoke: bool) -> str:
+    """How the study behind a record was made: the full study on the pinned floating-point path
+    (``setpo.arithmetic``; ``make countdown`` for results/countdown), then notebook 03."""
     return ("python -m setpo.studies.countdown --smoke" if smoke else
-            f"python -m setpo.studies.countdown --full --out {out}") + ", then notebooks/03_countdown_pass_at_k"
+            f"python -m setpo.cli countdown --full --out {out}") + ", then notebooks/03_countdown_pass_at_k"
 
 
 def write_results(summary: dict, out_dir: str | Path, record: dict) -> tuple[str, Path]:
