@@ -68,7 +68,7 @@ def _trainer(kind: str, model, tok, dataset, out: str, embedder):
     from trl import GRPOConfig, GRPOTrainer
 
     from setpo.presets import PRESETS
-    from setpo.studies.countdown import countdown_reward
+    from setpo.trl.rewards import countdown_reward
     from setpo.trl import TRL_LOSS_TYPE, SetPOTrainer, config_for
 
     common = dict(output_dir=out, num_generations=G, per_device_train_batch_size=PROMPTS_PER_STEP * G,

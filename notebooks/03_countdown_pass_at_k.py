@@ -30,7 +30,8 @@
 # - a ~1M-parameter Qwen2-architecture model with an expression-level tokenizer, from scratch;
 # - a warm start by supervised fine-tuning on solver solutions, several distinct ones per problem;
 # - first, *choosing an embedder*: how well each candidate tells two solutions apart (below);
-# - validation searches, on the validation split over two seeds: SetPO's embedder and λ, and each baseline's own
+# - validation searches, on the validation split over two seeds of their own (never a seed the test split reports):
+#   SetPO's embedder and λ, and each baseline's own
 #   setting — the local pairwise penalty SetPO argues against, DRA-GRPO's reward rescaling (the closest prior
 #   art: rewards divided by 1 + the similarity to the rest of the group) and Pass@k Training's group advantage
 #   (the other way to keep solutions alive);

@@ -1,9 +1,10 @@
 """What made a result: the thread count, the project's code and the packages' versions, as one identity.
 
-A study's run is the same run again only when all three are the same: one and two threads gave SFT weights
+A study's run is the same run again only when all four are the same: one and two threads gave SFT weights
 differing by up to 0.06 in the Countdown study (another floating-point summation order acts like another
-seed), and so does any change in the code it runs. ``run_identity`` records them; ``identity_differences``
-names what differs between two.
+seed), and so does any change in the code it runs, and so do torch's AVX2 and AVX-512 kernels (the
+``arithmetic``: torch's CPU capability and the pinned settings of ``setpo.arithmetic``). ``run_identity``
+records them; ``identity_differences`` names what differs between two.
 
 "The code" is the source of every project module the study can import (``import_closure``: followed
 statically through ``setpo`` and ``envs``, imports inside functions included), each file by its SHA-256.
@@ -121,30 +122,48 @@ def result_versions() -> dict:
 
 def machine() -> dict:
     """The processor that made a result, recorded (not compared): when a model trained again elsewhere gives other
-    weights, this says whose arithmetic made the first."""
-    cpu = None
+    weights, this says whose arithmetic made the first. Virtual machines often name only the vendor ("AMD EPYC"),
+    so the vector extensions, a digest of every CPU flag and the cache size are recorded too."""
+    info: dict[str, str] = {}
     try:
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), None)
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return {"cpu": cpu or platform.processor() or None, "arch": platform.machine()}
+    flags = sorted(info.get("flags", "").split())
+    return {"cpu": info.get("model name") or platform.processor() or None, "arch": platform.machine(),
+            "vector": [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "amx_tile") if f in flags],
+            "flags_sha256": hashlib.sha256(" ".join(flags).encode()).hexdigest()[:16] if flags else None,
+            "cache": info.get("cache size")}
+
+
+def arithmetic() -> dict:
+    """The floating-point path this process computes on (``setpo.arithmetic.active_arithmetic``): torch's CPU
+    capability and the pinned settings. Compared: the same run on AVX2 and on AVX-512 kernels differs."""
+    from setpo.arithmetic import active_arithmetic
+
+    return active_arithmetic()
 
 
 def run_identity(threads: int, modules: Iterable[str], exclude: Iterable[str] = (), root: Path = ROOT) -> dict:
-    """The identity of a run made now: {"threads", "code": ``code_identity``, "versions": ``result_versions``,
-    "machine": ``machine`` (recorded, not compared)}."""
-    return {"threads": threads, "code": code_identity(modules, root, exclude), "versions": result_versions(),
-            "machine": machine()}
+    """The identity of a run made now: {"threads", "arithmetic": ``arithmetic``, "code": ``code_identity``,
+    "versions": ``result_versions``, "machine": ``machine`` (recorded, not compared)}."""
+    return {"threads": threads, "arithmetic": arithmetic(), "code": code_identity(modules, root, exclude),
+            "versions": result_versions(), "machine": machine()}
 
 
 def identity_differences(saved: Mapping, now: Mapping) -> dict[str, str]:
-    """What differs between two identities, by field: "threads", "code" (the files that changed, were added
-    or are gone, and both commits), "versions.<package>". Commit, dirtiness and machine alone are not a
-    difference."""
+    """What differs between two identities, by field: "threads", "arithmetic.<setting>", "code" (the files that
+    changed, were added or are gone, and both commits), "versions.<package>". Commit, dirtiness and machine alone
+    are not a difference."""
     out: dict[str, str] = {}
     if saved.get("threads") != now.get("threads"):
         out["threads"] = f"{saved.get('threads')} then, {now.get('threads')} now"
+    for name in sorted(saved.get("arithmetic", {}).keys() | now.get("arithmetic", {}).keys()):
+        a, b = saved.get("arithmetic", {}).get(name), now.get("arithmetic", {}).get(name)
+        if a != b:
+            out[f"arithmetic.{name}"] = f"{a} then, {b} now"
     old, new = saved.get("code", {}).get("files", {}), now.get("code", {}).get("files", {})
     changed = sorted(f for f in old.keys() | new.keys() if old.get(f) != new.get(f))
     if changed:

@@ -110,3 +110,29 @@ def test_notebook_03_refuses_the_full_study_off_the_pinned_path(unpinned, tmp_pa
         execute_notebook("03_countdown_pass_at_k", tmp_path / "figures", smoke=False,
                          RUN_DIR=str(tmp_path / "study"))
     assert not (tmp_path / "study").exists()  # nothing started
+
+
+def test_a_run_made_on_other_kernels_is_another_identity():
+    """The identity compares the floating-point path: a resume on AVX-512 kernels of a run made on AVX2 ones
+    is refused naming it, as another thread count is."""
+    from setpo.provenance import identity_differences, run_identity
+
+    ident = run_identity(2, ["setpo.arithmetic"])
+    assert set(ident["arithmetic"]) == {"torch_cpu_capability", *PINNED_ARITHMETIC}
+    avx2 = {**ident, "arithmetic": {**ident["arithmetic"], "torch_cpu_capability": "AVX2", **PINNED_ARITHMETIC}}
+    avx512 = {**ident, "arithmetic": {**avx2["arithmetic"], "torch_cpu_capability": "AVX512",
+                                      "ATEN_CPU_CAPABILITY": None}}
+    differ = identity_differences(avx2, avx512)
+    assert set(differ) == {"arithmetic.torch_cpu_capability", "arithmetic.ATEN_CPU_CAPABILITY"}
+    assert differ["arithmetic.ATEN_CPU_CAPABILITY"] == "avx2 then, None now"
+    assert identity_differences(ident, {**ident, "machine": {"cpu": "elsewhere"}}) == {}  # the machine: recorded only
+
+
+def test_the_full_study_refuses_to_start_off_the_pinned_path(unpinned, capsys, monkeypatch):
+    import setpo.studies.countdown as countdown
+
+    monkeypatch.setattr(countdown, "run_study", lambda *a, **kw: pytest.fail("the study started unpinned"))
+    with pytest.raises(SystemExit) as e:
+        countdown.main(["--full", "--out", "runs/never"])
+    assert e.value.code == 2
+    assert "must run on the pinned floating-point path" in capsys.readouterr().err

@@ -230,3 +230,18 @@ def test_sft_warm_start_learns_the_format(tmp_path):
     samples = sample_completions(model, tok, [prompt_text(i) for i in data.test], 8, temperature=0.5)
     formatted = sum(score_answer(s, i.numbers, i.target) > 0 for i, row in zip(data.test, samples) for s in row)
     assert formatted >= 0.5 * 8 * len(data.test)  # most samples are <answer>...</answer>
+
+
+def test_the_validation_search_has_seeds_of_its_own():
+    """The seeds that choose are not the seeds that report, and a search model is never needed for the test split
+    (so no model must be restored across sittings but one killed between its training and its evaluations)."""
+    cfg = CountdownLMConfig(out="runs/never")
+    assert cfg.search_seed_list == (1000, 1001)
+    finals = {r.seed for r in cfg.final_runs({"setpo": cfg.paper_run(), "pairwise": cfg.main_cell(),
+                                                   "dra": cfg.main_cell(), "passk": cfg.main_cell(),
+                                                   "ceiling": cfg.main_cell()})}
+    assert finals == set(cfg.rl_seeds) and not finals & set(cfg.search_seed_list)
+    with pytest.raises(ValueError, match=r"must not use the validation search's seeds .*\[1000\]"):
+        CountdownLMConfig(out="runs/never", rl_seeds=(0, 1, 2, 1000))
+    with pytest.raises(ValueError, match="must not use the validation search's seeds"):
+        CountdownLMConfig(out="runs/never", headline_seeds=(1001,))

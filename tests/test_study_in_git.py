@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from setpo.studies.countdown import CountdownLMConfig, run_study
+from setpo.studies.stages import RestoreMismatch
 from setpo.trl.training import DONE_FILE, weights_sha256
 
 ROOT = Path(__file__).resolve().parent.parent
+SEARCH_RUN = "grpo_G3_b0.001_s1000"  # GRPO on the validation search's first seed (SEARCH_SEED_BASE)
 
 
 def _without_models(folder: Path) -> None:
@@ -80,31 +82,61 @@ def test_a_missing_evaluation_retrains_its_model_to_the_recorded_weights(study, 
     cfg = _copy(study, tmp_path / "checkout")
     out = Path(cfg.out)
     test_eval = next(p for p in sorted((out / "eval").glob("grpo_*_T1.json")) if "setpo" in p.name)
-    val_eval = out / "val" / "grpo_G3_b0.001_s0_T1.json"
+    val_eval = out / "val" / f"{SEARCH_RUN}_T1.json"
     test_eval.unlink()
     val_eval.unlink()
     logs = _run(cfg)
     restored = sorted(line.split()[1].rstrip(":") for line in logs if "not here" in line)
-    assert restored == sorted(["the", "grpo_G3_b0.001_s0", test_eval.stem[:-len("_T1")]])  # "the" warm start
+    assert restored == sorted(["the", SEARCH_RUN, test_eval.stem[:-len("_T1")]])  # "the" warm start
     assert _records(out) == _records(Path(study.out))  # the same evaluations, records and done.json as the first time
-    for name in ("sft", "rl/grpo_G3_b0.001_s0"):
+    for name in ("sft", f"rl/{SEARCH_RUN}"):
         assert weights_sha256(out / name / "final") == weights_sha256(Path(study.out) / name / "final")
         assert (out / name / "log_history.json").read_bytes() == (Path(study.out) / name / "log_history.json").read_bytes()
 
 
-def test_a_retrained_model_with_other_weights_is_refused_and_not_kept(study, tmp_path):
-    cfg = _copy(study, tmp_path / "checkout")
+def _recorded_elsewhere(cfg) -> tuple[Path, Path]:
+    """A checkout whose search run records other weights than this machine makes (as a study begun on an
+    AVX2 machine and resumed on an AVX-512 one), its validation evaluation missing: (its done.json, its log)."""
     out = Path(cfg.out)
-    done = out / "rl" / "grpo_G3_b0.001_s0" / "final" / DONE_FILE
+    done = out / "rl" / SEARCH_RUN / "final" / DONE_FILE
     done.write_text(json.dumps({**json.loads(done.read_text()), "weights_sha256": "0" * 64}))
-    for path in (out / "val").glob("grpo_G3_b0.001_s0_T1.json"):
-        path.unlink()
-    with pytest.raises(ValueError, match=r"run grpo_G3_b0.001_s0, trained again .* gave other weights .*"
-                                         r"0{12} recorded"):
+    log = out / "rl" / SEARCH_RUN / "log_history.json"
+    log.write_text(log.read_text().replace('"loss"', '"loss_elsewhere"'))  # the other machine's log
+    (out / "val" / f"{SEARCH_RUN}_T1.json").unlink()
+    return done, log
+
+
+def test_a_retrained_model_with_other_weights_is_refused_and_the_record_kept(study, tmp_path):
+    cfg = _copy(study, tmp_path / "checkout")
+    done, log = _recorded_elsewhere(cfg)
+    recorded_log = log.read_bytes()
+    with pytest.raises(RestoreMismatch, match=rf"run {SEARCH_RUN}, trained again .* gave other weights .*"
+                                              r"0{12} recorded.*--redo"):
         _run(cfg)
     final = done.parent
     assert not (final / "model.safetensors").exists() and not done.exists()
     assert json.loads((final / "done.recorded.json").read_text())["weights_sha256"] == "0" * 64  # asked again next time
+    assert log.read_bytes() == recorded_log  # the recorded run's log, not the refused retraining's
+
+
+def test_redo_makes_a_run_that_cannot_be_restored_again_here_with_its_evaluations(study, tmp_path):
+    cfg = _copy(study, tmp_path / "checkout")
+    done, log = _recorded_elsewhere(cfg)
+    logs: list[str] = []
+    before = torch.get_num_threads()
+    try:
+        run_study(cfg, log=logs.append, redo=True)
+    finally:
+        torch.set_num_threads(before)
+    assert any(f"{SEARCH_RUN}: its model cannot be restored on this machine; --redo" in line for line in logs)
+    assert json.loads(done.read_text())["weights_sha256"] == weights_sha256(done.parent)  # this machine's run
+    assert not (done.parent / "done.recorded.json").exists()
+    assert "loss_elsewhere" not in log.read_text()
+    # made again here, it is what this machine makes: the same weights, evaluations and records (but wall-clock)
+    assert weights_sha256(done.parent) == weights_sha256(Path(study.out) / "rl" / SEARCH_RUN / "final")
+    timed = {f"rl/{SEARCH_RUN}/timings.json", f"rl/{SEARCH_RUN}/log_history.json"}
+    assert ({k: v for k, v in _records(Path(cfg.out)).items() if k not in timed}
+            == {k: v for k, v in _records(Path(study.out)).items() if k not in timed})
 
 
 def test_evaluating_without_training_a_missing_model_says_how_to_get_it(study, tmp_path):

@@ -45,11 +45,18 @@ Run everything with one command (resumable: finished stages are skipped, RL resu
 checkpoint, every evaluation is cached; a run killed at any moment and started again gives the same models
 and records as an uninterrupted one, and one started with a different configuration is refused):
 
-    .venv/bin/python -m setpo.studies.countdown --full --out results/countdown
+    make countdown      # python -m setpo.cli countdown --full --out results/countdown
+
+which runs ``python -m setpo.studies.countdown --full --out results/countdown`` on the pinned floating-point
+path (``setpo.arithmetic``; ``--full`` refuses to start without it): a study of several sittings gets
+whatever machine each sitting gets, and torch's AVX2 and AVX-512 kernels give other weights.
 
 ``results/countdown`` is kept in git without its models, except the warm start's (``results/.gitignore``):
-a study longer than one sitting resumes from a new checkout, which trains again only a model whose
-evaluation is missing and refuses it unless it matches the recorded weights (``stages.restore_model``).
+a study longer than one sitting resumes from a new checkout. Every model is evaluated as soon as it is
+trained (the validation search's on their own seeds, the test split's once every search is settled), so a
+new checkout needs a model again only when a run was killed between its training and its evaluations; it
+trains it again and refuses it unless it matches the recorded weights (``stages.restore_model``), or with
+``--redo`` makes that run and its evaluations again on this machine.
 
 ``--smoke`` runs the same pipeline at toy size in seconds (used by the tests and notebook 03).
 Outputs under ``--out``: ``config.json``, ``identity.json``, ``data.json`` (the splits), ``sft/`` and
@@ -65,17 +72,17 @@ Outputs under ``--out``: ``config.json``, ``identity.json``, ``data.json`` (the 
 from __future__ import annotations
 
 import functools
-import math
 import shutil
 import sys
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from envs.countdown import CountdownInstance, make_prompt, score_answer
+from envs.countdown import make_prompt
+from setpo.arithmetic import require_pinned
 from setpo.provenance import run_identity
 from setpo.records import read_json, write_json, write_text
 from setpo.studies.countdown_config import (  # noqa: F401  (load_config: the study's public API)
@@ -105,224 +112,24 @@ from setpo.studies.countdown_data import (  # noqa: F401  (the text format and d
 from setpo.studies import judging
 from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo.studies.countdown_results import results_markdown, summarize, with_replication
-from setpo.studies.sampling import sample_completions
+from setpo.studies.countdown_train import (  # noqa: F401  (the training drivers: the study's public API)
+    evaluate_model,
+    load_trained,
+    print_flushed,
+    probe_sampler,
+    sample_eval,
+    train_rl,
+    train_sft,
+)
 from setpo.studies.stages import (
-    Progress,
-    check_restored,
     chosen_stages,
     claim_identity,
     has_model,
     refusal,
-    restore_model,
-    reusable_record,
+    RestoreMismatch,
     stage_done,
-    unreadable,
 )
-from setpo.trl.tiny_models import build_model, build_tokenizer
-from setpo.trl.rewards import countdown_reward
 from setpo.trl.training import DONE_FILE, quiet_libraries
-
-
-def _log(*args) -> None:
-    print(*args, flush=True)  # flushed, so a long run's progress shows when stdout is a file
-
-
-# --------------------------------------------------------------------------------------------------
-# Training drivers
-# --------------------------------------------------------------------------------------------------
-
-
-def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:
-    seed = cfg.seed if seed is None else seed
-    return dict(report_to=[], use_cpu=not torch.cuda.is_available(), bf16=False, seed=seed,
-                data_seed=seed, save_total_limit=1, save_only_model=False, disable_tqdm=True,
-                logging_steps=1, dataloader_num_workers=0)
-
-
-def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=_log, examples=None,
-              identity: dict | None = None, redo: bool = False) -> Path:
-    """Warm start by supervised fine-tuning on solver solutions; returns the final model directory.
-    examples: the study's ``sft_examples``, or a function making them, when at hand (None: made here).
-    identity: the run identity (``study_identity``) the folder must have been made at (None: not checked);
-    ``redo``: remake it if not."""
-    from datasets import Dataset  # the engine (datasets, TRL, transformers): imported when a stage trains, so
-    from trl import SFTConfig, SFTTrainer  # that reading a finished study (notebook 03) stays light
-
-    from setpo.trl import train_resumable
-
-    final = out_dir / "final"
-    claim_identity(out_dir, identity, redo)
-    recorded = restore_model(final)
-    if stage_done(final):
-        return final
-    kept = _run_records(out_dir) if recorded is not None else {}
-    if recorded is not None:
-        log(f"[sft] the warm start's model is not here (a study folder keeps its records, not its models): "
-            "training it again, to the recorded weights")
-    tokenizer = build_tokenizer()
-    model = build_model(tokenizer, cfg.model, seed=cfg.seed)
-    examples = examples() if callable(examples) else examples  # the study's, made only when SFT trains
-    if examples is None:
-        examples = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log)
-    log(f"[sft] {len(examples)} examples from {len(data.train)} problems, "
-        f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
-    steps_per_epoch = math.ceil(len(examples) / cfg.sft_batch_size)
-    args = SFTConfig(
-        output_dir=str(out_dir), num_train_epochs=cfg.sft_epochs, learning_rate=cfg.sft_lr,
-        per_device_train_batch_size=cfg.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=min(50, steps_per_epoch),
-        weight_decay=0.01, max_length=cfg.model.max_position_embeddings, completion_only_loss=True,
-        save_strategy="steps", save_steps=max(1, steps_per_epoch // 2), gradient_checkpointing=False,
-        **_common_args(cfg))
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
-                         processing_class=tokenizer)
-    train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(examples)}, log,
-                    f"[sft]: {steps_per_epoch} steps per epoch, {cfg.sft_epochs:g} epochs")
-    _clean_checkpoints(out_dir)
-    check_restored(final, recorded, "the warm start")
-    _put_back(kept)
-    return final
-
-
-def _run_records(run_dir: Path) -> dict[Path, bytes]:
-    """A run folder's records (log history, probes, timings): kept while its missing model is trained again,
-    then put back (``_put_back``), so a restore leaves the first training's wall-clock times in them."""
-    return {p: p.read_bytes() for p in run_dir.glob("*.json*") if p.is_file()}
-
-
-def _put_back(kept: dict[Path, bytes]) -> None:
-    for path, data in kept.items():
-        path.write_bytes(data)
-
-
-def _clean_checkpoints(folder: Path) -> None:
-    for ckpt in folder.glob("checkpoint-*"):
-        shutil.rmtree(ckpt, ignore_errors=True)
-
-
-def load_trained(model_dir: Path):
-    """(tokenizer, float32 model) of a finished stage; a damaged folder is a ValueError naming it."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # the engine, when a model is loaded
-
-    if stage_done(model_dir) and not has_model(model_dir):
-        raise refusal("recorded as trained, but its model is not here (a study folder keeps its records, not its "
-                      "models)", model_dir, "rerun with the stage that trains it (--stages sft,rl,eval): it is "
-                      "trained again and checked against the recorded weights")
-    try:
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
-    except Exception as e:  # noqa: BLE001 - truncated safetensors, missing or damaged config: all unusable
-        raise unreadable(model_dir, e, f"delete {Path(model_dir).parent} and rerun to train that stage again") from None
-    return tokenizer, model
-
-
-def probe_sampler(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], tokenizer):
-    """``sample(model, step)`` for ``setpo.trl.probe_callback``: ``cfg.probe_samples`` completions at T = 1 per
-    fixed probe problem, as {"problem", "numbers", "target", "text", "expression", "reward", "canonical"}
-    records."""
-    probes = list(probes)
-
-    def sample(model, step: int) -> list[dict]:
-        samples = sample_completions(model, tokenizer, [prompt_text(p) for p in probes], cfg.probe_samples,
-                                     temperature=1.0, seed=cfg.seed + step)
-        return [{"problem": j, "numbers": list(inst.numbers), "target": inst.target, "text": t,
-                 "expression": extract_answer(t), "reward": score_answer(t, inst.numbers, inst.target),
-                 "canonical": solution_key(t)}
-                for j, (inst, texts) in enumerate(zip(probes, samples)) for t in texts]
-
-    return sample
-
-
-def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
-             embedder=None, log=_log, callbacks: Sequence = (), identity: dict | None = None,
-             redo: bool = False) -> Path:
-    """One RL run from the warm start (GRPO, SetPO, the pairwise penalty, DRA-GRPO, Pass@k training, the
-    perfect-kernel ceiling); resumes from its last checkpoint. Returns the final model's folder.
-
-    embedder: the Embedder ``run.embedder`` names, shared across runs (None: load it by name; "centered:..."
-    and the ceiling's "verifier" need the study's, see ``resolve_embedder``). The run's seed sets TRL's
-    sampling and prompt order. callbacks: extra TrainerCallbacks (the tests use one to interrupt a run).
-    identity: the run identity the folder must have been made at (None: not checked); ``redo``: remake it if
-    not. Writes ``timings.json`` beside the run: seconds of generation, embedding and update (this invocation's;
-    ``resumed`` says whether earlier ones did part of the run).
-    """
-    from datasets import Dataset  # the engine, imported when a run trains (see train_sft)
-
-    from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
-    from setpo.trl.training import last_checkpoint
-
-    final = out_dir / "final"
-    claim_identity(out_dir, identity, redo)
-    recorded = restore_model(final)
-    if stage_done(final):
-        return final
-    kept = _run_records(out_dir) if recorded is not None else {}
-    if recorded is not None:
-        log(f"[rl] {run.name}: its model is not here (a study folder keeps its records, not its models): "
-            "training it again, to the recorded weights")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    resumed = last_checkpoint(out_dir) is not None
-    tokenizer, model = load_trained(init_dir)
-    tokenizer.padding_side = "left"
-    g = run.group_size
-    per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
-    args = config_for(
-        run.preset, output_dir=str(out_dir), setpo_lambda=run.lam, learning_rate=cfg.rl_lr, num_generations=g,
-        beta=run.beta, per_device_train_batch_size=per_step // STEPS_PER_GENERATION,
-        steps_per_generation=STEPS_PER_GENERATION,
-        max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
-        temperature=cfg.rl_temperature, top_p=1.0, embedder=run.embedder, setpo_diversity=run.term,
-        setpo_lambda_units=run.units, setpo_reward_adjustment=run.adjust, setpo_estimator=run.estimator,
-        lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
-        save_steps=cfg.rl_save_steps, gradient_checkpointing=False, **_common_args(cfg, run.seed))
-    probes = probe_callback(probe_sampler(cfg, data.val[:cfg.n_probe], tokenizer), out_dir / "probes.jsonl",
-                            cfg.probe_every)
-    trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
-                           train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
-                           embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
-    t0 = time.time()
-    train_resumable(trainer, tokenizer, out_dir, final, {"run": asdict(run)}, log,
-                    f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
-    write_json(out_dir / "timings.json", {**trainer.setpo_seconds, "seconds": time.time() - t0, "resumed": resumed})
-    _clean_checkpoints(out_dir)
-    check_restored(final, recorded, f"run {run.name}")
-    _put_back(kept)
-    return final
-
-
-def sample_eval(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
-                temperature: float, label: str = "", log=None) -> list[list[str]]:
-    """The ``cfg.eval_samples`` completions per problem an evaluation scores (seeded: sampling again gives them
-    again). log: a progress line at most every 10 s."""
-    tokenizer, model = load_trained(model_dir)
-    progress = None if log is None else Progress(log, f"[eval] {label}: problems sampled", len(instances)).step
-    return sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
-                              temperature, cfg.eval_top_p, cfg.rl_max_completion_length,
-                              batch_sequences=cfg.eval_batch_sequences, seed=cfg.seed + 1, progress=progress)
-
-
-def evaluate_model(cfg: CountdownLMConfig, model_dir: Path | Callable[[], Path],
-                   instances: Sequence[CountdownInstance], temperature: float, path: Path, log=None,
-                   texts_file: Path | None = None, identity: dict | None = None, redo: bool = False) -> dict:
-    """Sample ``cfg.eval_samples`` completions per problem (``sample_eval``) and score them; cached in ``path``
-    with the run identity it was made at (a cache made at another is refused, or with ``redo`` made again).
-    model_dir: the model's folder, or a function training it and returning it, called only when the evaluation
-    is not cached (a resumed study trains no model whose evaluations it has). texts_file: where to keep the
-    completions (for the judge; None keeps none)."""
-    cached = reusable_record(path, identity, redo, "delete it and rerun to evaluate again")
-    if cached is not None:
-        return cached
-    model_dir = model_dir() if callable(model_dir) else model_dir
-    t0 = time.time()
-    samples = sample_eval(cfg, model_dir, instances, temperature, path.stem, log)
-    if texts_file is not None:
-        write_json(texts_file, samples)
-    result = evaluate_samples(instances, samples)
-    result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
-                  examples=[s[:4] for s in samples[:5]])
-    if identity is not None:
-        result["identity"] = identity
-    write_json(path, result)
-    return result
 
 
 # --------------------------------------------------------------------------------------------------
@@ -386,7 +193,7 @@ def select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
                           f"pass@1 >= GRPO's - {cfg.max_pass1_loss}"}
 
 
-def run_study(cfg: CountdownLMConfig, log=_log, stages: Sequence[str] = STAGES, redo: bool = False) -> dict:
+def run_study(cfg: CountdownLMConfig, log=print_flushed, stages: Sequence[str] = STAGES, redo: bool = False) -> dict:
     """The whole study, resumable: data, warm start (stage "sft"), embedder diagnostics, the validation searches
     and every RL run (seeds, cells; stage "rl"), the test split (each model once, after every search is settled)
     and the record (stage "eval"); then
@@ -439,7 +246,10 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str], redo: bool) -> 
     def test_split(name: str, run: RLRun | None, mdir: Path | Callable[[], Path], chosen: dict[str, RLRun]) -> None:
         """Evaluate one model on the test split at its temperatures (cached; ``mdir``: as ``evaluate_model``'s)."""
         (out / "eval").mkdir(exist_ok=True)
-        for temp in cfg.temperatures(run, chosen["setpo"]):
+        temps = cfg.temperatures(run, chosen["setpo"])
+        if callable(mdir) and any(not (out / "eval" / f"{name}_T{temp:g}.json").exists() for temp in temps):
+            mdir = mdir()  # trained (or restored, or with --redo remade) before any of its evaluations is read
+        for temp in temps:
             t = time.time()
             path = out / "eval" / f"{name}_T{temp:g}.json"
             r = evaluate_model(cfg, mdir, data.test, temp, path, log,
@@ -501,7 +311,7 @@ def _write_summary(out: Path, summary: dict, log) -> dict:
     return summary
 
 
-def judge_runs(cfg: CountdownLMConfig, data: CountdownData, runs: Sequence[RLRun], log=_log, judge=None) -> dict:
+def judge_runs(cfg: CountdownLMConfig, data: CountdownData, runs: Sequence[RLRun], log=print_flushed, judge=None) -> dict:
     """Stage "judge": the LLM-judged diversity (``judging.judge_methods``) of the warm start's and the main cell's
     methods (seeds pooled) from their test-split responses at T = 1 (``judging.eval_responses``: kept by the
     evaluation, or sampled again with its seeds); verdicts cached in ``out/judge_cache.jsonl``. The judge reads
@@ -547,9 +357,19 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: C
         if stage_done(final) and has_model(final):
             return final
         t = time.time()
-        final = train_rl(cfg, run, data, warm_start(), final.parent,
-                         embedder=resolve_embedder(run.embedder, reference, embedders), log=log, identity=identity,
-                         redo=redo)
+        make = lambda: train_rl(cfg, run, data, warm_start(), final.parent,  # noqa: E731
+                                embedder=resolve_embedder(run.embedder, reference, embedders), log=log,
+                                identity=identity, redo=redo)
+        try:
+            final = make()
+        except RestoreMismatch:
+            if not redo:
+                raise
+            log(f"[rl] {run.name}: its model cannot be restored on this machine; --redo: made again here, with "
+                "its evaluations")
+            forget_run(out, run.name)
+            claim_identity(final.parent, identity, redo)
+            final = make()
         log(f"[rl] {run.name} ready ({time.time() - t:.0f}s, study {time.time() - t0:.0f}s)")
         return final
 
@@ -579,6 +399,15 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: C
         else:  # trained only if an evaluation of it is missing
             test_split(run.name, run, functools.partial(train, run), chosen)
     return runs, chosen, selection
+
+
+def forget_run(out: Path, name: str) -> None:
+    """Delete run ``name`` of the study in ``out``: its folder and its evaluations (validation and test), so that
+    it is made again as a new run (``--redo`` after a model that cannot be restored bit for bit)."""
+    shutil.rmtree(out / "rl" / name, ignore_errors=True)
+    for split in ("val", "eval"):
+        for path in (out / split).glob(f"{name}_T*.json"):
+            path.unlink()
 
 
 def _trained_runs(cfg: CountdownLMConfig):
@@ -617,6 +446,8 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str], bool]:
             cfg = CountdownLMConfig.smoke(**({"out": a.out} if a.out else {}), **overrides)
         else:
             cfg = CountdownLMConfig(**({"out": a.out} if a.out else {}), **overrides)
+        if a.full:  # a study of several sittings, on whatever machine each gets: one floating-point path
+            require_pinned("python -m setpo.studies.countdown --full")
     except (TypeError, ValueError) as e:
         p.error(str(e))
     return cfg, stages, a.redo

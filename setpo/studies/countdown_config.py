@@ -15,8 +15,10 @@ Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.st
   ``dra_embedders``), Pass@k Training's group advantage (``setpo.advantages.pass_at_k``, k from ``passk_ks``);
   and the perfect-kernel ceiling: SetPO+GRPO with the verifier's kernel (k = 1 for the same solution, else 0;
   λ from ``ceiling_lambdas``), a diagnostic, never a candidate for "chosen".
-- The validation search runs in the main cell over the first ``search_seeds`` seeds and scores each candidate
-  by its mean over them on the validation split at T = 1: SetPO candidates are ``search_embedders`` ×
+- The validation search runs in the main cell over ``search_seeds`` seeds of its own (``SEARCH_SEED_BASE``,
+  1000, 1001, ...: never among the seeds of the runs the test split evaluates, so a search model is needed
+  only for its validation evaluation, made as soon as it is trained, and the seeds that choose are not the
+  seeds that report) and scores each candidate by its mean over them on the validation split at T = 1: SetPO candidates are ``search_embedders`` ×
   ``search_lambdas`` with λ in units of the term's batch spread (``setpo_lambda_units="term_std"``, our
   opt-in), plus the paper-faithful run. The one chosen has the highest mean validation pass@``eval_samples``
   among those whose mean pass@1 is at most ``max_pass1_loss`` below GRPO's (none qualifying: the highest
@@ -48,6 +50,7 @@ from setpo.studies.judging import JUDGE_FIELDS, JudgeSettings, check_judge_field
 from setpo.trl.tiny_models import ModelSize
 
 STEPS_PER_GENERATION = 2  # optimizer steps per generated batch (TRL's steps_per_generation)
+SEARCH_SEED_BASE = 1000   # the validation search's seeds: 1000, 1001, ... (apart from every seed the test reports)
 BASELINE_EMBEDDER = "hash"  # λ = 0 runs embed only to log diversity curves; hashing is cheap and weight-free
 CEILING_EMBEDDER = "verifier"  # the verifier's kernel: 1 for the same solution (canonical form), else 0
 
@@ -168,7 +171,7 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
     grid_seeds: int = 3            # the first grid_seeds of rl_seeds run in the other cells
     paper_embedder: str = "default"
     paper_lambda: float = PRESETS["countdown"].lam
-    # validation search (main cell, the first search_seeds seeds, validation split, T = 1)
+    # validation search (main cell, search_seeds seeds of its own from SEARCH_SEED_BASE, validation split, T = 1)
     search_seeds: int = 2
     search_embedders: tuple[str, ...] = ("default", "centered:default", "hash")
     search_lambdas: tuple[float, ...] = (0.05, 0.15)  # in σ units; why not 0.5: the module docstring
@@ -224,9 +227,17 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
         if len(set(self.headline_seeds)) != len(self.headline_seeds) or set(self.headline_seeds) & set(self.rl_seeds):
             raise ValueError(f"headline_seeds must be distinct and not among rl_seeds {self.rl_seeds}, got "
                              f"{self.headline_seeds}")
-        for name in ("search_seeds", "grid_seeds", "replication_grid_seeds"):
+        for name in ("grid_seeds", "replication_grid_seeds"):
             if not 1 <= getattr(self, name) <= len(self.rl_seeds):
                 raise ValueError(f"{name} must be in [1, len(rl_seeds) = {len(self.rl_seeds)}], got {getattr(self, name)}")
+        if not 1 <= self.search_seeds <= 100:
+            raise ValueError(f"search_seeds must be in [1, 100] (the search's own seeds, from {SEARCH_SEED_BASE}), got "
+                             f"{self.search_seeds}")
+        reported = set(self.rl_seeds) | set(self.headline_seeds)
+        if reported & set(self.search_seed_list):
+            raise ValueError(f"rl_seeds and headline_seeds must not use the validation search's seeds "
+                             f"{self.search_seed_list} (the seeds that choose are not the seeds that report), got "
+                             f"{sorted(reported & set(self.search_seed_list))}")
         if self.replication_threads < 0 or self.replication_threads == self.threads:
             raise ValueError(f"replication_threads must be 0 (no replication) or a thread count other than threads "
                              f"= {self.threads} (the replication is the study at another floating-point path), got "
@@ -290,7 +301,7 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
 
     @property
     def search_seed_list(self) -> tuple[int, ...]:
-        return self.rl_seeds[:self.search_seeds]
+        return tuple(SEARCH_SEED_BASE + i for i in range(self.search_seeds))
 
     def paper_run(self) -> RLRun:
         return self.main_cell(lam=self.paper_lambda, embedder=self.paper_embedder)

@@ -14,7 +14,7 @@ claiming a run folder for one configuration, refusals in one shape, and progress
   named, or, where the user asks (``redo``), deleted so that it is made again.
 - ``restore_model`` / ``check_restored``: a stage recorded as done whose model is not here (a study folder
   kept in git keeps its records, not its models) is trained again and must give the recorded weights bit for
-  bit, or is refused.
+  bit, or is refused (``RestoreMismatch``), its recorded records put back as they were.
 - ``Progress``: a line at most every ``every_s`` seconds from a loop, so long data building shows it is alive.
 """
 
@@ -58,22 +58,38 @@ def restore_model(final: str | Path) -> dict | None:
     return read_json(aside, f"delete {final.parent} and rerun to train it again") if aside.exists() else None
 
 
-def check_restored(final: str | Path, recorded: Mapping | None, what: str) -> None:
+class RestoreMismatch(ValueError):
+    """A model trained again to restore a recorded one gave other weights: another machine's arithmetic."""
+
+
+def run_records(run_dir: str | Path) -> dict[Path, bytes]:
+    """A run folder's records (log history, probes, timings), kept while its missing model is trained again and
+    put back afterwards (``check_restored``), so a restore leaves the first training's records in place."""
+    return {p: p.read_bytes() for p in Path(run_dir).glob("*.json*") if p.is_file()}
+
+
+def check_restored(final: str | Path, recorded: Mapping | None, what: str,
+                   kept: Mapping[Path, bytes] | None = None) -> None:
     """After training again what ``restore_model`` set aside: the same weights (SHA-256) as recorded put the
-    recorded ``done.json`` back (its times are the first training's); other weights are refused and deleted,
-    so that nothing made from them passes for the recorded run."""
+    recorded ``done.json`` back (its times are the first training's); other weights are deleted and refused
+    (``RestoreMismatch``), so that nothing made from them passes for the recorded run. Either way the records
+    ``kept`` (``run_records``, taken before training again) are put back: the folder holds the recorded run's
+    records, which the next try compares with again."""
     if recorded is None:
         return
     final = Path(final)
     now = read_json(final / DONE_FILE, "delete it and rerun").get("weights_sha256")
     then = recorded.get("weights_sha256")
+    for path, data in (kept or {}).items():
+        path.write_bytes(data)
     if now is None or now != then:
         for name in [*WEIGHT_FILES, DONE_FILE]:
             (final / name).unlink(missing_ok=True)
-        raise refusal(f"{what}, trained again because its model was not here, gave other weights than the "
-                      f"recorded ones (SHA-256 {str(now)[:12]} now, {str(then)[:12]} recorded): this machine's "
-                      "arithmetic is not the one that made the record (see identity.json's machine)", final,
-                      "rerun where the record was made, or start the study over in a new folder")
+        raise RestoreMismatch(refusal(
+            f"{what}, trained again because its model was not here, gave other weights than the recorded ones "
+            f"(SHA-256 {str(now)[:12]} now, {str(then)[:12]} recorded): this machine's arithmetic is not the one "
+            "that made the record (see identity.json's machine)", final,
+            "rerun where the record was made, or with --redo to make that run and its evaluations again here"))
     write_json(final / DONE_FILE, dict(recorded))
     (final / RECORDED_FILE).unlink()
 
