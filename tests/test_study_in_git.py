@@ -155,3 +155,26 @@ def test_git_keeps_the_records_and_leaves_the_models_out():
     ignored = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True,
                              text=True).stdout.split()
     assert ignored == paths[:4]
+
+
+def test_the_record_says_which_machine_trained_and_evaluated_each_row(study):
+    """A study of several sittings may have had several machines (another one's kernels give other weights):
+    every row names the processor that trained it and the one that evaluated it, and the record counts them."""
+    from setpo.provenance import machine
+    from setpo.studies.countdown_results import machine_label
+
+    summary = json.loads((Path(study.out) / "results.json").read_text())
+    here = machine_label(machine())
+    assert here != "unrecorded"
+    assert {r["trained_on"] for r in summary["runs"]} == {r["evaluated_on"] for r in summary["runs"]} == {here}
+    assert summary["machines"] == {"trained": {here: len(summary["runs"])}, "evaluated": {here: len(summary["runs"])}}
+    assert f"Made on: trained by {here} ({len(summary['runs'])} rows)" in (Path(study.out) / "results.md").read_text()
+
+
+def test_machine_label_names_the_widest_vector_extension():
+    from setpo.studies.countdown_results import machine_label
+
+    assert machine_label({"cpu": "AMD EPYC", "vector": ["avx2", "fma", "avx512f"], "flags_sha256": "6a93d771884cba54"}) \
+        == "AMD EPYC avx512f 6a93d771"
+    assert machine_label({"cpu": "AMD EPYC", "vector": ["avx2"], "flags_sha256": None}) == "AMD EPYC avx2"
+    assert machine_label(None) == machine_label({}) == "unrecorded"

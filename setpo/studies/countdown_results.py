@@ -10,6 +10,7 @@ evaluation's samples (pass@k, width, average modes), the numbers every row is ma
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import statistics
@@ -66,6 +67,25 @@ def mean_ci(values: Sequence[float]) -> dict:
 
 
 
+def machine_label(machine: Mapping | None) -> str:
+    """A short name of the processor an identity records (``setpo.provenance.machine``): its model, its widest
+    vector extension and its flags digest, e.g. "AMD EPYC avx512f 6a93d771"; "unrecorded" if none."""
+    if not machine:
+        return "unrecorded"
+    widest = next((v for v in ("amx_tile", "avx512f", "avx2") if v in (machine.get("vector") or [])), None)
+    parts = [machine.get("cpu"), widest, (machine.get("flags_sha256") or "")[:8] or None]
+    return " ".join(str(x) for x in parts if x) or "unrecorded"
+
+
+def _made_on(out: Path, name: str, evaluation: Mapping) -> dict:
+    """Which processor trained run ``name`` (its folder's identity.json; "sft": the warm start) and which
+    evaluated it (the evaluation's identity): a study of several sittings may have had several."""
+    folder = out / ("sft" if name == "sft" else f"rl/{name}") / "identity.json"
+    trained = read_json(folder, "delete the run's folder and rerun").get("machine") if folder.exists() else None
+    return {"trained_on": machine_label(trained),
+            "evaluated_on": machine_label((evaluation.get("identity") or {}).get("machine"))}
+
+
 def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str, RLRun] | RLRun, results: dict,
               selection: dict, diagnostics: dict, timings: dict | None = None) -> dict:
     """The study's record: one row per (run, seed, temperature) with pass@k as fractions, width and average
@@ -94,15 +114,22 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str
                          "role": _role(run, chosen), "threads": cfg.threads, "replication": 0,
                          "pass_at_k": {str(k): r["pass_at_k"][k - 1] for k in _ks(n)}, "pass_curve": r["pass_at_k"],
                          "width": r["diversity_width"], "avg_modes": r["average_modes"],
-                         "n_problems": len(r["correct"]), "run": d or None})
+                         "n_problems": len(r["correct"]), "run": d or None, **_made_on(Path(cfg.out), name, r)})
     summary = {"config": json.loads(json.dumps(without_judge(asdict(cfg)))), "chosen": primary.variant,
                "chosen_by_search": {k: r.variant for k, r in chosen.items()}, "runs": rows,
                "paired": paired_differences(cfg, rows), "versus": versus_baselines(cfg, rows),
                "grid": grid_differences(cfg, rows), "noise": headline_noise(cfg, rows, results),
-               "selection": selection, "diagnostics": diagnostics}
+               "selection": selection, "diagnostics": diagnostics, "machines": machines_used(rows)}
     if timings is not None:
         summary["timings"] = timings
     return summary
+
+
+def machines_used(rows: Sequence[Mapping]) -> dict[str, dict[str, int]]:
+    """How many of the record's rows each processor trained and evaluated: {"trained": {label: rows},
+    "evaluated": {...}}. More than one label: the study's sittings had different machines (see the README)."""
+    count = lambda key: dict(sorted(collections.Counter(r[key] for r in rows).items()))  # noqa: E731
+    return {"trained": count("trained_on"), "evaluated": count("evaluated_on")}
 
 
 def _role(run: RLRun | None, chosen: Mapping[str, RLRun]) -> str:
@@ -241,6 +268,16 @@ def headline_noise(cfg: CountdownLMConfig, rows: Sequence[dict], results: Mappin
             "half_width": headline["hi"] - headline["mean"], "target": 0.03, "projection": projection}
 
 
+def machines_markdown(summary: dict) -> list[str]:
+    """One line naming the processors that trained and evaluated the record's rows (none before the record kept
+    them)."""
+    used = summary.get("machines")
+    if not used:
+        return []
+    text = lambda d: ", ".join(f"{label} ({n} rows)" for label, n in d.items())  # noqa: E731
+    return [f"Made on: trained by {text(used['trained'])}; evaluated by {text(used['evaluated'])}.", ""]
+
+
 def results_markdown(summary: dict) -> str:
     """The tables of the README and notebook 03, all from the record: the main cell (mean over seeds), the paired
     differences against GRPO and of the chosen SetPO against each baseline, the grid, the noise of the
@@ -251,7 +288,8 @@ def results_markdown(summary: dict) -> str:
     rows = summary["runs"]
     judged = summary.get("judged")
     lines = [f"Countdown test split: {cfg['n_test']} problems, n = {n} samples each, top-p {cfg['eval_top_p']}, "
-             f"{cfg['threads']} thread(s). Chosen on validation: {summary['chosen']}.", "", *verdict_markdown(summary),
+             f"{cfg['threads']} thread(s). Chosen on validation: {summary['chosen']}.", "",
+             *machines_markdown(summary), *verdict_markdown(summary),
              f"Main cell (G = {cfg['main_group_size']}, β = {cfg['main_beta']:g}), T = 1, mean over seeds:", "",
              f"| method | seeds | pass@1 | pass@{n} | avg modes | width |" + (f" {JUDGED_COLUMN} |" if judged else ""),
              "|---|---|---|---|---|---|" + ("---|" if judged else "")]
