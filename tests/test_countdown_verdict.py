@@ -76,3 +76,14 @@ def test_the_replication_agrees_only_when_both_studies_reach_the_same_conclusion
     assert answers(record(agreement={"primary": meets, "replication": misses}))[question] is False
     table = "\n".join(verdict_markdown(record(agreement={"primary": meets, "replication": misses})))
     assert table.startswith("What the record says") and "| Does the replication" in table and "| no |" in table
+
+
+def test_a_record_made_on_two_processors_says_so():
+    one = {**record(), "machines": {"trained": {"A avx2": 12}, "evaluated": {"A avx2": 12}}}
+    two = {**record(), "machines": {"trained": {"A avx2": 8, "B avx512f": 4}, "evaluated": {"B avx512f": 12}}}
+    question = "Was the record made on one processor"
+    assert answers(one)[question] is True
+    assert answers(two)[question] is False
+    row = next(v for v in verdict(two) if v["question"].startswith(question))
+    assert row["answer"] == "no: 2" and "A avx2 (8 rows), B avx512f (4 rows)" in row["evidence"]
+    assert question not in answers(record())  # a record that kept no machines asks nothing

@@ -146,10 +146,10 @@ def _role(run: RLRun | None, chosen: Mapping[str, RLRun]) -> str:
 
 def with_replication(summary: dict, replicated: dict) -> dict:
     """The primary study's summary with its replication's inside (``replication``), its rows marked
-    ``replication: 1``; ``agreement``: the headline of both, side by side."""
+    ``replication: 1``; ``agreement``: the headline of both, side by side; ``machines``: of both."""
     rep = {**replicated, "runs": [{**r, "replication": 1} for r in replicated["runs"]]}
     head = lambda s: next((p for p in s["paired"] if p["primary"]), None)  # noqa: E731
-    return {**summary, "replication": rep,
+    return {**summary, "replication": rep, "machines": machines_used(summary["runs"] + rep["runs"]),
             "agreement": {"primary": {"threads": summary["config"]["threads"], "chosen": summary["chosen"],
                                       "headline": head(summary)},
                           "replication": {"threads": replicated["config"]["threads"], "chosen": replicated["chosen"],

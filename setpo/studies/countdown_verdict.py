@@ -48,7 +48,8 @@ def verdict(summary: dict) -> list[dict]:
     fails: any below 0); the perfect-kernel ceiling (how much of its pass@n gain the chosen embedder reaches;
     whether its mean pass@n gets back to the warm start's); SetPO against each baseline (better / worse: the
     paired interval above / below 0, else not separable); and whether the replication agrees (both studies
-    meet the bar or both miss it, with the same sign of the pass@n effect)."""
+    meet the bar or both miss it, with the same sign of the pass@n effect); and whether one processor made the
+    whole record (``machines``: holds when every row was trained and evaluated by the same one)."""
     n = str(summary["config"]["eval_samples"])
     head = next((p for p in summary["paired"] if p["primary"]), None)
     out = []
@@ -117,6 +118,13 @@ def verdict(summary: dict) -> list[dict]:
                       + ("-" if a["headline"] is None else f"Δ pass@1 {ci_text(a['headline']['pass1'])}, Δ pass@{n} "
                          f"{ci_text(a['headline']['passn'])}, bar {'met' if bars[k] else 'not met'}")
                       for k, a in agreement.items()))
+    machines = summary.get("machines")
+    if machines:
+        made = sorted(set(machines["trained"]) | set(machines["evaluated"]))
+        add("Was the record made on one processor (one machine's kernels; another's give other weights in the last "
+            "bits)?", "yes" if len(made) == 1 else f"no: {len(made)}", len(made) == 1,
+            f"trained: {', '.join(f'{m} ({n} rows)' for m, n in machines['trained'].items())}; evaluated: "
+            + ", ".join(f"{m} ({n} rows)" for m, n in machines["evaluated"].items()))
     return out
 
 
