@@ -79,7 +79,7 @@ t0 = time.time()
 summary = run_study(cfg, log=print)  # quick when the study is already complete; otherwise resumes where it stopped
 study_seconds = time.time() - t0
 print(f"study: {study_seconds / 60:.1f} min in this session")
-record = cr.figure_record(summary, cr.study_command(str(cfg.out), SMOKE), study_seconds_this_session=round(study_seconds))
+record = cr.figure_record(summary, cr.study_command(str(cfg.out), SMOKE, cfg.headline_seeds), study_seconds_this_session=round(study_seconds))
 
 # %% [markdown]
 # ## Choosing an embedder, and the results

@@ -96,7 +96,8 @@ def test_setpo_figures_runs_notebook_03_pinned_and_the_others_as_they_are(unpinn
 def test_make_countdown_and_make_lab_run_pinned():
     dry = subprocess.run(["make", "-n", "-W", "pyproject.toml", "countdown", "lab"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60).stdout
-    assert "-m setpo.cli countdown --full --out results/countdown" in dry
+    countdown = next(line for line in dry.splitlines() if "-m setpo.cli countdown --full" in line)
+    assert countdown.endswith("--out results/countdown")
     assert "-m setpo.arithmetic" in next(line for line in dry.splitlines() if "jupyter lab" in line)
 
 

@@ -245,3 +245,19 @@ def test_the_validation_search_has_seeds_of_its_own():
         CountdownLMConfig(out="runs/never", rl_seeds=(0, 1, 2, 1000))
     with pytest.raises(ValueError, match="must not use the validation search's seeds"):
         CountdownLMConfig(out="runs/never", headline_seeds=(1001,))
+
+
+def test_the_record_names_the_command_that_makes_its_config(monkeypatch):
+    """The record's command, parsed back, is the study's config, headline seeds included (make countdown grows
+    them with --set), so that running what the record says makes that study and not a smaller one."""
+    from setpo.arithmetic import PINNED_ARITHMETIC
+    from setpo.studies.countdown import parse_args
+    from setpo.studies.countdown_results import study_command
+
+    for name, value in PINNED_ARITHMETIC.items():
+        monkeypatch.setenv(name, value)
+    for seeds in ((), (5, 6, 11)):
+        command = study_command("runs/somewhere", smoke=False, headline_seeds=seeds)
+        study = command.split(", then ")[0].replace("python -m setpo.cli countdown ", "")
+        cfg, _, _ = parse_args([a.strip("'") for a in study.split()])
+        assert cfg == CountdownLMConfig(out="runs/somewhere", headline_seeds=seeds)

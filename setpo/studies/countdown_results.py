@@ -540,14 +540,16 @@ def figure_record(summary: dict, command: str, **extra) -> dict:
     chosen = next((r for r in summary["runs"] if r["primary"]), None)
     uses = {"paper-faithful embedder": embedder_label(cfg["paper_embedder"]),
             "chosen embedder": chosen["embedder"] if chosen else None, "study folder": cfg["out"]}
-    return run_record(command, config=cfg, seeds=cfg["rl_seeds"], uses=uses, arithmetic=active_arithmetic(), **extra)
+    return run_record(command, config=cfg, seeds=[*cfg["rl_seeds"], *cfg.get("headline_seeds", [])], uses=uses, arithmetic=active_arithmetic(), **extra)
 
 
-def study_command(out: str, smoke: bool) -> str:
+def study_command(out: str, smoke: bool, headline_seeds: Sequence[int] = ()) -> str:
     """How the study behind a record was made: the full study on the pinned floating-point path
-    (``setpo.arithmetic``; ``make countdown`` for results/countdown), then notebook 03."""
+    (``setpo.arithmetic``; ``make countdown`` for results/countdown), with its ``headline_seeds`` if any, then
+    notebook 03."""
+    grown = f" --set 'headline_seeds={json.dumps(list(headline_seeds), separators=(',', ':'))}'" if headline_seeds else ""
     return ("python -m setpo.studies.countdown --smoke" if smoke else
-            f"python -m setpo.cli countdown --full --out {out}") + ", then notebooks/03_countdown_pass_at_k"
+            f"python -m setpo.cli countdown --full{grown} --out {out}") + ", then notebooks/03_countdown_pass_at_k"
 
 
 def write_results(summary: dict, out_dir: str | Path, record: dict) -> tuple[str, Path]:
