@@ -55,6 +55,15 @@ def test_a_clear_positive_record_answers_yes_everywhere():
     assert reach["answer"].startswith("50%")  # 5 of the ceiling's 10 points
 
 
+def test_the_ceilings_reach_is_measured_on_the_ceilings_own_seeds():
+    """The headline may run on more seeds than the ceiling (headline_seeds); the share it reaches is taken on
+    the seeds both have: chosen − GRPO there is (chosen − ceiling) + (ceiling − GRPO) = −0.03 + 0.10."""
+    summary = record(head=(0.02, 0.01), versus=[{"role": "ceiling", "baseline": "ceiling", **diff((-0.03, 0.02))}])
+    summary["paired"][0]["seeds"] = list(range(12))  # the headline over 12 seeds, the ceiling over 5
+    reach = next(v for v in verdict(summary) if v["question"].startswith("How much"))
+    assert reach["answer"] == "70% of its pass@64 gain over GRPO (on its 5 seeds)"
+
+
 def test_a_cell_below_zero_fails_the_grid_and_a_spanning_one_leaves_it_open():
     assert answers(record(grid=((0.04, 0.02), (-0.05, 0.02))))["Does the pass@64 effect hold over the grid"] is False
     assert answers(record(grid=((0.04, 0.02), (0.01, 0.05))))["Does the pass@64 effect hold over the grid"] is None
@@ -87,3 +96,20 @@ def test_a_record_made_on_two_processors_says_so():
     row = next(v for v in verdict(two) if v["question"].startswith(question))
     assert row["answer"] == "no: 2" and "A avx2 (8 rows), B avx512f (4 rows)" in row["evidence"]
     assert question not in answers(record())  # a record that kept no machines asks nothing
+
+
+def test_the_tables_say_how_many_seeds_each_difference_has():
+    """The headline runs on more seeds (headline_seeds) than the baselines and the ceiling: each paired row says
+    how many, so a reader does not compare a 12-seed interval with a 5-seed one unawares."""
+    from setpo.studies.countdown_results import results_markdown
+
+    summary = record(versus=[{"role": "ceiling", "baseline": "ceiling", **diff((-0.03, 0.02))}])
+    summary["paired"][0]["seeds"] = list(range(12))
+    summary["selection"] = {"rule": "r", "grpo": {"pass1": 0.2, "passn": 0.5}, "candidates": {}}
+    for r in summary["runs"]:  # what the table of means reads besides pass@k
+        r.update(variant=r["name"], primary=False, avg_modes=1.0, width=1, pass_at_k={**r["pass_at_k"], "1": 0.2})
+    summary["grid"] = []
+    lines = results_markdown(summary).splitlines()
+    assert "| SetPO ★ | 12 | -1.0 [-2.0, +0.0] |" in "\n".join(lines).replace("−", "-")
+    assert any(line.startswith("| ceiling | 5 | +0.0 [-1.0, +1.0] |") for line in lines)
+    assert any(line.startswith("| ceiling | ceiling | 5 | ") for line in lines)

@@ -305,16 +305,16 @@ def results_markdown(summary: dict) -> str:
     if judged:
         lines += ["", judged_note(judged) + " Seeds pooled."]
     lines += ["", "Paired differences against GRPO of the same seed (points for pass@k; 95% t-interval over seeds):", "",
-              f"| method | pass@1 | pass@{n} | avg modes | width | share of GRPO's pass@{n} loss won back |",
-              "|---|---|---|---|---|---|"]
+              f"| method | seeds | pass@1 | pass@{n} | avg modes | width | share of GRPO's pass@{n} loss won back |",
+              "|---|---|---|---|---|---|---|"]
     for p in summary["paired"]:
         gap = "-" if p.get("gap_closed") is None else f"{100 * p['gap_closed']:.0f}%"
-        lines.append(f"| {p['variant']}{' ★' if p['primary'] else ''} | {ci_text(p['pass1'])} | {ci_text(p['passn'])} | "
+        lines.append(f"| {p['variant']}{' ★' if p['primary'] else ''} | {len(p['seeds'])} | {ci_text(p['pass1'])} | {ci_text(p['passn'])} | "
                      f"{ci_text(p['avg_modes'], 1.0, 2)} | {ci_text(p['width'], 1.0, 1)} | {gap} |")
     if summary.get("versus"):
         lines += ["", "The chosen SetPO+GRPO minus each other method, same seed (points; 95% t-interval):", "",
-                  f"| minus | role | pass@1 | pass@{n} | avg modes | width |", "|---|---|---|---|---|---|"]
-        lines += [f"| {v['baseline']} | {v.get('role', '')} | {ci_text(v['pass1'])} | {ci_text(v['passn'])} | "
+                  f"| minus | role | seeds | pass@1 | pass@{n} | avg modes | width |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {v['baseline']} | {v.get('role', '')} | {len(v['seeds'])} | {ci_text(v['pass1'])} | {ci_text(v['passn'])} | "
                   f"{ci_text(v['avg_modes'], 1.0, 2)} | {ci_text(v['width'], 1.0, 1)} |" for v in summary["versus"]]
     if summary.get("grid"):
         lines += ["", "The grid: GRPO and the chosen SetPO+GRPO in every cell (means over seeds; difference SetPO − "
