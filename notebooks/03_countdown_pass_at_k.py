@@ -47,25 +47,27 @@
 # never reused. All of it is `setpo.studies.countdown`; the study is one command, `make countdown` (resumable), which
 # runs `python -m setpo.studies.countdown --full --out results/countdown` on the pinned floating-point path
 # (`setpo.arithmetic`: torch, MKL and oneDNN kept to their AVX2 kernels, so that parts of the study made on an
-# AVX2 machine and on an AVX-512 one are one experiment). This notebook runs it (or finds it already done) and
-# draws the figures; it runs on that path too (`make lab`, `make figures`).
+# AVX2 machine and on an AVX-512 one are one experiment). This notebook finds it done (or resumes it where that
+# command left it, at the settings the folder records) and draws the figures; it runs on that path too (`make lab`,
+# `make figures`).
 
 # %% tags=["parameters"]
 SMOKE = False                  # toy-size study in a temp folder, to check the notebook runs
 OUT_DIR = "../runs/notebooks"  # scratch folder for figures; `make figures` passes ../figures
-RUN_DIR = "../results/countdown"  # the full study's folder (made by the command above, or by this notebook)
+RUN_DIR = "../results/countdown"  # the full study's folder, started by the command above
 PROJECTION = "pca"             # 2-D projection of the embedding trajectories: "pca" or "umap"
 
 # %%
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from setpo.arithmetic import require_pinned
 from setpo.studies import countdown_results as cr
-from setpo.studies.countdown import CountdownLMConfig, resolve_embedder, run_study, warm_start_texts
+from setpo.studies.countdown import CountdownLMConfig, load_config, resolve_embedder, run_study, warm_start_texts
 from setpo.studies.figures import save_figure, show, show_table
 
 torch.set_num_threads(1)
@@ -73,7 +75,10 @@ if SMOKE:
     cfg = CountdownLMConfig.smoke(out=tempfile.mkdtemp(prefix="countdown_smoke_"), threads=1)
 else:
     require_pinned("notebook 03's Countdown study")  # its parts were made on the pinned path: resume on it
-    cfg = CountdownLMConfig(out=RUN_DIR)
+    if not (Path(RUN_DIR) / "config.json").exists():
+        raise FileNotFoundError(f"{RUN_DIR} holds no Countdown study: start it with `make countdown` (hours on 2 "
+                                "cores, resumable, README 'Countdown on a laptop'), then run this notebook")
+    cfg = replace(load_config(RUN_DIR), out=RUN_DIR)  # its own settings (make countdown's headline seeds too)
 out = Path(cfg.out)
 t0 = time.time()
 summary = run_study(cfg, log=print)  # quick when the study is already complete; otherwise resumes where it stopped

@@ -113,6 +113,21 @@ def test_notebook_03_refuses_the_full_study_off_the_pinned_path(unpinned, tmp_pa
     assert not (tmp_path / "study").exists()  # nothing started
 
 
+def test_notebook_03_draws_only_a_study_make_countdown_started(tmp_path, monkeypatch):
+    """Pinned, with no study in RUN_DIR, it says how to start one instead of starting a study of other settings
+    (the documented one has make countdown's headline seeds; the notebook takes the folder's config)."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from setpo.studies.notebook_runs import execute_notebook
+
+    for name, value in PINNED_ARITHMETIC.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(PapermillExecutionError, match="holds no Countdown study: start it with `make countdown`"):
+        execute_notebook("03_countdown_pass_at_k", tmp_path / "figures", smoke=False,
+                         RUN_DIR=str(tmp_path / "study"))
+    assert not (tmp_path / "study").exists()
+
+
 def test_a_run_made_on_other_kernels_is_another_identity():
     """The identity compares the floating-point path: a resume on AVX-512 kernels of a run made on AVX2 ones
     is refused naming it, as another thread count is."""
