@@ -37,7 +37,8 @@
 #   (the other way to keep solutions alive);
 # - a *perfect-kernel ceiling*: SetPO with the verifier's kernel (1 for the same solution, else 0), which says
 #   how much the embedders leave on the table;
-# - then, in the paper's main cell (G = 7, β = 0.001), all of them over 5 paired seeds from the same warm start,
+# - then, in the paper's main cell (G = 7, β = 0.001), all of them over 5 paired seeds from the same warm start
+#   (GRPO and the chosen SetPO+GRPO over 12: the first 5's noise said how many the headline needs),
 #   and the paper's grid (G ∈ {3, 7} × β ∈ {0.001, 0.005}, T ∈ {0.5, 1.0}) for GRPO and the chosen SetPO+GRPO;
 # - evaluation on held-out test problems exactly as in the paper, once, at the end;
 # - and the whole study again at another thread count (another floating-point path acts like another seed):
@@ -45,9 +46,9 @@
 #
 # Every run records its identity (threads, the code it ran, package versions), and a run made at another is
 # never reused. All of it is `setpo.studies.countdown`; the study is one command, `make countdown` (resumable), which
-# runs `python -m setpo.studies.countdown --full --out results/countdown` on the pinned floating-point path
-# (`setpo.arithmetic`: torch, MKL and oneDNN kept to their AVX2 kernels, so that parts of the study made on an
-# AVX2 machine and on an AVX-512 one are one experiment). This notebook finds it done (or resumes it where that
+# runs `python -m setpo.studies.countdown --full --set 'headline_seeds=[5,...,11]' --out results/countdown` on the
+# pinned floating-point path (`setpo.arithmetic`: torch, MKL and oneDNN kept to their AVX2 kernels, so that parts
+# of the study made on an AVX2 machine and on an AVX-512 one are one experiment). This notebook finds it done (or resumes it where that
 # command left it, at the settings the folder records) and draws the figures; it runs on that path too (`make lab`,
 # `make figures`).
 
