@@ -47,3 +47,22 @@ def test_bad_input_is_named():
         dra_rewards([1.0, 0.0, 1.0], torch.randn(3, 2), [0, 0, 1])
     with pytest.raises(ValueError, match="zero-norm"):
         dra_rewards([1.0, 0.0, 1.0], torch.zeros(3, 2))
+
+
+def test_on_a_0_1_reward_an_all_correct_group_gets_full_size_advantages():
+    """Why DRA-GRPO collapsed on Countdown (README): GRPO gives a group of all-correct answers no advantage, but
+    DRA's rescaled rewards differ there by a few hundredths, and the per-group standardisation makes those into
+    advantages as large as correctness gets in a mixed group, negative for the common correct answers."""
+    from setpo.embed import HashedNgramEmbedder
+
+    texts = ["<answer>14+18+6-14</answer>"] * 4 + ["<answer>18+6</answer>", "<answer>6+18</answer>",
+                                                   "<answer>18-14+6+14</answer>"]
+    emb = HashedNgramEmbedder()(texts)
+    correct = torch.ones(7)
+    adjusted = dra_rewards(correct, emb)
+    assert float(adjusted.max() - adjusted.min()) < 0.05  # rewards barely apart...
+    dra = dra_advantages(correct, emb, group_size=7)
+    assert torch.all(setpo.group_advantages(correct, group_size=7) == 0)
+    assert float(dra[:4].max()) < -0.5 and float(dra.max()) > 1.0  # ...advantages at full size
+    mixed = setpo.group_advantages(torch.tensor([1.0, 1, 1, 0, 0, 0, 0]), group_size=7)
+    assert float(dra.abs().max()) > float(mixed.abs().max())
