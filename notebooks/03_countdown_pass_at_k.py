@@ -82,10 +82,15 @@ else:
     cfg = replace(load_config(RUN_DIR), out=RUN_DIR)  # its own settings (make countdown's headline seeds too)
 out = Path(cfg.out)
 t0 = time.time()
-summary = run_study(cfg, log=print)  # quick when the study is already complete; otherwise resumes where it stopped
+# A finished study is drawn from its record as it stands (so figures can be redrawn after the code has moved on;
+# the record names the commit that made it); otherwise the study resumes where it stopped.
+summary = None if SMOKE else cr.finished_summary(cfg.out)
+if summary is None:
+    summary = run_study(cfg, log=print)
 study_seconds = time.time() - t0
 print(f"study: {study_seconds / 60:.1f} min in this session")
-record = cr.figure_record(summary, cr.study_command(str(cfg.out), SMOKE, cfg.headline_seeds), study_seconds_this_session=round(study_seconds))
+record = cr.figure_record(summary, cr.study_command(str(cfg.out), SMOKE, cfg.headline_seeds), folder=cfg.out,
+                          study_seconds_this_session=round(study_seconds))
 
 # %% [markdown]
 # ## Choosing an embedder, and the results

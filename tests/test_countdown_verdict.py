@@ -113,3 +113,32 @@ def test_the_tables_say_how_many_seeds_each_difference_has():
     assert "| SetPO ★ | 12 | -1.0 [-2.0, +0.0] |" in "\n".join(lines).replace("−", "-")
     assert any(line.startswith("| ceiling | 5 | +0.0 [-1.0, +1.0] |") for line in lines)
     assert any(line.startswith("| ceiling | ceiling | 5 | ") for line in lines)
+
+
+def test_a_finished_record_is_drawn_as_it_stands_and_only_when_finished(tmp_path):
+    """make figures draws a finished study from results.json, whatever code is checked out (the record names the
+    commit that made it); a record that is not the folder's study as it now stands (no replication yet, or
+    headline seeds grown since) is not finished, and the notebook resumes the study instead."""
+    import json
+    from dataclasses import asdict
+
+    from setpo.studies.countdown_config import CountdownLMConfig
+    from setpo.studies.countdown_results import figure_record, finished_summary
+    from setpo.studies.judging import without_judge
+
+    config = json.loads(json.dumps(without_judge(asdict(CountdownLMConfig(out="results/countdown")))))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert finished_summary(tmp_path) is None  # nothing written yet
+    summary = {"config": config, "runs": [], "agreement": {}}
+    (tmp_path / "results.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "agreement"}))
+    assert finished_summary(tmp_path) is None  # the main study's record, the replication still to come
+    (tmp_path / "results.json").write_text(json.dumps(summary))
+    assert finished_summary(tmp_path) == summary
+    (tmp_path / "config.json").write_text(json.dumps({**config, "out": "elsewhere"}))
+    assert finished_summary(tmp_path) == summary  # where it lives is not what it is
+    (tmp_path / "config.json").write_text(json.dumps({**config, "headline_seeds": [5, 6]}))
+    assert finished_summary(tmp_path) is None  # grown since: two more seeds to run
+
+    (tmp_path / "identity.json").write_text(json.dumps({"code": {"commit": "720491b", "dirty": False, "files": {}}}))
+    record = figure_record({**summary, "runs": []}, "make countdown", folder=tmp_path)
+    assert record["study_code"] == {"commit": "720491b", "dirty": False}

@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 from setpo.arithmetic import active_arithmetic
 from setpo.records import read_json, read_records
-from setpo.studies.countdown_config import CountdownLMConfig, RLRun
+from setpo.studies.countdown_config import RESULT_NEUTRAL_FIELDS, CountdownLMConfig, RLRun
 from setpo.studies.countdown_verdict import ci_text, in_main_cell, verdict, verdict_markdown
 from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 from setpo.studies.figures import (
@@ -154,6 +154,25 @@ def with_replication(summary: dict, replicated: dict) -> dict:
                                       "headline": head(summary)},
                           "replication": {"threads": replicated["config"]["threads"], "chosen": replicated["chosen"],
                                           "headline": head(replicated)}}}
+
+
+def finished_summary(out: str | Path) -> dict | None:
+    """The record of a finished study (``<out>/results.json``), to draw from without running anything; None
+    unless it is the study that ``<out>/config.json`` now describes (a grown ``headline_seeds`` makes it stale)
+    and, where that study has a replication, holds it too. Drawing so needs none of the study's code to match
+    it (a resume does): the code that made it is named in ``<out>/identity.json``, which the figures' record
+    repeats (``figure_record``'s ``study_code``)."""
+    out = Path(out)
+    if not (out / "results.json").exists() or not (out / "config.json").exists():
+        return None
+    summary = read_json(out / "results.json", "delete it; make countdown writes it again (quick when done)")
+    config = read_json(out / "config.json", f"restore it or delete {out} to start over")
+    settings = lambda c: {k: v for k, v in c.items() if k not in RESULT_NEUTRAL_FIELDS}  # noqa: E731
+    if settings(summary.get("config", {})) != settings(config):
+        return None
+    if config.get("replication_threads") and "agreement" not in summary:
+        return None
+    return summary
 
 
 def every_row(summary: dict) -> list[dict]:
@@ -533,14 +552,19 @@ def trajectory_figure(summary: dict, embedder, runs: Sequence[RLRun] | None = No
     return shared_trajectory_figure(frame, title=title, group_name="problem"), frame
 
 
-def figure_record(summary: dict, command: str, **extra) -> dict:
+def figure_record(summary: dict, command: str, folder: str | Path | None = None, **extra) -> dict:
     """The run record of a notebook-03 figure or table: the study's command and whole config, the embedders by
-    their real names, and the record's rows (so README numbers trace back here)."""
+    their real names, the commit that made the study (``study_code``, from ``<folder>/identity.json``; folder:
+    the study's, default its recorded ``out``), and the record's rows (so README numbers trace back here)."""
     cfg = summary["config"]
     chosen = next((r for r in summary["runs"] if r["primary"]), None)
     uses = {"paper-faithful embedder": embedder_label(cfg["paper_embedder"]),
             "chosen embedder": chosen["embedder"] if chosen else None, "study folder": cfg["out"]}
-    return run_record(command, config=cfg, seeds=[*cfg["rl_seeds"], *cfg.get("headline_seeds", [])], uses=uses, arithmetic=active_arithmetic(), **extra)
+    identity = Path(folder if folder is not None else cfg["out"]) / "identity.json"
+    code = read_json(identity, "restore it from git").get("code", {}) if identity.exists() else {}
+    return run_record(command, config=cfg, seeds=[*cfg["rl_seeds"], *cfg.get("headline_seeds", [])], uses=uses,
+                      arithmetic=active_arithmetic(),
+                      study_code={k: code.get(k) for k in ("commit", "dirty")} if code else None, **extra)
 
 
 def study_command(out: str, smoke: bool, headline_seeds: Sequence[int] = ()) -> str:
