@@ -48,9 +48,9 @@
 # never reused. All of it is `setpo.studies.countdown`; the study is one command, `make countdown` (resumable), which
 # runs `python -m setpo.studies.countdown --full --set 'headline_seeds=[5,...,11]' --out results/countdown` on the
 # pinned floating-point path (`setpo.arithmetic`: torch, MKL and oneDNN kept to their AVX2 kernels, so that parts
-# of the study made on an AVX2 machine and on an AVX-512 one are one experiment). This notebook finds it done (or resumes it where that
-# command left it, at the settings the folder records) and draws the figures; it runs on that path too (`make lab`,
-# `make figures`).
+# of the study made on an AVX2 machine and on an AVX-512 one are one experiment). This notebook draws it from its
+# record once it has finished (or resumes it where that command left it, at the settings the folder records); it
+# runs on that path too (`make lab`, `make figures`).
 
 # %% tags=["parameters"]
 SMOKE = False                  # toy-size study in a temp folder, to check the notebook runs
