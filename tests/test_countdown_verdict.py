@@ -87,6 +87,25 @@ def test_the_replication_agrees_only_when_both_studies_reach_the_same_conclusion
     assert table.startswith("What the record says") and "| Does the replication" in table and "| no |" in table
 
 
+def test_the_replication_counts_what_both_studies_made_bit_for_bit():
+    """bitwise_agreement compares the digests of every model and evaluation both studies made; one differing
+    weight or count, or a missing digest, is not identical; the verdict's replication line repeats the counts."""
+    from setpo.studies.countdown_results import bitwise_agreement
+
+    row = lambda name, t, w, c: {"name": name, "T": t, "weights_sha256": w, "counts_sha256": c}  # noqa: E731
+    mine = [row("sft", 0.5, "w0", "a"), row("sft", 1.0, "w0", "b"), row("r1", 1.0, "w1", "c"),
+            row("r2", 1.0, None, "d"), row("only_mine", 1.0, "w9", "z")]
+    theirs = [row("sft", 0.5, "w0", "a"), row("sft", 1.0, "w0", "B"), row("r1", 1.0, "w1", "c"),
+              row("r2", 1.0, None, "d")]
+    assert bitwise_agreement(mine, theirs) == {"models": 3, "models_identical": 2, "evaluations": 4,
+                                               "evaluations_identical": 3}
+    meets = {"threads": 2, "chosen": "SetPO", "headline": {"passn": ci(0.05, 0.02), "pass1": ci(0.0, 0.01)}}
+    summary = {**record(agreement={"primary": meets, "replication": {**meets, "threads": 1}}),
+               "identical": bitwise_agreement(mine, theirs)}
+    line = next(v for v in verdict(summary) if v["question"].startswith("Does the replication"))
+    assert line["evidence"].endswith("identical bit for bit: 2 of 3 models, 3 of 4 evaluations")
+
+
 def test_a_record_made_on_two_processors_says_so():
     one = {**record(), "machines": {"trained": {"A avx2": 12}, "evaluated": {"A avx2": 12}}}
     two = {**record(), "machines": {"trained": {"A avx2": 8, "B avx512f": 4}, "evaluated": {"B avx512f": 12}}}

@@ -133,6 +133,11 @@ def test_the_replication_is_the_whole_study_again_at_another_thread_count(tmp_pa
     assert {r["threads"] for r in summary["replication"]["runs"]} == {2} and {r["threads"] for r in summary["runs"]} == {1}
     assert {r["replication"] for r in summary["replication"]["runs"]} == {1}
     assert set(summary["agreement"]) == {"primary", "replication"}
+    runs = {r["name"] for r in summary["runs"]}
+    assert summary["identical"]["models"] == len(runs) and summary["identical"]["evaluations"] == len(summary["runs"])
+    for row in summary["runs"]:  # each row carries its model's digest, as its done.json recorded it
+        folder = tmp_path / "study" / ("sft" if row["name"] == "sft" else f"rl/{row['name']}")
+        assert row["weights_sha256"] == json.loads((folder / "final" / "done.json").read_text())["weights_sha256"]
     assert json.loads((tmp_path / "study" / "results.json").read_text())["agreement"] == summary["agreement"]
     assert "Replication (the whole study again" in (tmp_path / "study" / "results.md").read_text()
     with pytest.raises(ValueError, match="replication_threads"):

@@ -11,6 +11,7 @@ evaluation's samples (pass@k, width, average modes), the numbers every row is ma
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import math
 import statistics
@@ -21,7 +22,7 @@ from typing import Mapping, Sequence
 from setpo.arithmetic import active_arithmetic
 from setpo.records import read_json, read_records
 from setpo.studies.countdown_config import RESULT_NEUTRAL_FIELDS, CountdownLMConfig, RLRun
-from setpo.studies.countdown_verdict import ci_text, in_main_cell, verdict, verdict_markdown
+from setpo.studies.countdown_verdict import ci_text, identical_text, in_main_cell, verdict, verdict_markdown
 from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 from setpo.studies.figures import (
     BASELINE_COLOUR,
@@ -86,6 +87,16 @@ def _made_on(out: Path, name: str, evaluation: Mapping) -> dict:
             "evaluated_on": machine_label((evaluation.get("identity") or {}).get("machine"))}
 
 
+def _fingerprints(out: Path, name: str, evaluation: Mapping) -> dict:
+    """What the run and its evaluation came to, as digests to compare two studies bit for bit:
+    ``weights_sha256`` (its final weights, from ``final/done.json``; None if unrecorded) and ``counts_sha256``
+    (the evaluation's per-problem correct and distinct counts)."""
+    done = out / ("sft" if name == "sft" else f"rl/{name}") / "final" / "done.json"
+    weights = read_json(done, "delete the run's folder and rerun").get("weights_sha256") if done.exists() else None
+    counts = json.dumps([list(evaluation["correct"]), list(evaluation.get("distinct") or [])])
+    return {"weights_sha256": weights, "counts_sha256": hashlib.sha256(counts.encode()).hexdigest()}
+
+
 def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str, RLRun] | RLRun, results: dict,
               selection: dict, diagnostics: dict, timings: dict | None = None) -> dict:
     """The study's record: one row per (run, seed, temperature) with pass@k as fractions, width and average
@@ -114,7 +125,8 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str
                          "role": _role(run, chosen), "threads": cfg.threads, "replication": 0,
                          "pass_at_k": {str(k): r["pass_at_k"][k - 1] for k in _ks(n)}, "pass_curve": r["pass_at_k"],
                          "width": r["diversity_width"], "avg_modes": r["average_modes"],
-                         "n_problems": len(r["correct"]), "run": d or None, **_made_on(Path(cfg.out), name, r)})
+                         "n_problems": len(r["correct"]), "run": d or None, **_made_on(Path(cfg.out), name, r),
+                         **_fingerprints(Path(cfg.out), name, r)})
     summary = {"config": json.loads(json.dumps(without_judge(asdict(cfg)))), "chosen": primary.variant,
                "chosen_by_search": {k: r.variant for k, r in chosen.items()}, "runs": rows,
                "paired": paired_differences(cfg, rows), "versus": versus_baselines(cfg, rows),
@@ -146,14 +158,31 @@ def _role(run: RLRun | None, chosen: Mapping[str, RLRun]) -> str:
 
 def with_replication(summary: dict, replicated: dict) -> dict:
     """The primary study's summary with its replication's inside (``replication``), its rows marked
-    ``replication: 1``; ``agreement``: the headline of both, side by side; ``machines``: of both."""
+    ``replication: 1``; ``agreement``: the headline of both, side by side; ``identical``: how much of what
+    both made is the same bit for bit (``bitwise_agreement``); ``machines``: of both."""
     rep = {**replicated, "runs": [{**r, "replication": 1} for r in replicated["runs"]]}
     head = lambda s: next((p for p in s["paired"] if p["primary"]), None)  # noqa: E731
     return {**summary, "replication": rep, "machines": machines_used(summary["runs"] + rep["runs"]),
+            "identical": bitwise_agreement(summary["runs"], rep["runs"]),
             "agreement": {"primary": {"threads": summary["config"]["threads"], "chosen": summary["chosen"],
                                       "headline": head(summary)},
                           "replication": {"threads": replicated["config"]["threads"], "chosen": replicated["chosen"],
                                           "headline": head(replicated)}}}
+
+
+def bitwise_agreement(rows: Sequence[Mapping], other: Sequence[Mapping]) -> dict:
+    """Of the models both studies trained (the warm start and each RL run, by name) and the evaluations both
+    made (by run and temperature): how many are shared, and how many are identical (the same final-weights
+    SHA-256; the same per-problem counts). Rows without a digest (a record from before they were kept) count
+    as shared, not identical."""
+    def count(key, field) -> tuple[int, int]:
+        mine, theirs = ({key(r): r.get(field) for r in rs} for rs in (rows, other))
+        shared = set(mine) & set(theirs)
+        return len(shared), sum(mine[k] is not None and mine[k] == theirs[k] for k in shared)
+    models, same_models = count(lambda r: r["name"], "weights_sha256")
+    evaluations, same_evaluations = count(lambda r: (r["name"], r["T"]), "counts_sha256")
+    return {"models": models, "models_identical": same_models,
+            "evaluations": evaluations, "evaluations_identical": same_evaluations}
 
 
 def finished_summary(out: str | Path) -> dict | None:
@@ -364,6 +393,8 @@ def results_markdown(summary: dict) -> str:
             h = a["headline"]
             lines.append(f"| {key} | {a['threads']} | {a['chosen']} | " + (" | ".join(
                 [ci_text(h['pass1']), ci_text(h['passn']), ci_text(h['avg_modes'], 1.0, 2), ci_text(h['width'], 1.0, 1)]) if h else "- | - | - | -") + " |")
+        if summary.get("identical"):
+            lines += ["", "Both studies" + identical_text(summary["identical"]).removeprefix(";") + "."]
     sel = summary["selection"]
     lines += ["", f"Validation searches ({sel['rule']}; GRPO: pass@1 {sel['grpo']['pass1']:.3f}, pass@{n} "
               f"{sel['grpo']['passn']:.3f}):", "",

@@ -40,6 +40,15 @@ def headline_bar(head: dict | None) -> bool | None:
     return _side(head["passn"]) == "above 0" and head["pass1"]["mean"] >= -PASS1_LOSS_BAR
 
 
+def identical_text(identical: Mapping | None) -> str:
+    """"; identical bit for bit: 58 of 58 models, 67 of 67 evaluations" from ``bitwise_agreement``'s counts;
+    "" when the record has none."""
+    if not identical:
+        return ""
+    return (f"; identical bit for bit: {identical['models_identical']} of {identical['models']} models, "
+            f"{identical['evaluations_identical']} of {identical['evaluations']} evaluations")
+
+
 def verdict(summary: dict) -> list[dict]:
     """What the record says on each of issue 23's questions, decided by fixed rules from its numbers, so the
     README and notebook 03 state conclusions the record can check: [{"question", "answer", "holds", "evidence"}]
@@ -122,7 +131,7 @@ def verdict(summary: dict) -> list[dict]:
             "; ".join(f"{k} ({a['threads']} thread(s), chosen {a['chosen']}): "
                       + ("-" if a["headline"] is None else f"Δ pass@1 {ci_text(a['headline']['pass1'])}, Δ pass@{n} "
                          f"{ci_text(a['headline']['passn'])}, bar {'met' if bars[k] else 'not met'}")
-                      for k, a in agreement.items()))
+                      for k, a in agreement.items()) + identical_text(summary.get("identical")))
     machines = summary.get("machines")
     if machines:
         made = sorted(set(machines["trained"]) | set(machines["evaluated"]))
