@@ -90,7 +90,7 @@ def test_the_replication_agrees_only_when_both_studies_reach_the_same_conclusion
 def test_the_replication_counts_what_both_studies_made_bit_for_bit():
     """bitwise_agreement compares the digests of every model and evaluation both studies made; one differing
     weight or count, or a missing digest, is not identical; the verdict's replication line repeats the counts."""
-    from setpo.studies.countdown_results import bitwise_agreement
+    from setpo.studies.countdown_provenance import bitwise_agreement
 
     row = lambda name, t, w, c: {"name": name, "T": t, "weights_sha256": w, "counts_sha256": c}  # noqa: E731
     mine = [row("sft", 0.5, "w0", "a"), row("sft", 1.0, "w0", "b"), row("r1", 1.0, "w1", "c"),

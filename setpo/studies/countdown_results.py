@@ -10,8 +10,6 @@ evaluation's samples (pass@k, width, average modes), the numbers every row is ma
 
 from __future__ import annotations
 
-import collections
-import hashlib
 import json
 import math
 import statistics
@@ -22,6 +20,7 @@ from typing import Mapping, Sequence
 from setpo.arithmetic import active_arithmetic
 from setpo.records import read_json, read_records
 from setpo.studies.countdown_config import RESULT_NEUTRAL_FIELDS, CountdownLMConfig, RLRun
+from setpo.studies.countdown_provenance import bitwise_agreement, fingerprints, machines_used, made_on
 from setpo.studies.countdown_verdict import ci_text, identical_text, in_main_cell, verdict, verdict_markdown
 from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 from setpo.studies.figures import (
@@ -68,35 +67,6 @@ def mean_ci(values: Sequence[float]) -> dict:
 
 
 
-def machine_label(machine: Mapping | None) -> str:
-    """A short name of the processor an identity records (``setpo.provenance.machine``): its model, its widest
-    vector extension and its flags digest, e.g. "AMD EPYC avx512f 6a93d771"; "unrecorded" if none."""
-    if not machine:
-        return "unrecorded"
-    widest = next((v for v in ("amx_tile", "avx512f", "avx2") if v in (machine.get("vector") or [])), None)
-    parts = [machine.get("cpu"), widest, (machine.get("flags_sha256") or "")[:8] or None]
-    return " ".join(str(x) for x in parts if x) or "unrecorded"
-
-
-def _made_on(out: Path, name: str, evaluation: Mapping) -> dict:
-    """Which processor trained run ``name`` (its folder's identity.json; "sft": the warm start) and which
-    evaluated it (the evaluation's identity): a study of several sittings may have had several."""
-    folder = out / ("sft" if name == "sft" else f"rl/{name}") / "identity.json"
-    trained = read_json(folder, "delete the run's folder and rerun").get("machine") if folder.exists() else None
-    return {"trained_on": machine_label(trained),
-            "evaluated_on": machine_label((evaluation.get("identity") or {}).get("machine"))}
-
-
-def _fingerprints(out: Path, name: str, evaluation: Mapping) -> dict:
-    """What the run and its evaluation came to, as digests to compare two studies bit for bit:
-    ``weights_sha256`` (its final weights, from ``final/done.json``; None if unrecorded) and ``counts_sha256``
-    (the evaluation's per-problem correct and distinct counts)."""
-    done = out / ("sft" if name == "sft" else f"rl/{name}") / "final" / "done.json"
-    weights = read_json(done, "delete the run's folder and rerun").get("weights_sha256") if done.exists() else None
-    counts = json.dumps([list(evaluation["correct"]), list(evaluation.get("distinct") or [])])
-    return {"weights_sha256": weights, "counts_sha256": hashlib.sha256(counts.encode()).hexdigest()}
-
-
 def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str, RLRun] | RLRun, results: dict,
               selection: dict, diagnostics: dict, timings: dict | None = None) -> dict:
     """The study's record: one row per (run, seed, temperature) with pass@k as fractions, width and average
@@ -125,8 +95,8 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str
                          "role": _role(run, chosen), "threads": cfg.threads, "replication": 0,
                          "pass_at_k": {str(k): r["pass_at_k"][k - 1] for k in _ks(n)}, "pass_curve": r["pass_at_k"],
                          "width": r["diversity_width"], "avg_modes": r["average_modes"],
-                         "n_problems": len(r["correct"]), "run": d or None, **_made_on(Path(cfg.out), name, r),
-                         **_fingerprints(Path(cfg.out), name, r)})
+                         "n_problems": len(r["correct"]), "run": d or None, **made_on(Path(cfg.out), name, r),
+                         **fingerprints(Path(cfg.out), name, r)})
     summary = {"config": json.loads(json.dumps(without_judge(asdict(cfg)))), "chosen": primary.variant,
                "chosen_by_search": {k: r.variant for k, r in chosen.items()}, "runs": rows,
                "paired": paired_differences(cfg, rows), "versus": versus_baselines(cfg, rows),
@@ -135,13 +105,6 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str
     if timings is not None:
         summary["timings"] = timings
     return summary
-
-
-def machines_used(rows: Sequence[Mapping]) -> dict[str, dict[str, int]]:
-    """How many of the record's rows each processor trained and evaluated: {"trained": {label: rows},
-    "evaluated": {...}}. More than one label: the study's sittings had different machines (see the README)."""
-    count = lambda key: dict(sorted(collections.Counter(r[key] for r in rows).items()))  # noqa: E731
-    return {"trained": count("trained_on"), "evaluated": count("evaluated_on")}
 
 
 def _role(run: RLRun | None, chosen: Mapping[str, RLRun]) -> str:
@@ -168,21 +131,6 @@ def with_replication(summary: dict, replicated: dict) -> dict:
                                       "headline": head(summary)},
                           "replication": {"threads": replicated["config"]["threads"], "chosen": replicated["chosen"],
                                           "headline": head(replicated)}}}
-
-
-def bitwise_agreement(rows: Sequence[Mapping], other: Sequence[Mapping]) -> dict:
-    """Of the models both studies trained (the warm start and each RL run, by name) and the evaluations both
-    made (by run and temperature): how many are shared, and how many are identical (the same final-weights
-    SHA-256; the same per-problem counts). Rows without a digest (a record from before they were kept) count
-    as shared, not identical."""
-    def count(key, field) -> tuple[int, int]:
-        mine, theirs = ({key(r): r.get(field) for r in rs} for rs in (rows, other))
-        shared = set(mine) & set(theirs)
-        return len(shared), sum(mine[k] is not None and mine[k] == theirs[k] for k in shared)
-    models, same_models = count(lambda r: r["name"], "weights_sha256")
-    evaluations, same_evaluations = count(lambda r: (r["name"], r["T"]), "counts_sha256")
-    return {"models": models, "models_identical": same_models,
-            "evaluations": evaluations, "evaluations_identical": same_evaluations}
 
 
 def finished_summary(out: str | Path) -> dict | None:
