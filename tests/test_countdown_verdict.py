@@ -87,23 +87,36 @@ def test_the_replication_agrees_only_when_both_studies_reach_the_same_conclusion
     assert table.startswith("What the record says") and "| Does the replication" in table and "| no |" in table
 
 
-def test_the_replication_counts_what_both_studies_made_bit_for_bit():
-    """bitwise_agreement compares the digests of every model and evaluation both studies made; one differing
-    weight or count, or a missing digest, is not identical; the verdict's replication line repeats the counts."""
+def test_the_replication_counts_what_both_studies_made_bit_for_bit(tmp_path):
+    """bitwise_agreement compares the digests of every model and evaluation two study folders both made; one
+    differing weight or count, or a missing digest, is not identical; what only one made is not shared; the
+    verdict's replication line repeats the counts."""
+    import json
+
     from setpo.studies.countdown_provenance import bitwise_agreement
 
-    row = lambda name, t, w, c: {"name": name, "T": t, "weights_sha256": w, "counts_sha256": c}  # noqa: E731
-    mine = [row("sft", 0.5, "w0", "a"), row("sft", 1.0, "w0", "b"), row("r1", 1.0, "w1", "c"),
-            row("r2", 1.0, None, "d"), row("only_mine", 1.0, "w9", "z")]
-    theirs = [row("sft", 0.5, "w0", "a"), row("sft", 1.0, "w0", "B"), row("r1", 1.0, "w1", "c"),
-              row("r2", 1.0, None, "d")]
-    assert bitwise_agreement(mine, theirs) == {"models": 3, "models_identical": 2, "evaluations": 4,
-                                               "evaluations_identical": 3}
+    def study(root, models, evaluations):
+        for name, digest in models.items():
+            folder = root / ("sft" if name == "sft" else f"rl/{name}") / "final"
+            folder.mkdir(parents=True)
+            (folder / "done.json").write_text(json.dumps({} if digest is None else {"weights_sha256": digest}))
+        for name, correct in evaluations.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / f"{name}.json").write_text(json.dumps({"correct": correct, "distinct": [1] * len(correct)}))
+        (root / "eval" / "r1_T1.texts.json").write_text("[]")  # the judge's texts: not an evaluation
+        return root
+
+    mine = study(tmp_path / "a", {"sft": "w0", "r1": "w1", "r2": None, "only_mine": "w9"},
+                 {"val/r1_T1": [3, 0], "eval/r1_T1": [2, 1], "eval/sft_T1": [5, 5], "eval/only_mine_T1": [1, 1]})
+    theirs = study(tmp_path / "b", {"sft": "w0", "r1": "w1", "r2": None},
+                   {"val/r1_T1": [3, 0], "eval/r1_T1": [2, 2], "eval/sft_T1": [5, 5]})
+    assert bitwise_agreement(mine, theirs) == {"models": 3, "models_identical": 2, "evaluations": 3,
+                                               "evaluations_identical": 2}
     meets = {"threads": 2, "chosen": "SetPO", "headline": {"passn": ci(0.05, 0.02), "pass1": ci(0.0, 0.01)}}
     summary = {**record(agreement={"primary": meets, "replication": {**meets, "threads": 1}}),
                "identical": bitwise_agreement(mine, theirs)}
     line = next(v for v in verdict(summary) if v["question"].startswith("Does the replication"))
-    assert line["evidence"].endswith("identical bit for bit: 2 of 3 models, 3 of 4 evaluations")
+    assert line["evidence"].endswith("identical bit for bit: 2 of 3 models, 2 of 3 evaluations")
 
 
 def test_a_record_made_on_two_processors_says_so():

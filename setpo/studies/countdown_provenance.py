@@ -36,11 +36,20 @@ def made_on(out: Path, name: str, evaluation: Mapping) -> dict:
 def fingerprints(out: Path, name: str, evaluation: Mapping) -> dict:
     """What the run and its evaluation came to, as digests to compare two studies bit for bit:
     ``weights_sha256`` (its final weights, from ``final/done.json``; None if unrecorded) and ``counts_sha256``
-    (the evaluation's per-problem correct and distinct counts)."""
-    done = out / ("sft" if name == "sft" else f"rl/{name}") / "final" / "done.json"
-    weights = read_json(done, "delete the run's folder and rerun").get("weights_sha256") if done.exists() else None
+    (``counts_digest`` of the evaluation)."""
+    return {"weights_sha256": _weights_digest(out / ("sft" if name == "sft" else f"rl/{name}")),
+            "counts_sha256": counts_digest(evaluation)}
+
+
+def counts_digest(evaluation: Mapping) -> str:
+    """SHA-256 of an evaluation's per-problem correct and distinct counts: what it measured, not when or how fast."""
     counts = json.dumps([list(evaluation["correct"]), list(evaluation.get("distinct") or [])])
-    return {"weights_sha256": weights, "counts_sha256": hashlib.sha256(counts.encode()).hexdigest()}
+    return hashlib.sha256(counts.encode()).hexdigest()
+
+
+def _weights_digest(run_folder: Path) -> str | None:
+    done = run_folder / "final" / "done.json"
+    return read_json(done, "delete the run's folder and rerun").get("weights_sha256") if done.exists() else None
 
 
 def machines_used(rows: Sequence[Mapping]) -> dict[str, dict[str, int]]:
@@ -50,16 +59,25 @@ def machines_used(rows: Sequence[Mapping]) -> dict[str, dict[str, int]]:
     return {"trained": count("trained_on"), "evaluated": count("evaluated_on")}
 
 
-def bitwise_agreement(rows: Sequence[Mapping], other: Sequence[Mapping]) -> dict:
-    """Of the models both studies trained (the warm start and each RL run, by name) and the evaluations both
-    made (by run and temperature): how many are shared, and how many are identical (the same final-weights
-    SHA-256; the same per-problem counts). Rows without a digest (a record from before they were kept) count
-    as shared, not identical."""
-    def count(key, field) -> tuple[int, int]:
-        mine, theirs = ({key(r): r.get(field) for r in rs} for rs in (rows, other))
+def bitwise_agreement(out: str | Path, other: str | Path) -> dict:
+    """Of everything two study folders both made: the models (the warm start, every search and final run, by
+    name) and the evaluations (validation and test, by name): how many are shared, and how many identical (the
+    same final-weights SHA-256; the same ``counts_digest``). A model without a recorded digest counts as shared,
+    not identical."""
+    def models(root: Path) -> dict[str, str | None]:
+        return {p.name: _weights_digest(p) for p in [root / "sft", *sorted((root / "rl").glob("*"))]
+                if (p / "final" / "done.json").exists()}
+
+    def evaluations(root: Path) -> dict[str, str]:
+        return {f"{split}/{p.stem}": counts_digest(read_json(p, "delete it and rerun to evaluate again"))
+                for split in ("val", "eval") for p in sorted((root / split).glob("*.json"))
+                if not p.name.endswith(".texts.json")}  # the judge's responses, not an evaluation
+
+    def count(made) -> tuple[int, int]:
+        mine, theirs = made(Path(out)), made(Path(other))
         shared = set(mine) & set(theirs)
         return len(shared), sum(mine[k] is not None and mine[k] == theirs[k] for k in shared)
-    models, same_models = count(lambda r: r["name"], "weights_sha256")
-    evaluations, same_evaluations = count(lambda r: (r["name"], r["T"]), "counts_sha256")
-    return {"models": models, "models_identical": same_models,
-            "evaluations": evaluations, "evaluations_identical": same_evaluations}
+    n_models, same_models = count(models)
+    n_evaluations, same_evaluations = count(evaluations)
+    return {"models": n_models, "models_identical": same_models,
+            "evaluations": n_evaluations, "evaluations_identical": same_evaluations}

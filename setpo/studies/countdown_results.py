@@ -126,7 +126,7 @@ def with_replication(summary: dict, replicated: dict) -> dict:
     rep = {**replicated, "runs": [{**r, "replication": 1} for r in replicated["runs"]]}
     head = lambda s: next((p for p in s["paired"] if p["primary"]), None)  # noqa: E731
     return {**summary, "replication": rep, "machines": machines_used(summary["runs"] + rep["runs"]),
-            "identical": bitwise_agreement(summary["runs"], rep["runs"]),
+            "identical": bitwise_agreement(summary["config"]["out"], replicated["config"]["out"]),
             "agreement": {"primary": {"threads": summary["config"]["threads"], "chosen": summary["chosen"],
                                       "headline": head(summary)},
                           "replication": {"threads": replicated["config"]["threads"], "chosen": replicated["chosen"],
