@@ -261,3 +261,7 @@ def test_the_record_names_the_command_that_makes_its_config(monkeypatch):
         study = command.split(", then ")[0].replace("python -m setpo.cli countdown ", "")
         cfg, _, _ = parse_args([a.strip("'") for a in study.split()])
         assert cfg == CountdownLMConfig(out="runs/somewhere", headline_seeds=seeds)
+    from setpo.records import ROOT
+
+    # notebook 03 runs in notebooks/ and names the folder from there; the record names it from the root
+    assert " --out results/countdown," in study_command(str(ROOT / "notebooks" / ".." / "results" / "countdown"), False)

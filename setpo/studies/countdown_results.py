@@ -10,6 +10,7 @@ evaluation's samples (pass@k, width, average modes), the numbers every row is ma
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import statistics
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from setpo.arithmetic import active_arithmetic
-from setpo.records import read_json, read_records
+from setpo.records import ROOT, read_json, read_records
 from setpo.studies.countdown_config import RESULT_NEUTRAL_FIELDS, CountdownLMConfig, RLRun
 from setpo.studies.countdown_provenance import bitwise_agreement, fingerprints, machines_used, made_on
 from setpo.studies.countdown_verdict import ci_text, identical_text, in_main_cell, verdict, verdict_markdown
@@ -417,13 +418,17 @@ def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int =
     return df
 
 
+# the main cell draws six methods besides GRPO: the shared four colours, then four more, so no two share one
+STUDY_COLOURS = [*SETPO_COLOURS, "#2ca02c", "#e377c2", "#17becf", "#bcbd22"]
+
+
 def _colour(variant: str, variants: Sequence[str]) -> str:
     others = [v for v in variants if v not in ("GRPO", "warm start (SFT)")]
     if variant == "GRPO":
         return BASELINE_COLOUR
     if variant == "warm start (SFT)":
         return "grey"
-    return SETPO_COLOURS[others.index(variant) % len(SETPO_COLOURS)]
+    return STUDY_COLOURS[others.index(variant) % len(STUDY_COLOURS)]
 
 
 def pass_at_k_figure(summary: dict, cols: int = 3):
@@ -448,18 +453,24 @@ def pass_at_k_figure(summary: dict, cols: int = 3):
                           "hover": [f"k={i}: {v:.1f}%" for i, v in zip(k, mean)]})
         return {"title": title, "lines": lines}
 
-    def seeds(members: Sequence[dict]) -> int:
-        return len({r["seed"] for r in members if r["seed"] is not None})
+    def seeds(members: Sequence[dict]) -> str:
+        """"12 seeds", or "5–12 seeds" where the methods have different numbers; "" without any."""
+        per_method = collections.defaultdict(set)
+        for r in members:
+            if r["seed"] is not None:
+                per_method[r["variant"]].add(r["seed"])
+        counts = sorted({len(v) for v in per_method.values()})
+        return "" if not counts else f"{counts[0]}{'' if len(counts) == 1 else f'–{counts[-1]}'} seeds"
 
     main = [r for r in rows if r["T"] == 1.0 and (r["name"] == "sft" or in_main_cell(r, cfg))]
-    panels.append(panel(f"G={cfg['main_group_size']}, β={cfg['main_beta']:g}, T=1, every method ({seeds(main)} seeds)",
+    panels.append(panel(f"G={cfg['main_group_size']}, β={cfg['main_beta']:g}, T=1, every method ({seeds(main)})",
                         main))
     for g, beta in [(cfg["main_group_size"], cfg["main_beta"]), *map(tuple, cfg["other_cells"])]:
         for temp in cfg["eval_temperatures"]:
             members = [r for r in rows if r["T"] == temp and (r["name"] == "sft" or (
                 r["G"] == g and r["beta"] == beta and r.get("role") in ("setpo", "grpo")))]
             if seeds(members):
-                panels.append(panel(f"G={g}, β={beta:g}, T={temp:g} ({seeds(members)} seeds)", members))
+                panels.append(panel(f"G={g}, β={beta:g}, T={temp:g} ({seeds(members)})", members))
     one = len(panels) == 1  # a lone panel gets the room its title and legend need
     return pass_at_k_curves(panels, cfg["eval_samples"], cols=cols, x_title="k", y_title="pass@k (%)",
                             title=f"Countdown test split: pass@k, n = {cfg['eval_samples']} samples per problem"
@@ -516,12 +527,14 @@ def trajectory_runs(summary: dict) -> tuple[RLRun, RLRun]:
 
 
 def trajectory_figure(summary: dict, embedder, runs: Sequence[RLRun] | None = None, problem: int = 0,
-                      method: str = "pca", seed: int = 0):
+                      method: str = "pca", seed: int = 0, out: str | Path | None = None):
     """Where one validation problem's probe samples go over training (``probe_frame``), drawn by the shared
     ``setpo.studies.figures.trajectory_figure``: a panel per run, colour = step, filled = correct, size = number
-    of identical samples. embedder: the one the chosen run used (what its kernel saw). Returns (figure, frame)."""
+    of identical samples. embedder: the one the chosen run used (what its kernel saw). out: the study's folder
+    as seen from here (default: the one the record names, relative to where the study ran). Returns (figure,
+    frame)."""
     runs = list(runs or trajectory_runs(summary))
-    df = probe_frame(summary["config"]["out"], runs, embedder, problem=problem, method=method, seed=seed)
+    df = probe_frame(out or summary["config"]["out"], runs, embedder, problem=problem, method=method, seed=seed)
     frame = df.assign(panel=df["method"], group=problem,
                       hover=[f"{e}<br>×{c}, reward {r:g}" for e, c, r in zip(df.expression, df["count"], df.reward)])
     inst = df.iloc[0]
@@ -549,7 +562,10 @@ def figure_record(summary: dict, command: str, folder: str | Path | None = None,
 def study_command(out: str, smoke: bool, headline_seeds: Sequence[int] = ()) -> str:
     """How the study behind a record was made: the full study on the pinned floating-point path
     (``setpo.arithmetic``; ``make countdown`` for results/countdown), with its ``headline_seeds`` if any, then
-    notebook 03."""
+    notebook 03. out: the study's folder, named from the repository root (where ``make`` runs) when it is inside
+    it, so notebook 03's "../results/countdown" reads as results/countdown."""
+    folder = Path(out).resolve()
+    out = folder.relative_to(ROOT).as_posix() if folder.is_relative_to(ROOT) else str(out)
     grown = f" --set 'headline_seeds={json.dumps(list(headline_seeds), separators=(',', ':'))}'" if headline_seeds else ""
     return ("python -m setpo.studies.countdown --smoke" if smoke else
             f"python -m setpo.cli countdown --full{grown} --out {out}") + ", then notebooks/03_countdown_pass_at_k"
