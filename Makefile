@@ -28,7 +28,10 @@ figures: $(VENV)/.deps-lab
 # floating-point path (setpo.arithmetic), so that its parts made on different machines are one experiment.
 # headline_seeds: 7 seeds more for the headline pair (GRPO, chosen SetPO) in the main cell, 12 in all, sized from
 # the noise of its first 5 (README, "How many seeds").
+# results/countdown/requirements.txt: the package versions the record was made at (a fresh install resolves newer
+# ones, and the study refuses to resume at other versions).
 countdown: $(VENV)/.deps-lab
+	$(PIP) install -q -r results/countdown/requirements.txt
 	$(PY) -m setpo.cli countdown --full --set 'headline_seeds=[5,6,7,8,9,10,11]' --out results/countdown
 
 # What the notebooks need (extra `lab`: figures + TRL and the embedders), not verl or Ray, on the pinned

@@ -178,3 +178,22 @@ def test_machine_label_names_the_widest_vector_extension():
         == "AMD EPYC avx512f 6a93d771"
     assert machine_label({"cpu": "AMD EPYC", "vector": ["avx2"], "flags_sha256": None}) == "AMD EPYC avx2"
     assert machine_label(None) == machine_label({}) == "unrecorded"
+
+
+def test_make_countdown_installs_the_versions_the_committed_record_was_made_at():
+    """A fresh install resolves the newest releases, and the study refuses to resume at other versions than its
+    identity.json records (accelerate 1.16.0 and sentence-transformers 6.3.0 came out after the record was
+    made, and a fresh clone's make countdown refused it): results/countdown/requirements.txt pins every
+    recorded result-bearing package, torch through the Makefile's TORCH_SPEC, and make countdown installs it."""
+    import re
+
+    recorded = json.loads((ROOT / "results/countdown/identity.json").read_text())["versions"]
+    lines = (ROOT / "results/countdown/requirements.txt").read_text().splitlines()
+    pinned = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    assert pinned == {k: v for k, v in recorded.items() if k != "torch"}
+    makefile = (ROOT / "Makefile").read_text()
+    torch_spec = re.search(r"^TORCH_SPEC\s*\?=\s*torch==(\S+)", makefile, re.M).group(1)
+    assert recorded["torch"].split("+")[0] == torch_spec
+    recipe = makefile.split("\ncountdown:")[1].split("\n\n")[0]
+    assert "install -q -r results/countdown/requirements.txt" in recipe
+    assert recipe.index("requirements.txt") < recipe.index("setpo.cli countdown")
