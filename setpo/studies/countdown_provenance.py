@@ -27,7 +27,7 @@ def machine_label(machine: Mapping | None) -> str:
 def made_on(out: Path, name: str, evaluation: Mapping) -> dict:
     """Which processor trained run ``name`` (its folder's identity.json; "sft": the warm start) and which
     evaluated it (the evaluation's identity): a study of several sittings may have had several."""
-    folder = out / ("sft" if name == "sft" else f"rl/{name}") / "identity.json"
+    folder = _run_folder(out, name) / "identity.json"
     trained = read_json(folder, "delete the run's folder and rerun").get("machine") if folder.exists() else None
     return {"trained_on": machine_label(trained),
             "evaluated_on": machine_label((evaluation.get("identity") or {}).get("machine"))}
@@ -37,7 +37,7 @@ def fingerprints(out: Path, name: str, evaluation: Mapping) -> dict:
     """What the run and its evaluation came to, as digests to compare two studies bit for bit:
     ``weights_sha256`` (its final weights, from ``final/done.json``; None if unrecorded) and ``counts_sha256``
     (``counts_digest`` of the evaluation)."""
-    return {"weights_sha256": _weights_digest(out / ("sft" if name == "sft" else f"rl/{name}")),
+    return {"weights_sha256": _weights_digest(_run_folder(out, name)),
             "counts_sha256": counts_digest(evaluation)}
 
 
@@ -45,6 +45,11 @@ def counts_digest(evaluation: Mapping) -> str:
     """SHA-256 of an evaluation's per-problem correct and distinct counts: what it measured, not when or how fast."""
     counts = json.dumps([list(evaluation["correct"]), list(evaluation.get("distinct") or [])])
     return hashlib.sha256(counts.encode()).hexdigest()
+
+
+def _run_folder(out: Path, name: str) -> Path:
+    """Where a study keeps run ``name``: "sft" is the warm start, anything else an RL run."""
+    return out / "sft" if name == "sft" else out / "rl" / name
 
 
 def _weights_digest(run_folder: Path) -> str | None:
