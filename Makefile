@@ -25,7 +25,7 @@ figures: $(VENV)/.deps-lab
 	$(PY) -m setpo.cli figures
 
 # The Countdown study (notebook 03's; kept in git in results/countdown, resumable across sittings), on the pinned
-# floating-point path (setpo.arithmetic), so that its parts made on different machines are one experiment.
+# floating-point path (setpo.repro.arithmetic), so that its parts made on different machines are one experiment.
 # headline_seeds: 7 seeds more for the headline pair (GRPO, chosen SetPO) in the main cell, 12 in all, sized from
 # the noise of its first 5 (README, "How many seeds").
 # results/countdown/requirements.txt: the package versions the record was made at (a fresh install resolves newer
@@ -38,7 +38,7 @@ countdown: $(VENV)/.deps-lab
 # floating-point path (notebook 03 resumes the Countdown study). Containers often run as root, where Jupyter
 # refuses to start without --allow-root.
 lab: $(VENV)/.deps-lab
-	$(PY) -m setpo.arithmetic $(PY) -m jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(PY) -m setpo.repro.arithmetic $(PY) -m jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "setpo needs Python 3.10 or newer, found " + sys.version.split()[0]'

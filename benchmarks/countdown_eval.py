@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from setpo.records import ROOT, markdown_table, write_bench_report, write_json
+from setpo.repro.records import ROOT, markdown_table, write_bench_report, write_json
 
 STUDY = ROOT / "results" / "countdown"
 PROBLEMS = 64

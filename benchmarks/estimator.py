@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import setpo
 from setpo.diversity import marginals_by_definition
-from setpo.records import markdown_table, time_side_by_side, write_bench_report
+from setpo.repro.records import markdown_table, time_side_by_side, write_bench_report
 
 SHAPES = [(64, 8, 384), (512, 16, 1024), (1024, 64, 1024)]
 

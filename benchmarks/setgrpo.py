@@ -20,7 +20,7 @@ import torch
 
 import setpo
 from envs.rubric import RubricTask
-from setpo.records import markdown_table, time_side_by_side, write_bench_report
+from setpo.repro.records import markdown_table, time_side_by_side, write_bench_report
 from setpo.setgrpo import SetGRPO, reference_coefficients
 from setpo.studies.rubric import LinearSoftmaxPolicy, TrainConfig, draw_groups
 

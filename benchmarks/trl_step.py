@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from setpo.records import markdown_table, write_bench_report, write_json
+from setpo.repro.records import markdown_table, write_bench_report, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper_shapes as ps  # noqa: E402 - after the path entry above

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from setpo.records import markdown_table, write_bench_report, write_json  # noqa: E402
+from setpo.repro.records import markdown_table, write_bench_report, write_json  # noqa: E402
 
 STEPS = 4
 CONFIGURATIONS = {  # name -> extra launcher arguments

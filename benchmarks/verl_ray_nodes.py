@@ -330,7 +330,7 @@ def markdown(r: dict) -> str:
     ids = {n["node_id"]: ("head" if n["head"] else f"node {i}") for i, n in enumerate(nodes)}
     rows = [{"actor": a["class"] + (f" ({a['name']})" if a["name"] else ""), "node": ids.get(a["node_id"], "?"),
              "node id": a["node_id"][:12], "pid": a["pid"]} for a in r["placement"]["actors"]]
-    from setpo.records import markdown_table
+    from setpo.repro.records import markdown_table
 
     return "\n".join([
         f"verl's CPU run (tiny Qwen2, Countdown, SetPO+GRPO, {r['steps']} steps) submitted with `ray job submit` "
@@ -359,7 +359,7 @@ def main(argv=None) -> dict:
         return {}
     record = rehearse(Path(args.out or ROOT / "runs" / "bench"), ray_stop=args.ray_stop,
                       pid_file=Path(args.pid_file) if args.pid_file else None)
-    from setpo.records import write_bench_report, write_json
+    from setpo.repro.records import write_bench_report, write_json
 
     table = markdown(record)
     if args.out:

@@ -42,7 +42,7 @@ SEEDS = 5
 # %%
 import torch
 
-from setpo.records import markdown_table
+from setpo.repro.records import markdown_table
 from setpo.studies.figures import show, show_table
 from setpo.studies.toy import DEMO_VARIANTS, ToyConfig, compare, lambda_sweep
 from setpo.studies.toy_results import coverage_rows, summary_rows, write_figure1

@@ -47,7 +47,7 @@
 # Every run records its identity (threads, the code it ran, package versions), and a run made at another is
 # never reused. All of it is `setpo.studies.countdown`; the study is one command, `make countdown` (resumable), which
 # runs `python -m setpo.studies.countdown --full --set 'headline_seeds=[5,...,11]' --out results/countdown` on the
-# pinned floating-point path (`setpo.arithmetic`: torch, MKL and oneDNN kept to their AVX2 kernels, so that parts
+# pinned floating-point path (`setpo.repro.arithmetic`: torch, MKL and oneDNN kept to their AVX2 kernels, so that parts
 # of the study made on an AVX2 machine and on an AVX-512 one are one experiment). This notebook draws it from its
 # record once it has finished (or resumes it where that command left it, at the settings the folder records); it
 # runs on that path too (`make lab`, `make figures`).
@@ -66,7 +66,7 @@ from pathlib import Path
 
 import torch
 
-from setpo.arithmetic import require_pinned
+from setpo.repro.arithmetic import require_pinned
 from setpo.studies import countdown_results as cr
 from setpo.studies.countdown import CountdownLMConfig, load_config, resolve_embedder, run_study, warm_start_texts
 from setpo.studies.figures import save_figure, show, show_table

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from setpo.arithmetic import pinned_children, pinned_environment
-from setpo.records import ROOT
+from setpo.repro.arithmetic import pinned_children, pinned_environment
+from setpo.repro.records import ROOT
 from setpo.studies.arguments import Parser, nonnegative_float, positive_int
 
 # Notebooks whose full run regenerates committed figures (04 needs a GPU and is run by hand).
@@ -28,7 +28,7 @@ FIGURE_NOTEBOOKS = [
     "05_setgrpo_noisy_graders",
 ]
 # Notebooks that run (or resume) a study made across sittings on other machines: run on the pinned floating-point
-# path (setpo.arithmetic), the one their study was made on.
+# path (setpo.repro.arithmetic), the one their study was made on.
 PINNED_NOTEBOOKS = {"03_countdown_pass_at_k"}
 MAX_SEEDS = 1000                      # seeds per method or λ: more is a typo, not a study
 DEMO_DIR = ROOT / "runs" / "demo"     # scratch: smoke and interactive runs never touch figures/
@@ -93,7 +93,7 @@ def cmd_demo(args) -> None:
 
 
 def cmd_sweep(args) -> None:
-    from setpo.records import markdown_table
+    from setpo.repro.records import markdown_table
     from setpo.studies.toy import ToyConfig, lambda_sweep
 
     rows = lambda_sweep(ToyConfig(algo=args.algo), args.lams, range(args.seeds))
@@ -124,10 +124,11 @@ def cmd_bench(args) -> None:
 
 def cmd_countdown(args) -> None:
     """The Countdown study on the pinned floating-point path: this process becomes
-    ``python -m setpo.studies.countdown ARGS`` with the pin in its environment (the study checks its own
-    arguments)."""
+    ``python -m setpo.studies.countdown_record ARGS`` with the pin in its environment: the study
+    (``setpo.studies.countdown``, which checks its own arguments), or, for a record made at other code, its check
+    at the commit that made it."""
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "setpo.studies.countdown", *args.study_args],
+    os.execve(sys.executable, [sys.executable, "-m", "setpo.studies.countdown_record", *args.study_args],
               pinned_environment())
 
 
@@ -155,7 +156,8 @@ def build_parser() -> Parser:
     b.add_argument("names", nargs="*", help="benchmark script stems to run (default: all)")
     b.set_defaults(fn=cmd_bench)
     c = sub.add_parser("countdown", help="the Countdown study (python -m setpo.studies.countdown ARGS) on the pinned "
-                                         "floating-point path, so that a study of several sittings is one experiment")
+                                         "floating-point path, so that a study of several sittings is one experiment; "
+                                         "a record made at other code is checked at the commit that made it")
     c.add_argument("study_args", nargs="*", help="the study's own arguments, e.g. --full --out results/countdown "
                                                  "(passed on as they are: the study checks them)")
     c.set_defaults(fn=cmd_countdown)

@@ -1,7 +1,7 @@
-"""The pinned floating-point path (``setpo.arithmetic``): a study made over several sittings, on whatever x86 CPU
+"""The pinned floating-point path (``setpo.repro.arithmetic``): a study made over several sittings, on whatever x86 CPU
 each gets, is one experiment only if every part computes on the same kernels (issue 23: a Countdown run
 retrained on an AVX-512 machine gave other weights than its AVX2 record, and the recorded ones under the pin).
-These check that every way of running the study gets the pin: `python -m setpo.arithmetic`, `setpo countdown`
+These check that every way of running the study gets the pin: `python -m setpo.repro.arithmetic`, `setpo countdown`
 (`make countdown`), `setpo figures` for notebook 03, `make lab`, and that notebook 03 refuses without it."""
 
 import os
@@ -11,9 +11,9 @@ import sys
 import pytest
 
 import setpo.cli as cli
-from setpo.arithmetic import (PINNED_ARITHMETIC, pinned, pinned_children, pinned_environment,
+from setpo.repro.arithmetic import (PINNED_ARITHMETIC, pinned, pinned_children, pinned_environment,
                               require_pinned)
-from setpo.records import ROOT
+from setpo.repro.records import ROOT
 
 
 @pytest.fixture
@@ -54,16 +54,16 @@ def test_python_m_setpo_arithmetic_runs_a_command_on_torchs_avx2_kernels(unpinne
     without the pin: the case issue 23 found)."""
     code = ("import os, torch; print(torch.backends.cpu.get_cpu_capability()); "
             f"print(' '.join(os.environ[k] for k in {list(PINNED_ARITHMETIC)!r}))")
-    out = subprocess.run([sys.executable, "-m", "setpo.arithmetic", sys.executable, "-c", code], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "setpo.repro.arithmetic", sys.executable, "-c", code], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, check=True).stdout.split("\n")
     assert out[0] != "AVX512"
     assert out[1] == " ".join(PINNED_ARITHMETIC.values())
 
 
-@pytest.mark.parametrize("argv, message", [([], "usage: python -m setpo.arithmetic COMMAND"),
+@pytest.mark.parametrize("argv, message", [([], "usage: python -m setpo.repro.arithmetic COMMAND"),
                                            (["no-such-command-here"], "cannot run 'no-such-command-here'")])
 def test_python_m_setpo_arithmetic_refuses_without_a_runnable_command(argv, message):
-    run = subprocess.run([sys.executable, "-m", "setpo.arithmetic", *argv], cwd=ROOT, capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "setpo.repro.arithmetic", *argv], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 2
     assert message in run.stderr
@@ -73,7 +73,7 @@ def test_setpo_countdown_becomes_the_study_under_the_pin(unpinned, monkeypatch):
     seen = {}
     monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: seen.update(path=path, argv=argv, env=env))
     cli.main(["countdown", "--full", "--out", "results/countdown"])
-    assert seen["argv"][1:] == ["-m", "setpo.studies.countdown", "--full", "--out", "results/countdown"]
+    assert seen["argv"][1:] == ["-m", "setpo.studies.countdown_record", "--full", "--out", "results/countdown"]
     assert pinned(seen["env"])
 
 
@@ -98,7 +98,7 @@ def test_make_countdown_and_make_lab_run_pinned():
                          text=True, timeout=60).stdout
     countdown = next(line for line in dry.splitlines() if "-m setpo.cli countdown --full" in line)
     assert countdown.endswith("--out results/countdown")
-    assert "-m setpo.arithmetic" in next(line for line in dry.splitlines() if "jupyter lab" in line)
+    assert "-m setpo.repro.arithmetic" in next(line for line in dry.splitlines() if "jupyter lab" in line)
 
 
 def test_notebook_03_refuses_the_full_study_off_the_pinned_path(unpinned, tmp_path):
@@ -131,9 +131,9 @@ def test_notebook_03_draws_only_a_study_make_countdown_started(tmp_path, monkeyp
 def test_a_run_made_on_other_kernels_is_another_identity():
     """The identity compares the floating-point path: a resume on AVX-512 kernels of a run made on AVX2 ones
     is refused naming it, as another thread count is."""
-    from setpo.provenance import identity_differences, run_identity
+    from setpo.repro.provenance import identity_differences, run_identity
 
-    ident = run_identity(2, ["setpo.arithmetic"])
+    ident = run_identity(2, ["setpo.repro.arithmetic"])
     assert set(ident["arithmetic"]) == {"torch_cpu_capability", *PINNED_ARITHMETIC}
     avx2 = {**ident, "arithmetic": {**ident["arithmetic"], "torch_cpu_capability": "AVX2", **PINNED_ARITHMETIC}}
     avx512 = {**ident, "arithmetic": {**avx2["arithmetic"], "torch_cpu_capability": "AVX512",

@@ -10,7 +10,7 @@ import pytest
 import setpo.cli as cli
 import setpo.studies.countdown as countdown
 import setpo.studies.rubric as rubric
-from setpo.records import ROOT
+from setpo.repro.records import ROOT
 
 
 def _refused(main, argv, capsys, match: str):

@@ -250,7 +250,7 @@ def test_the_validation_search_has_seeds_of_its_own():
 def test_the_record_names_the_command_that_makes_its_config(monkeypatch):
     """The record's command, parsed back, is the study's config, headline seeds included (make countdown grows
     them with --set), so that running what the record says makes that study and not a smaller one."""
-    from setpo.arithmetic import PINNED_ARITHMETIC
+    from setpo.repro.arithmetic import PINNED_ARITHMETIC
     from setpo.studies.countdown import parse_args
     from setpo.studies.countdown_results import study_command
 
@@ -261,7 +261,7 @@ def test_the_record_names_the_command_that_makes_its_config(monkeypatch):
         study = command.split(", then ")[0].replace("python -m setpo.cli countdown ", "")
         cfg, _, _ = parse_args([a.strip("'") for a in study.split()])
         assert cfg == CountdownLMConfig(out="runs/somewhere", headline_seeds=seeds)
-    from setpo.records import ROOT
+    from setpo.repro.records import ROOT
 
     # notebook 03 runs in notebooks/ and names the folder from there; the record names it from the root
     assert " --out results/countdown," in study_command(str(ROOT / "notebooks" / ".." / "results" / "countdown"), False)

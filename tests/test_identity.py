@@ -11,7 +11,7 @@ import torch
 from helpers import run_records
 
 import setpo.studies.countdown as countdown
-from setpo.provenance import code_identity, identity_differences, import_closure, run_identity
+from setpo.repro.provenance import code_identity, identity_differences, import_closure, run_identity
 from setpo.studies.countdown import CountdownLMConfig, run_study, study_identity
 from setpo.studies.stages import claim_identity, reusable_record
 

@@ -1,9 +1,27 @@
 """The package's layers, checked from the code's own imports: each layer depends only on the ones below.
 
     envs/                 environments and checkers: never import setpo
-    setpo/ (top level)    the estimator core: no engine (trl, transformers, verl, accelerate, ...) and no envs
-    setpo/trl, setpo/verl engine adapters: may use the core and envs, never the studies or the CLI
-    setpo/studies         whole studies: anything below, never the CLI
+    setpo/ (top level)    the estimator core: pure functions over tensors. It imports only the standard library's
+                          computing modules, torch, numpy and itself (``CORE_MAY_IMPORT``): no engine, no envs, no
+                          upper layer, and nothing that touches a process, git or the file system (no os, sys,
+                          subprocess, pathlib, shutil, ...; no open(), print(), eval(); no Path.read_text / write_*,
+                          torch.save / load and the like: ``CORE_MAY_NOT_CALL``)
+    setpo/repro           the reproducibility machinery (run records, provenance, the pinned arithmetic, a
+                          commit's code in a temporary worktree): may use the core; never an adapter, a study or
+                          a command line
+    setpo/trl, setpo/verl engine adapters (with setpo/verl_plugin.py, setpo/embed.py and setpo/judge, below): may use
+                          the core, the machinery and envs, never the studies or the command lines
+    setpo/studies         whole studies: anything below, never the command lines
+    setpo/cli.py, python -m setpo.judge   the command lines: anything
+
+Which top-level modules are not core, and why (the rule: a top-level module is core unless it is named here):
+- setpo/cli.py is the command line (top layer).
+- setpo/verl_plugin.py is verl's entry point (``verl.plugins``): at the top so that verl can load it while
+  ``import verl`` runs, but an engine adapter.
+- setpo/embed.py turns text into embeddings with sentence-transformers models it loads from folders: an adapter
+  at the top because ``setpo.embed.load_embedder`` is a public import path.
+- setpo/judge talks to a judge server or an in-process model and keeps a file cache: an adapter package
+  (``python -m setpo.judge``, its __main__, is a command line).
 
 and, across all of them: no import circle (imports inside functions count: they only delay one), no relative
 import that names a module which does not exist, and no module importing another module's underscore names
@@ -37,25 +55,24 @@ def imported_modules(path: Path) -> set[str]:
     return out
 
 
+def _rel(p: Path) -> str:
+    return str(p.relative_to(ROOT))
+
+
 def files(*patterns: str) -> list[Path]:
     return sorted({p for pat in patterns for p in ROOT.glob(pat)})
 
 
-# setpo/verl_plugin.py is verl's entry point (``verl.plugins``): it sits at the top so that verl can load it while
-# ``import verl`` runs (setpo/verl/__init__ imports verl's trainer), but it is an engine adapter. The judge's
-# client and in-process backend talk to openai / transformers: adapters inside the core's setpo.judge package.
-# The command lines (setpo.cli, python -m setpo.judge) are the top layer: they may import anything.
+# The layers (module docstring). Top-level modules that are not core are named; every other one is core.
 COMMAND_LINES = files("setpo/cli.py", "setpo/judge/__main__.py")
-JUDGE_ADAPTERS = files("setpo/judge/client.py", "setpo/judge/backends.py")
-ENGINE_ADAPTERS = files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py") + JUDGE_ADAPTERS
-CORE = [p for p in files("setpo/*.py", "setpo/setgrpo/*.py", "setpo/judge/*.py")
-        if p not in ENGINE_ADAPTERS and p not in COMMAND_LINES]
+NOT_CORE_AT_TOP = {"setpo/cli.py": "command line", "setpo/verl_plugin.py": "verl's entry point (adapter)",
+                   "setpo/embed.py": "loads sentence-transformers models from folders (adapter)"}
+ENGINE_ADAPTERS = [p for p in files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py", "setpo/embed.py",
+                                    "setpo/judge/*.py") if p not in COMMAND_LINES]
+CORE = [p for p in files("setpo/*.py", "setpo/setgrpo/*.py") if _rel(p) not in NOT_CORE_AT_TOP]
+MACHINERY = files("setpo/repro/*.py")
 STUDIES = files("setpo/studies/*.py")
 ENVS = files("envs/**/*.py")
-
-
-def _rel(p: Path) -> str:
-    return str(p.relative_to(ROOT))
 
 
 @pytest.mark.parametrize("path", ENVS, ids=_rel)
@@ -64,12 +81,76 @@ def test_envs_know_nothing_of_setpo(path):
     assert not bad, f"{_rel(path)} imports {sorted(bad)}: environments must not depend on the library"
 
 
+# What the core may import: computing, nothing that reaches a process, git or the file system. A module added
+# here needs a reason (written beside it) that it cannot touch any of those.
+CORE_MAY_IMPORT = {"__future__", "abc", "collections", "collections.abc", "dataclasses", "enum", "functools",
+                   "itertools", "math", "numbers", "operator", "re", "statistics", "typing", "warnings",
+                   "numpy", "torch"}
+# Calls that touch the file system or the process, by name (builtins) or by attribute (methods, torch's and numpy's
+# file functions); the core computes on what it is given and returns it.
+NOT_CORE_PACKAGES = {"repro", "trl", "verl", "verl_plugin", "studies", "cli", "judge", "embed"}  # setpo.<these>
+CORE_MAY_NOT_CALL = {"open", "print", "input", "eval", "exec", "compile", "__import__", "breakpoint", "exit", "quit"}
+CORE_MAY_NOT_CALL_ATTRIBUTE = {"read_text", "write_text", "read_bytes", "write_bytes", "open", "mkdir", "makedirs",
+                               "unlink", "rmdir", "iterdir", "glob", "rglob", "touch", "is_file", "is_dir", "exists",
+                               "save", "load", "savez", "savetxt", "loadtxt", "genfromtxt", "fromfile", "tofile",
+                               "from_file", "system", "popen", "spawn", "fork", "kill", "hub"}
+
+
+def core_violations(tree: ast.AST, name: str = "setpo") -> list[str]:
+    """What in a core module's syntax tree reaches beyond computing: imports outside ``CORE_MAY_IMPORT`` (the core's
+    own modules aside) and calls in ``CORE_MAY_NOT_CALL`` / ``CORE_MAY_NOT_CALL_ATTRIBUTE``, each with its line."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if not node.level else [])
+            for mod in mods:
+                parts = mod.split(".")
+                core_own = parts[0] == "setpo" and (len(parts) == 1 or parts[1] not in NOT_CORE_PACKAGES)
+                if mod not in CORE_MAY_IMPORT and not core_own:
+                    out.append(f"line {node.lineno}: imports {mod}")
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in CORE_MAY_NOT_CALL:
+                out.append(f"line {node.lineno}: calls {f.id}()")
+            elif isinstance(f, ast.Attribute) and f.attr in CORE_MAY_NOT_CALL_ATTRIBUTE:
+                out.append(f"line {node.lineno}: calls .{f.attr}()")
+        elif isinstance(node, ast.Attribute) and node.attr in ("hub",):
+            out.append(f"line {node.lineno}: uses .{node.attr}")
+    return out
+
+
 @pytest.mark.parametrize("path", CORE, ids=_rel)
 def test_core_imports_no_engine_no_envs_no_upper_layer(path):
     mods = imported_modules(path)
     bad = {m for m in mods if m.split(".")[0] in ENGINES | {"envs"}}
-    bad |= {m for m in mods if m.startswith(("setpo.trl", "setpo.verl", "setpo.studies", "setpo.cli"))}
+    bad |= {m for m in mods if m.startswith(("setpo.repro", "setpo.trl", "setpo.verl", "setpo.studies", "setpo.cli",
+                                             "setpo.judge", "setpo.embed"))}
     assert not bad, f"{_rel(path)} (estimator core) imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", CORE, ids=_rel)
+def test_core_touches_no_process_git_or_file_system(path):
+    bad = core_violations(ast.parse(path.read_text(), filename=str(path)))
+    assert not bad, f"{_rel(path)} (estimator core: pure functions) {'; '.join(bad)}: move it to setpo.repro or up"
+
+
+@pytest.mark.parametrize("source, found", [
+    ("import os", "imports os"), ("from pathlib import Path", "imports pathlib"),
+    ("import subprocess as sp", "imports subprocess"), ("from setpo.repro.records import write_json", "imports setpo.repro"),
+    ("def f(p):\n    return p.read_text()", "calls .read_text()"), ("open('x')", "calls open()"),
+    ("import torch\ntorch.save({}, 'x')", "calls .save()"), ("print(1)", "calls print()"),
+    ("import torch\ntorch.hub", "uses .hub")])
+def test_the_purity_check_sees_what_it_forbids(source, found):
+    assert any(found in v for v in core_violations(ast.parse(source))), core_violations(ast.parse(source))
+    assert not core_violations(ast.parse("import math, torch\nfrom setpo.groups import Groups\nx = torch.ones(3).sum()"))
+
+
+@pytest.mark.parametrize("path", MACHINERY, ids=_rel)
+def test_the_machinery_sits_above_the_core_and_below_adapters_and_studies(path):
+    bad = {m for m in imported_modules(path) if m.split(".")[0] in ENGINES | {"envs"}
+           or m.startswith(("setpo.trl", "setpo.verl", "setpo.studies", "setpo.cli", "setpo.judge", "setpo.embed"))}
+    assert not bad, f"{_rel(path)} (reproducibility machinery) imports {sorted(bad)}"
 
 
 @pytest.mark.parametrize("path", ENGINE_ADAPTERS, ids=_rel)
@@ -83,7 +164,7 @@ def test_studies_do_not_import_the_cli(path):
     assert not {m for m in imported_modules(path) if m.startswith("setpo.cli")}
 
 
-@pytest.mark.parametrize("path", CORE + ENGINE_ADAPTERS + STUDIES + ENVS, ids=_rel)
+@pytest.mark.parametrize("path", CORE + MACHINERY + ENGINE_ADAPTERS + STUDIES + COMMAND_LINES + ENVS, ids=_rel)
 def test_modules_are_readable_in_one_sitting(path):
     n = len(path.read_text().splitlines())
     limit = LONGER_FOR_A_REASON.get(_rel(path), (MAX_LINES,))[0]
@@ -92,14 +173,18 @@ def test_modules_are_readable_in_one_sitting(path):
 
 def test_every_layer_is_found():
     # the checks above pass trivially on an empty list: make sure the globs still see the tree
-    assert len(CORE) >= 8 and len(ENGINE_ADAPTERS) >= 6 and len(STUDIES) >= 6 and len(ENVS) >= 6
+    assert len(CORE) >= 8 and len(MACHINERY) >= 4 and len(ENGINE_ADAPTERS) >= 6 and len(STUDIES) >= 6 and len(ENVS) >= 6
+    top = {_rel(p) for p in files("setpo/*.py")}
+    assert set(NOT_CORE_AT_TOP) <= top, "a module named as not core is gone: update NOT_CORE_AT_TOP"
+    assert {"setpo/diversity.py", "setpo/advantages.py"} <= {_rel(p) for p in CORE}
 
 
 def test_importing_the_core_loads_no_engine():
     import subprocess
     import sys
 
-    code = ("import sys, setpo, setpo.setgrpo, setpo.embed, setpo.records, setpo.judge; "
+    code = ("import sys, setpo, setpo.setgrpo, setpo.embed, setpo.repro.records, setpo.repro.provenance, "
+            "setpo.repro.arithmetic, setpo.repro.at_commit, setpo.judge; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in %r or m.startswith('envs')))" % (ENGINES,))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout

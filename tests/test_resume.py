@@ -20,7 +20,7 @@ from helpers import StopAt, run_records
 from safetensors.torch import load_file
 
 import setpo.studies.toy as toy
-from setpo.records import ROOT
+from setpo.repro.records import ROOT
 from setpo.studies.countdown import (CountdownLMConfig, RLRun, claim_folder, load_config, make_data, train_rl, train_sft,
                                      run_study)
 from setpo.studies.sampling import sample_completions

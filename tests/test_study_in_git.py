@@ -160,7 +160,7 @@ def test_git_keeps_the_records_and_leaves_the_models_out():
 def test_the_record_says_which_machine_trained_and_evaluated_each_row(study):
     """A study of several sittings may have had several machines (another one's kernels give other weights):
     every row names the processor that trained it and the one that evaluated it, and the record counts them."""
-    from setpo.provenance import machine
+    from setpo.repro.provenance import machine
     from setpo.studies.countdown_provenance import machine_label
 
     summary = json.loads((Path(study.out) / "results.json").read_text())

@@ -18,7 +18,7 @@ from pathlib import Path
 from setpo.judge.client import JudgeError, check_url
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, SCALE
 from setpo.judge.run import judge_items, load_items, summarize
-from setpo.records import markdown_table, write_json
+from setpo.repro.records import markdown_table, write_json
 from setpo.studies.arguments import Parser, nonnegative_float, positive_int
 
 

@@ -5,7 +5,7 @@ A record is keyed by ``cache_key(judge, problem, responses, max_chars)``: the ju
 settings, never its address or key), ``PROMPT_VERSION``, the problem and the responses, so a new rubric, another
 judge or other responses never reuse an old verdict. Each record is one ``write`` of one line to a file opened
 for appending, flushed and fsynced before the verdict counts as done: a kill leaves at most a last line cut
-short, which opening the cache drops (``setpo.records.read_records`` reads the rest). Only the judge's replies
+short, which opening the cache drops (``setpo.repro.records.read_records`` reads the rest). Only the judge's replies
 are cached (a reply that gives no score included: asking again at temperature 0 would pay for the same
 answer); a request that failed, or that the server rejected, is not, so a rerun asks again.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION
-from setpo.records import read_records
+from setpo.repro.records import read_records
 
 
 def cache_key(judge_name: str, problem: str, responses: Sequence[str], max_chars: int = MAX_RESPONSE_CHARS) -> str:

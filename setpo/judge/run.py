@@ -27,7 +27,7 @@ from setpo.judge.cache import JudgeCache, cache_key
 from setpo.judge.client import Judge, JudgeRejected, JudgeUnavailable
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, Verdict, build_messages, check_set, \
     parse_reply, summarize_verdicts
-from setpo.records import progress_bar
+from setpo.repro.records import progress_bar
 
 
 @dataclass(frozen=True)

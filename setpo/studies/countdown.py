@@ -48,7 +48,7 @@ and records as an uninterrupted one, and one started with a different configurat
     make countdown      # python -m setpo.cli countdown --full --out results/countdown
 
 which runs ``python -m setpo.studies.countdown --full --out results/countdown`` on the pinned floating-point
-path (``setpo.arithmetic``; ``--full`` refuses to start without it): a study of several sittings gets
+path (``setpo.repro.arithmetic``; ``--full`` refuses to start without it): a study of several sittings gets
 whatever machine each sitting gets, and torch's AVX2 and AVX-512 kernels give other weights.
 
 ``results/countdown`` is kept in git without its models, except the warm start's (``results/.gitignore``):
@@ -82,9 +82,9 @@ from typing import Callable, Sequence
 import torch
 
 from envs.countdown import make_prompt
-from setpo.arithmetic import require_pinned
-from setpo.provenance import run_identity
-from setpo.records import read_json, write_json, write_text
+from setpo.repro.arithmetic import require_pinned
+from setpo.repro.provenance import run_identity
+from setpo.repro.records import read_json, write_json, write_text
 from setpo.studies.countdown_config import (  # noqa: F401  (load_config: the study's public API)
     STEPS_PER_GENERATION,
     CountdownLMConfig,
@@ -141,7 +141,7 @@ STAGES = ("sft", "rl", "eval", "judge")
 SEARCHES = ("setpo", "pairwise", "dra", "passk", "ceiling")  # the validation searches, in the order they run
 STUDY_OUTPUTS = ("sft", "rl", "val", "eval", "diagnostics.json", "selection.json", "results.json", "results.md",
                  "replication")
-# The code that makes the study's runs (``setpo.provenance``): this module and all it imports, except the
+# The code that makes the study's runs (``setpo.repro.provenance``): this module and all it imports, except the
 # modules that only summarise, draw or judge finished runs (editing them changes no run, so it must not make
 # a long study's runs unusable).
 IDENTITY_MODULES = ("setpo.studies.countdown",)

@@ -28,7 +28,7 @@ Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.st
   collapse to a validation pass@1 of 0.1–3% (GRPO: 23%) and every SetPO 0.15σ one fall 2.2–4.2 points
   (means over its 2 seeds) below GRPO's, past the 2-point floor, so that search could only pick the
   paper-faithful run.
-- A run is made by its settings, its thread count (``threads``) and the code (``setpo.provenance``): all are
+- A run is made by its settings, its thread count (``threads``) and the code (``setpo.repro.provenance``): all are
   part of its identity. The replication (``replication_threads``, 0 for none) runs the whole study again,
   search included, at another thread count, in ``<out>/replication``: another floating-point summation order
   acts like another seed. Its grid has ``replication_grid_seeds`` seeds a cell (default 1): the budget
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from setpo.presets import PRESETS
-from setpo.records import read_json, write_json
+from setpo.repro.records import read_json, write_json
 from setpo.studies import stages
 from setpo.studies.judging import JUDGE_FIELDS, JudgeSettings, check_judge_fields, judge_configured, without_judge
 from setpo.trl.tiny_models import ModelSize

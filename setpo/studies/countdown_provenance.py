@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from setpo.records import read_json
+from setpo.repro.records import read_json
 
 
 def machine_label(machine: Mapping | None) -> str:
-    """A short name of the processor an identity records (``setpo.provenance.machine``): its model, its widest
+    """A short name of the processor an identity records (``setpo.repro.provenance.machine``): its model, its widest
     vector extension and its flags digest, e.g. "AMD EPYC avx512f 6a93d771"; "unrecorded" if none."""
     if not machine:
         return "unrecorded"

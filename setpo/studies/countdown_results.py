@@ -18,8 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from setpo.arithmetic import active_arithmetic
-from setpo.records import ROOT, read_json, read_records
+from setpo.repro.arithmetic import active_arithmetic
+from setpo.repro.records import ROOT, read_json, read_records
 from setpo.studies.countdown_config import RESULT_NEUTRAL_FIELDS, CountdownLMConfig, RLRun
 from setpo.studies.countdown_provenance import bitwise_agreement, fingerprints, machines_used, made_on
 from setpo.studies.countdown_verdict import ci_text, identical_text, in_main_cell, verdict, verdict_markdown
@@ -561,7 +561,7 @@ def figure_record(summary: dict, command: str, folder: str | Path | None = None,
 
 def study_command(out: str, smoke: bool, headline_seeds: Sequence[int] = ()) -> str:
     """How the study behind a record was made: the full study on the pinned floating-point path
-    (``setpo.arithmetic``; ``make countdown`` for results/countdown), with its ``headline_seeds`` if any, then
+    (``setpo.repro.arithmetic``; ``make countdown`` for results/countdown), with its ``headline_seeds`` if any, then
     notebook 03. out: the study's folder, named from the repository root (where ``make`` runs) when it is inside
     it, so notebook 03's "../results/countdown" reads as results/countdown."""
     folder = Path(out).resolve()

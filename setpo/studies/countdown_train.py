@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import torch
 
 from envs.countdown import CountdownInstance, score_answer
-from setpo.records import write_json
+from setpo.repro.records import write_json
 from setpo.studies.countdown_config import STEPS_PER_GENERATION, CountdownLMConfig, RLRun
 from setpo.studies.countdown_data import (
     CountdownData,

@@ -14,7 +14,7 @@ import torch
 
 import setpo
 from setpo.diversity import marginals_by_definition
-from setpo.records import markdown_table
+from setpo.repro.records import markdown_table
 from setpo.studies.figures import line_grid
 
 

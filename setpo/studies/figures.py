@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from setpo.records import ROOT, write_text
+from setpo.repro.records import ROOT, write_text
 from setpo.studies.static_render import plotly_to_png
 
 STATIC_ENV = "SETPO_STATIC_FIGURES"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from setpo.judge import PROMPT_VERSION, SCALE, JudgeUnavailable, judge_items, summarize
 from setpo.judge.client import check_url, redact_url
-from setpo.records import read_json, write_json
+from setpo.repro.records import read_json, write_json
 from setpo.studies.arguments import positive_int
 from setpo.studies.stages import refusal
 

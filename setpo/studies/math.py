@@ -29,7 +29,7 @@ import torch
 
 from envs.math import MathProblem, load_math_problems, math_reward, qwen_math_messages, smoke_problems, to_trl_records
 from setpo.metrics import pass_at_k
-from setpo.records import read_json, write_json
+from setpo.repro.records import read_json, write_json
 from setpo.studies import judging
 from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo.studies.math_config import TRAINING_NEUTRAL_FIELDS, MathRunConfig, cuda, uses_vllm

@@ -16,7 +16,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from setpo.records import markdown_table, read_json, read_records
+from setpo.repro.records import markdown_table, read_json, read_records
 from setpo.studies.figures import (
     embedder_name,
     metric_curves,
@@ -58,7 +58,7 @@ def pass_at_k_table(results: Mapping[str, dict], ks: Sequence[int] = (1, 4, 16, 
 
 def read_probes(path: str | Path) -> list[dict]:
     """The records a run's probe callback wrote (``probes.jsonl``; a last line cut short by a kill is dropped,
-    ``setpo.records.read_records``)."""
+    ``setpo.repro.records.read_records``)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no probe file at {p}; train the run first")

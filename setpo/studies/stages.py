@@ -10,7 +10,7 @@ claiming a run folder for one configuration, refusals in one shape, and progress
   last thing a user reads is not a library's multi-line text.
 - ``chosen_stages``: the stages a command line names, checked against the study's, the valid ones named.
 - ``claim_identity(folder, identity)`` / ``reusable_record(path, identity)``: a folder or record made at another
-  identity (thread count, code, package versions: ``setpo.provenance``) is refused with the differing fields
+  identity (thread count, code, package versions: ``setpo.repro.provenance``) is refused with the differing fields
   named, or, where the user asks (``redo``), deleted so that it is made again.
 - ``restore_model`` / ``check_restored``: a stage recorded as done whose model is not here (a study folder
   kept in git keeps its records, not its models) is trained again and must give the recorded weights bit for
@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from setpo.provenance import identity_differences
-from setpo.records import config_differences, read_json, write_json
+from setpo.repro.provenance import identity_differences
+from setpo.repro.records import config_differences, read_json, write_json
 from setpo.trl.training import DONE_FILE, WEIGHT_FILES, is_done
 
 RECORDED_FILE = "done.recorded.json"  # a done stage's record, set aside while its missing model is trained again
@@ -173,7 +173,7 @@ def _differences_text(differ: Mapping[str, str]) -> str:
 
 def claim_identity(folder: str | Path, identity: Mapping | None, redo: bool = False,
                    outputs: Sequence[str] | None = None) -> None:
-    """Claim ``folder`` for results made at ``identity`` (``setpo.provenance.run_identity``; None: no check),
+    """Claim ``folder`` for results made at ``identity`` (``setpo.repro.provenance.run_identity``; None: no check),
     recorded in ``folder/identity.json``.
 
     A new folder gets the record. A folder recorded at another identity, or holding results but no record, is

@@ -28,7 +28,7 @@ from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity
 from setpo.presets import get_preset
-from setpo.records import markdown_table, progress_bar, write_json
+from setpo.repro.records import markdown_table, progress_bar, write_json
 from setpo.studies.stages import check_same_config, refusal, unreadable
 from setpo.studies.toy_config import RESUMABLE_CHANGES, ToyConfig, ToyStudyConfig
 from setpo.studies.toy_results import coverage_rows, summary_rows, write_figure1

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from setpo.records import read_records, write_json, write_text
+from setpo.repro.records import read_records, write_json, write_text
 
 STAGING = ".checkpoint-staging"  # not matched by the Trainer's "checkpoint-*" globs
 MANIFEST = "setpo_checkpoint_files.json"  # {"files": {relative path: bytes}}, written into each checkpoint last

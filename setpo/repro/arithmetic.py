@@ -13,7 +13,7 @@ settings changed no bit of a forward and backward pass of the model); they are p
 processors MKL and oneDNN choose AVX-512 kernels of their own.
 
 Every setting is read when the library starts, so the pin must be in the environment before the process
-starts: ``python -m setpo.arithmetic <command ...>`` runs a command under it (``make countdown``, ``make lab``
+starts: ``python -m setpo.repro.arithmetic <command ...>`` runs a command under it (``make countdown``, ``make lab``
 and notebook 03 under ``make figures`` do), and ``pinned()`` tells whether this process runs under it. AVX2 is
 what every x86-64 server of the last decade has; on a CPU without it (or not x86) the settings are ignored.
 """
@@ -73,21 +73,21 @@ def require_pinned(what: str) -> None:
         missing = " ".join(f"{k}={v}" for k, v in PINNED_ARITHMETIC.items() if os.environ.get(k) != v)
         raise ValueError(f"{what} must run on the pinned floating-point path, so that its parts made on different "
                          f"machines are one experiment; this process lacks {missing}: start it with "
-                         "`python -m setpo.arithmetic <command>` (`make countdown`, `make lab`, `make figures` do)")
+                         "`python -m setpo.repro.arithmetic <command>` (`make countdown`, `make lab`, `make figures` do)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m setpo.arithmetic COMMAND [ARG ...]``: run COMMAND under the pin (it replaces this process)."""
+    """``python -m setpo.repro.arithmetic COMMAND [ARG ...]``: run COMMAND under the pin (it replaces this process)."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m setpo.arithmetic COMMAND [ARG ...]   (runs COMMAND with "
+        print("usage: python -m setpo.repro.arithmetic COMMAND [ARG ...]   (runs COMMAND with "
               + " ".join(f"{k}={v}" for k, v in PINNED_ARITHMETIC.items()) + ")",
               file=sys.stderr if not argv else sys.stdout)
         return 2 if not argv else 0
     try:
         os.execvpe(argv[0], argv, pinned_environment())
     except OSError as e:
-        print(f"python -m setpo.arithmetic: cannot run {argv[0]!r}: {e.strerror}", file=sys.stderr)
+        print(f"python -m setpo.repro.arithmetic: cannot run {argv[0]!r}: {e.strerror}", file=sys.stderr)
         return 2
     return 0  # not reached: exec replaces the process
 

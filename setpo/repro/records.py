@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Collection
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def progress_bar(total: int, desc: str = "", unit: str = "step"):

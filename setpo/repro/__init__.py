@@ -1,0 +1,15 @@
+"""The reproducibility machinery: what every run needs beside its arithmetic, kept out of the estimator core.
+
+- ``setpo.repro.records``: what runs print, time and write (markdown tables, progress bars, atomic JSON files,
+  JSONL records, benchmark reports).
+- ``setpo.repro.provenance``: what made a result (thread count, the code's meaning, package versions, the
+  pinned arithmetic) as one identity, and what differs between two.
+- ``setpo.repro.arithmetic``: the pinned floating-point path; ``python -m setpo.repro.arithmetic COMMAND`` runs a
+  command on it.
+- ``setpo.repro.at_commit``: the code of the commit that made a record, in a temporary git worktree, to check the
+  record when the code has moved on.
+
+A layer above the core (``setpo/*.py``: pure functions over tensors, no process, git or file system) and below
+the engine adapters and the studies (``tests/test_layers.py``). Nothing here is part of a study's code identity
+(``provenance.MACHINERY``).
+"""
