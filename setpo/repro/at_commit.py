@@ -5,20 +5,21 @@ A study's record names the commit that made it (its identity's ``code.commit``).
 the record cannot be resumed at the new code (its runs were made at the old), but the old code can still check
 it: ``temporary_worktree`` checks that commit out in a temporary folder (``git worktree add --detach``) and
 removes it again when done, on an error or an interrupt too; ``environment_at`` is the environment that runs it
-(the worktree's ``setpo`` and ``envs`` first on the path, the pinned arithmetic of ``setpo.repro.arithmetic``).
+(the worktree's ``setpo`` and ``envs`` first on the path, all else as in this process, the pinned arithmetic of
+``setpo.repro.arithmetic`` included).
 ``changed_since`` names the files that differ from that commit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from setpo.repro.arithmetic import pinned_environment
 from setpo.repro.provenance import ROOT
 
 
@@ -70,10 +71,11 @@ def temporary_worktree(commit: str, root: Path = ROOT) -> Iterator[Path]:
 
 
 def environment_at(tree: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment that runs the code of worktree ``tree``: ``env`` (default this process's) on the pinned
-    floating-point path, with ``PYTHONPATH`` the worktree alone (its ``setpo`` and ``envs``, not this checkout's
-    or an installed one)."""
-    return {**pinned_environment(None if env is None else dict(env)), "PYTHONPATH": str(tree)}
+    """The environment that runs the code of worktree ``tree``: ``env`` (default this process's) with ``PYTHONPATH``
+    the worktree alone (its ``setpo`` and ``envs``, not this checkout's or an installed one). Everything else is
+    kept: the same interpreter and packages, and the same floating-point path (``setpo.repro.arithmetic``'s pin,
+    when this process runs under it, as ``make countdown`` does), so that the commit's code computes as it did."""
+    return {**(os.environ if env is None else env), "PYTHONPATH": str(tree)}
 
 
 def changed_since(commit: str, paths: Iterable[str] = (), root: Path = ROOT) -> list[str]:

@@ -204,21 +204,18 @@ def git_blob(root: Path, commit: str, path: str) -> bytes | None:
         return None
 
 
-_RECOVERED: dict[tuple[str, str, str], str] = {}  # (root, path, byte hash) -> fingerprint, once found
-_NOT_AT: set[tuple[str, str, str, str | None]] = set()  # (root, path, byte hash, commit) git could not give
+_RECOVERED: dict[tuple[str, str | None, str, str], str | None] = {}  # (root, commit, path, byte hash) -> found
 
 
 def _recorded_fingerprint(root: Path, commit: str | None, path: str, byte_hash: str) -> str | None:
     """``code_fingerprint`` of the file a byte-hashed record ran (``MOVED`` renames applied), its bytes from git at
-    ``commit`` (asked once per file and hash); None when git cannot give back bytes of that hash."""
-    found, missed = (str(root), path, byte_hash), (str(root), path, byte_hash, commit)
-    if found not in _RECOVERED and missed not in _NOT_AT:
+    ``commit`` (asked once per process); None when git cannot give back bytes of that hash there."""
+    key = (str(root), commit, path, byte_hash)
+    if key not in _RECOVERED:
         blob = git_blob(root, commit, path) if commit else None
-        if blob is not None and hashlib.sha256(blob).hexdigest()[: len(byte_hash)] == byte_hash:
-            _RECOVERED[found] = code_fingerprint(blob, MOVED)
-        else:
-            _NOT_AT.add(missed)
-    return _RECOVERED.get(found)
+        ok = blob is not None and hashlib.sha256(blob).hexdigest()[: len(byte_hash)] == byte_hash
+        _RECOVERED[key] = code_fingerprint(blob, MOVED) if ok else None
+    return _RECOVERED[key]
 
 
 def recorded_code(code: Mapping, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:

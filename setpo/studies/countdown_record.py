@@ -86,15 +86,20 @@ def summary_agreement(made: Mapping, committed: Mapping) -> tuple[int, list[str]
     return len(shared), sorted(k for k in shared if a[k] != b[k])
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 360 else f"{seconds:.0f} s"
+
+
 def recorded_time(summary: Mapping) -> str:
     """The work the record's stage timings measured (``countdown.stage_timings``: the warm start, RL, evaluation;
-    its replication's too), e.g. "5.2 h: 2.5 h at 2 threads, the replication 2.8 h at 1 thread"."""
+    its replication's too), e.g. "5.2 h of recorded work (2.5 h at 2 threads, the replication 2.8 h at 1 thread;
+    ...)"."""
     parts = [(summary, "")] + ([(summary["replication"], "the replication ")] if "replication" in summary else [])
-    hours = [(sum(v or 0.0 for v in (s.get("timings") or {}).get("totals", {}).values()) / 3600,
+    spent = [(sum(v or 0.0 for v in (s.get("timings") or {}).get("totals", {}).values()),
               name, (s.get("config") or {}).get("threads")) for s, name in parts]
-    detail = ", ".join(f"{name}{h:.1f} h at {t} thread{'s' if t != 1 else ''}" for h, name, t in hours)
-    return f"{sum(h for h, _, _ in hours):.1f} h of recorded work ({detail}; data, the solver and model loading " \
-           "not counted)"
+    detail = ", ".join(f"{name}{_duration(t)} at {n} thread{'s' if n != 1 else ''}" for t, name, n in spent)
+    return f"{_duration(sum(t for t, _, _ in spent))} of recorded work ({detail}; data, the solver and model " \
+           "loading not counted)"
 
 
 def check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping, changed: Sequence[str],
