@@ -117,7 +117,8 @@ def check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping,
     kept = [p for p in saved.get("code", {}).get("files", {}) if (root / p).exists()]  # not moved or removed since
     text_only = sorted(set(changed_since(commit, kept, root)) - set(changed)) if has_commit(commit, root) else []
     if text_only:
-        log(f"  (in comments, docstrings or formatting only, which the identity ignores: {', '.join(text_only)})")
+        log(f"  (in their bytes only, not in what the code does: comments, docstrings, formatting or the new names of "
+            f"moved modules, which the identity ignores: {', '.join(text_only)})")
     ok = False
     if not has_commit(commit, root):
         log(f"cannot check it: commit {commit} is not in this repository (a shallow clone? `git fetch --unshallow` "
