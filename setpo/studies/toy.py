@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from envs.bandit import MultiModalBandit
-from setpo.advantages import group_advantages, groups_with_signal
+from setpo.advantages import combine_advantages, group_advantages, groups_with_signal
 from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity
@@ -205,7 +205,7 @@ def _train(cfg: ToyConfig, bar) -> ToyRun:
         s = diversity_marginals(emb, group_size=G) if len(rewards) else rewards
         adv = group_advantages(rewards, group_size=G, estimator=cfg.estimator) if len(rewards) else rewards
         if cfg.setpo:
-            adv = adv + cfg.lam * s
+            adv = combine_advantages(adv, s, cfg.lam)
 
         # 3. Clipped policy-gradient updates on this batch.
         mask = torch.ones_like(tokens, dtype=torch.float32)
