@@ -32,7 +32,7 @@ from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo.studies import judging
 from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
-from setpo.studies.math_config import TRAINING_NEUTRAL_FIELDS, MathRunConfig, cuda, uses_vllm
+from setpo.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, uses_vllm
 from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_check.py's names)
 from setpo.studies.math_results import write_results
 from setpo.studies.sampling import sample_completions
@@ -142,7 +142,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     """Train one run (λ = 0: the baseline) from the base model; resumes from its last checkpoint.
 
     Writes under ``run_dir/<label>/``: ``run_config.json`` (the folder's claim: a rerun with another config
-    is refused, naming the fields; ``TRAINING_NEUTRAL_FIELDS`` may differ), checkpoints, ``final/`` (model +
+    is refused, naming the fields; ``REUSE_NEUTRAL_FIELDS`` may differ), checkpoints, ``final/`` (model +
     tokenizer + done.json), ``log_history.json`` and ``probes.jsonl``. A finished run is not retrained.
     Returns ``final/``.
     """
@@ -154,7 +154,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     out = Path(cfg.run_dir) / label.replace("+", "_")
     final = out / "final"
     claim_folder(out, {"label": label, "lambda": lam, "config": judging.without_judge(asdict(cfg))},
-                 [f"config.{name}" for name in TRAINING_NEUTRAL_FIELDS], record="run_config.json",
+                 [f"config.{name}" for name in REUSE_NEUTRAL_FIELDS], record="run_config.json",
                  results=("final", "checkpoint-*", "log_history.json", "probes.jsonl"),
                  remedy="use another run_dir, or delete that folder and rerun")
     if stage_done(final):

@@ -149,8 +149,13 @@ def claim_folder(folder: str | Path, config: Mapping, ignore: Collection[str] = 
     """Claim ``folder`` for the results of ``config`` (JSON-able), recorded in ``folder/record``.
 
     A new folder gets the record. A folder with a record is checked against it (``check_same_config``; fields
-    in ``ignore`` change no result and may differ). A folder holding any of ``results`` but no record is
-    refused: nothing says which configuration made them. Returns the record's path.
+    in ``ignore`` may differ). A folder holding any of ``results`` but no record is refused: nothing says which
+    configuration made them. Returns the record's path.
+
+    ``ignore`` is the study's ``REUSE_NEUTRAL_FIELDS`` (one name, one meaning in every ``<study>_config``): the
+    fields in which the config asking may differ from the one a folder or checkpoint was made with while what
+    it holds is reused, because nothing written there depends on them (where it lives, how often it saves,
+    evaluation and judge settings kept apart; for the toy's checkpoints, how far the run goes on).
     """
     folder = Path(folder)
     path = folder / record

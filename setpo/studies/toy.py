@@ -30,7 +30,7 @@ from setpo.metrics import mean_pairwise_similarity
 from setpo.presets import get_preset
 from setpo.records import markdown_table, progress_bar, write_json
 from setpo.studies.stages import check_same_config, refusal, unreadable
-from setpo.studies.toy_config import RESUMABLE_CHANGES, ToyConfig, ToyStudyConfig
+from setpo.studies.toy_config import REUSE_NEUTRAL_FIELDS, ToyConfig, ToyStudyConfig
 from setpo.studies.toy_results import coverage_rows, summary_rows, write_figure1
 
 
@@ -140,7 +140,7 @@ def _load(path: Path, cfg: ToyConfig) -> dict:
     except Exception as e:  # noqa: BLE001 - truncated zip, planted pickle, old format: all unusable here
         raise unreadable(path, e, "delete it and rerun to start this run over") from None
     remedy = "use another checkpoint_dir, or delete it and rerun to start over"
-    check_same_config(saved, _config_record(cfg), RESUMABLE_CHANGES, path, remedy)
+    check_same_config(saved, _config_record(cfg), REUSE_NEUTRAL_FIELDS, path, remedy)
     if state["step"] > cfg.steps:
         raise refusal(f"the checkpoint is at step {state['step']}, beyond steps={cfg.steps}", path, remedy)
     return state
