@@ -31,6 +31,7 @@ from setpo.studies.stages import (
     check_restored,
     claim_identity,
     has_model,
+    print_flushed,
     refusal,
     restore_model,
     reusable_record,
@@ -40,11 +41,6 @@ from setpo.studies.stages import (
 )
 from setpo.trl.rewards import countdown_reward
 from setpo.trl.tiny_models import build_model, build_tokenizer
-
-
-def print_flushed(*args) -> None:
-    """The study's default log: print, flushed, so a long run's progress shows when stdout is a file."""
-    print(*args, flush=True)
 
 
 def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:

@@ -94,9 +94,11 @@ def check_restored(final: str | Path, recorded: Mapping | None, what: str,
     (final / RECORDED_FILE).unlink()
 
 
-def chosen_stages(stages: Sequence[str] | str, valid: Sequence[str]) -> list[str]:
-    """``stages`` (a list, or comma-separated text) as a list in the study's order, every name checked: an
-    empty choice or an unknown name is a ValueError naming the valid stages."""
+def chosen_stages(stages: Sequence[str] | str | None, valid: Sequence[str]) -> list[str]:
+    """``stages`` (a list, or comma-separated text; None: every stage) as a list in the study's order, every name
+    checked: an empty choice or an unknown name is a ValueError naming the valid stages."""
+    if stages is None:
+        return list(valid)
     names = [s.strip() for s in stages.split(",")] if isinstance(stages, str) else list(stages)
     names = [s for s in names if s]
     unknown = [s for s in names if s not in valid]
@@ -229,6 +231,11 @@ def reusable_record(path: str | Path, identity: Mapping | None, redo: bool = Fal
         raise refusal(f"made at another identity ({_differences_text(differ)})", path, REDO)
     path.unlink()
     return None
+
+
+def print_flushed(*args) -> None:
+    """Every study's default ``log``: print, flushed, so a long run's progress shows when stdout is a file."""
+    print(*args, flush=True)
 
 
 class Progress:

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -29,7 +30,7 @@ from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity
 from setpo.presets import get_preset
 from setpo.records import markdown_table, progress_bar, write_json
-from setpo.studies.stages import check_same_config, refusal, unreadable
+from setpo.studies.stages import check_same_config, chosen_stages, print_flushed, refusal, unreadable
 from setpo.studies.toy_config import REUSE_NEUTRAL_FIELDS, ToyConfig, ToyStudyConfig
 from setpo.studies.toy_results import coverage_rows, summary_rows, write_figure1
 
@@ -267,22 +268,28 @@ def compare(base: ToyConfig, variants: dict[str, dict], seeds, progress: bool = 
 DEMO_VARIANTS = {"GRPO": {"setpo": False}, "SetPO+GRPO": {"setpo": True}}
 
 
-def run_study(cfg: ToyStudyConfig) -> dict[str, list[ToyRun]]:
-    """The toy study, in its two stages: train GRPO and SetPO+GRPO from the same seeds (``compare``), then
-    report: the coverage tables printed and Figure 1 written (``toy_results``). Returns the runs by variant."""
+STAGES = ("train", "report")
+
+
+def run_study(cfg: ToyStudyConfig, stages: Sequence[str] | None = None, *,
+              log=print_flushed) -> dict[str, list[ToyRun]]:
+    """The toy study, in its two stages (None: both): "train" GRPO and SetPO+GRPO from the same seeds
+    (``compare``), then "report": the coverage tables logged and Figure 1 written (``toy_results``). The runs
+    live in memory only (seconds to make), so "report" needs "train" in the same call. Returns the runs by
+    variant."""
+    stages = chosen_stages(stages, STAGES)
+    if "train" not in stages:
+        raise ValueError("the toy study keeps its runs in memory: stage 'report' needs stage 'train' in the same "
+                         "call (stages=None runs both)")
     results = compare(cfg.base(), DEMO_VARIANTS, range(cfg.seeds))
-    print(markdown_table(coverage_rows(results)))
-    print()
-    print(markdown_table(summary_rows(results)))
-    _, html, png = write_figure1(results, Path(cfg.out), cfg.figure_projection(),
-                                 cfg.command + (" (smoke)" if cfg.smoke else ""))
-    print(f"\nwrote {png} and {html}")
+    if "report" in stages:
+        log(markdown_table(coverage_rows(results)))
+        log("")
+        log(markdown_table(summary_rows(results)))
+        _, html, png = write_figure1(results, Path(cfg.out), cfg.figure_projection(),
+                                     cfg.command + (" (smoke)" if cfg.smoke else ""))
+        log(f"\nwrote {png} and {html}")
     return results
-
-
-def run_demo(out_dir: Path, seeds: int = 5, smoke: bool = False, projection: str | None = None) -> None:
-    """`make demo`: GRPO vs SetPO+GRPO over ``seeds`` seeds; Figure 1 (seed 0) and the coverage table."""
-    run_study(ToyStudyConfig(out=str(out_dir), seeds=seeds, smoke=smoke, projection=projection))
 
 
 def lambda_sweep(base: ToyConfig, lams, seeds, threshold: float = 0.05) -> list[dict]:
