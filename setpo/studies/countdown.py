@@ -198,8 +198,8 @@ def run_study(cfg: CountdownLMConfig, stages: Sequence[str] | None = None, *, lo
     """The whole study, resumable: data, warm start (stage "sft"), embedder diagnostics, the validation searches
     and every RL run (seeds, cells; stage "rl"), the test split (each model once, after every search is settled)
     and the record (stage "eval"); then
-    the same again as the replication (``replication_config``). Runs exactly the ``stages`` named (None: all); a stage whose
-    input another stage makes refuses to start until that one has finished. Every output is made at the
+    the same again as the replication (``replication_config``). Runs exactly the ``stages`` named (None: all); a
+    stage whose input another stage makes refuses to start until that one has finished. Every output is made at the
     study's identity (``study_identity``): one made at another is refused naming what differs, or with ``redo``
     made again. Returns the summary (``results.json``, the replication's inside; {} without "eval")."""
     summary = _run_one(cfg, log, stages, redo)

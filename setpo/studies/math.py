@@ -33,7 +33,7 @@ from setpo.records import read_json, write_json
 from setpo.studies import judging
 from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, uses_vllm
-from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_check.py's names)
+from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_checks/training.py's names)
 from setpo.studies.math_results import write_results
 from setpo.studies.sampling import sample_completions
 from setpo.studies.stages import chosen_stages, claim_folder, print_flushed, stage_done

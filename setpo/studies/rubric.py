@@ -41,9 +41,9 @@ from setpo.setgrpo import (
     safe_recovery,
 )
 from setpo.studies.arguments import Parser, positive_int
-from setpo.studies.stages import chosen_stages, print_flushed
 from setpo.studies.rubric_config import RubricStudyConfig, TrainConfig
 from setpo.studies.rubric_results import format_table
+from setpo.studies.stages import chosen_stages, print_flushed
 
 __all__ = ["LinearSoftmaxPolicy", "RubricStudyConfig", "TrainConfig", "compare", "coverage_study", "draw_groups",
            "format_table", "invariance_table", "risk_study", "run_study", "train"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import asdict, dataclass
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
