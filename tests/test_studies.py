@@ -212,6 +212,28 @@ def test_toy_study_stages(tmp_path):
     assert set(runs) == {"GRPO", "SetPO+GRPO"} and not lines and not (tmp_path / "demo").exists()
 
 
+def test_a_countdown_run_reaches_the_trainer_with_every_setting(tmp_path):
+    """RLRun.trainer_settings is the one place the study's names become the TRL plug-in's (lam -> setpo_lambda,
+    term -> setpo_diversity, ...): every field but the preset (config_for's first argument) and the seed (TRL's,
+    with the study's common arguments) reaches SetPOConfig with its value, and each changes what it sends."""
+    from dataclasses import fields
+
+    from setpo.studies.countdown_config import RLRun
+    from setpo.trl import config_for
+
+    run = RLRun(preset="grpo", group_size=3, beta=0.005, lam=0.5, seed=4, embedder="hash", term="pairwise",
+                units="term_std")
+    settings = run.trainer_settings()
+    args = config_for(run.preset, **settings, output_dir=str(tmp_path), use_cpu=True, bf16=False,
+                      per_device_train_batch_size=6)
+    assert {k: getattr(args, k) for k in settings} == settings
+    others = {"group_size": 7, "beta": 0.001, "lam": 0.0, "embedder": "default", "term": "setpo",
+              "units": "absolute", "adjust": "dra", "estimator": "pass@2"}
+    assert set(others) == {f.name for f in fields(RLRun)} - {"preset", "seed"}  # a new field is added here too
+    for name, value in others.items():
+        assert replace(run, **{name: value}).trainer_settings() != settings, name
+
+
 def test_sampling_reports_progress_per_batch_and_samples_the_same():
     """The evaluation's progress lines come from a callback per batch, which leaves the samples as they were."""
     from setpo.studies.sampling import sample_completions

@@ -116,6 +116,14 @@ class RLRun:
     def needs_embeddings(self) -> bool:
         return bool(self.lam) or self.adjust != "none"
 
+    def trainer_settings(self) -> dict:
+        """This run under ``setpo.trl.config_for(self.preset, ...)``'s names: the one place the study's names (its
+        record's: results.json rows are read back as ``RLRun(**row["run"])``) meet the TRL plug-in's (prefixed
+        ``setpo_`` among GRPOConfig's own fields). The seed goes to TRL with the study's common arguments."""
+        return {"num_generations": self.group_size, "beta": self.beta, "setpo_lambda": self.lam,
+                "embedder": self.embedder, "setpo_diversity": self.term, "setpo_lambda_units": self.units,
+                "setpo_reward_adjustment": self.adjust, "setpo_estimator": self.estimator}
+
     def with_seed(self, seed: int) -> "RLRun":
         return replace(self, seed=seed)
 

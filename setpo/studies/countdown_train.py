@@ -168,14 +168,10 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
         g = run.group_size
         per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
         args = config_for(
-            run.preset, output_dir=str(out_dir), setpo_lambda=run.lam, learning_rate=cfg.rl_lr,
-            num_generations=g,
-            beta=run.beta, per_device_train_batch_size=per_step // STEPS_PER_GENERATION,
-            steps_per_generation=STEPS_PER_GENERATION,
+            run.preset, **run.trainer_settings(), output_dir=str(out_dir), learning_rate=cfg.rl_lr,
+            per_device_train_batch_size=per_step // STEPS_PER_GENERATION, steps_per_generation=STEPS_PER_GENERATION,
             max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
-            temperature=cfg.rl_temperature, top_p=1.0, embedder=run.embedder, setpo_diversity=run.term,
-            setpo_lambda_units=run.units, setpo_reward_adjustment=run.adjust, setpo_estimator=run.estimator,
-            lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
+            temperature=cfg.rl_temperature, top_p=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
             save_steps=cfg.rl_save_steps, gradient_checkpointing=False, **_common_args(cfg, run.seed))
         probes = probe_callback(probe_sampler(cfg, data.val[:cfg.n_probe], tokenizer), out_dir / "probes.jsonl",
                                 cfg.probe_every)
