@@ -250,17 +250,19 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
 
 
 def combine_advantages(base: torch.Tensor, s: torch.Tensor, lam: float) -> torch.Tensor:
-    """Â = Ā + λ · s, the paper's combination, written once: ``setpo_advantages`` and the verl estimator
-    call it (the TRL trainer adds λ·s to TRL's own advantages; tests/test_trl.py checks the two agree).
+    """Â = Ā + λ · s, the paper's combination, written once: ``setpo_advantages``, the verl estimator, the toy
+    trainer, SetGRPO's SetPO composition and the TRL trainer (on TRL's own normalised advantages) call it.
 
     base: (N,) Ā; s: (N,) the diversity term; lam: λ (checked by the callers). Returns (N,) in the wider of
     the two dtypes; at λ = 0 exactly Ā (same values, no arithmetic). ``base`` is not modified.
+    λ·s is rounded, then added (two correctly rounded operations, not one fused multiply-add): the same bits
+    on every processor, whatever kernels torch picks, and the bits every trainer recorded with.
     """
     dtype = torch.promote_types(base.dtype, s.dtype)
     adv = base.to(dtype)
     if not lam:
         return adv
-    return torch.add(adv, s.to(dtype), alpha=lam)
+    return adv + lam * s.to(dtype)
 
 
 def dra_advantages(rewards, emb, index=None, *, group_size: int | None = None, estimator: str = "grpo",

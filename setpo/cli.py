@@ -85,11 +85,12 @@ def run_notebook(name: str, out_dir: Path, smoke: bool = False, **params) -> Pat
 
 
 def cmd_demo(args) -> None:
-    from setpo.studies.toy import run_demo
+    from setpo.studies.toy import run_study
+    from setpo.studies.toy_config import ToyStudyConfig
 
     print(f"setpo demo: GRPO vs SetPO+GRPO on the toy bandit, {args.seeds} seeds"
           f"{' (smoke)' if args.smoke else ''}; writing to {args.out_dir}", flush=True)
-    run_demo(out_dir=Path(args.out_dir), seeds=args.seeds, smoke=args.smoke)
+    run_study(ToyStudyConfig(out=args.out_dir, seeds=args.seeds, smoke=args.smoke))
 
 
 def cmd_sweep(args) -> None:

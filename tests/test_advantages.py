@@ -193,7 +193,11 @@ def test_combine_advantages_is_the_one_sum():
     before = base.clone()
     out = combine_advantages(base, s, 0.25)
     assert out.dtype == torch.float64 and torch.equal(base, before)       # wider dtype; Ā untouched
-    torch.testing.assert_close(out, base.double() + 0.25 * s)
+    assert torch.equal(out, base.double() + 0.25 * s)  # λ·s rounded, then added: the bits every engine records
+    # not a fused multiply-add, whose bits depend on the kernels the processor gets (they differ here)
+    for dtype in (torch.float32, torch.float64):
+        a, b = torch.randn(4096, generator=gen, dtype=dtype), torch.randn(4096, generator=gen, dtype=dtype)
+        assert torch.equal(combine_advantages(a, b, 0.05), a + 0.05 * b)
     assert torch.equal(combine_advantages(base, s, 0.0), base.double())    # λ = 0: Ā exactly
     # setpo_advantages is this sum over the core's Ā and s
     r = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])

@@ -33,7 +33,7 @@ def no_work(monkeypatch):
                          (rubric, "compare")]:
         monkeypatch.setattr(module, name, forbidden)
     import setpo.studies.toy as toy
-    monkeypatch.setattr(toy, "run_demo", forbidden)
+    monkeypatch.setattr(toy, "run_study", forbidden)
     monkeypatch.setattr(toy, "lambda_sweep", forbidden)
 
 

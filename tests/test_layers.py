@@ -164,7 +164,7 @@ def test_studies_do_not_import_the_cli(path):
     assert not {m for m in imported_modules(path) if m.startswith("setpo.cli")}
 
 
-@pytest.mark.parametrize("path", CORE + MACHINERY + ENGINE_ADAPTERS + STUDIES + COMMAND_LINES + ENVS, ids=_rel)
+@pytest.mark.parametrize("path", CORE + MACHINERY + ENGINE_ADAPTERS + STUDIES + COMMAND_LINES + ENVS + files("scripts/**/*.py"), ids=_rel)
 def test_modules_are_readable_in_one_sitting(path):
     n = len(path.read_text().splitlines())
     limit = LONGER_FOR_A_REASON.get(_rel(path), (MAX_LINES,))[0]
@@ -282,7 +282,7 @@ def test_relative_imports_resolve(path):
     assert not unresolved, f"{_rel(path)}: relative imports of no module: {unresolved}"
 
 
-@pytest.mark.parametrize("path", PACKAGE_FILES + files("benchmarks/*.py", "scripts/*.py", "tests/*.py"), ids=_rel)
+@pytest.mark.parametrize("path", PACKAGE_FILES + files("benchmarks/*.py", "scripts/**/*.py", "tests/*.py"), ids=_rel)
 def test_no_module_imports_another_modules_private_names(path):
     private = imports_of(path)[2]
     assert not private, f"{_rel(path)} imports underscore names {private}: make them public (documented) instead"

@@ -156,7 +156,7 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
     """run_study's stages: "rl" trains both runs, "eval" evaluates what the run folders hold (avg@k, then
     pass@k against the base model), each cached beside the runs."""
     calls = []
-    monkeypatch.setattr(ml, "train_runs", lambda cfg, train, probes, embedder=None, log=print:
+    monkeypatch.setattr(ml, "train_runs", lambda cfg, train, probes, log=print:
                         calls.append(("train", len(probes))) or {"GRPO": "g", "SetPO+GRPO": "s"})
     monkeypatch.setattr(ml, "evaluate_model", lambda cfg, d, problems, cache=None, texts_file=None:
                         calls.append(("eval", d, cache.name, texts_file)))
@@ -178,6 +178,60 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
     calls.clear()
     out = ml.run_study(cfg, log=lambda *_: None)  # every stage; without a judge, "judge" does nothing
     assert [c[0] for c in calls] == ["train", "eval", "eval", "passk"] and "judged" not in out
+
+
+def test_every_study_has_one_run_study_shape():
+    """Issue 33 item 6: ``run_study(cfg, stages=None, *, log=print_flushed)`` in every study (Countdown's also takes
+    ``redo``); None runs every one of the study's ``STAGES``, a wrong name is refused naming them."""
+    import inspect
+
+    from setpo.studies import rubric, toy
+
+    for study in (toy, countdown, ml, rubric):
+        params = list(inspect.signature(study.run_study).parameters.values())
+        assert [p.name for p in params[:2]] == ["cfg", "stages"] and params[1].default is None, study.__name__
+        assert params[1].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:]), study.__name__
+        assert params[2].name == "log" and params[2].default is stages.print_flushed, study.__name__
+        assert {p.name for p in params[3:]} <= {"redo"}, study.__name__
+        assert stages.chosen_stages(None, study.STAGES) == list(study.STAGES)
+        with pytest.raises(ValueError, match="valid stages: " + ", ".join(study.STAGES)):
+            study.run_study(None, stages=["nonsense"])
+
+
+def test_toy_study_stages(tmp_path):
+    """The toy keeps its runs in memory: "train" alone trains and writes nothing; "report" alone is refused."""
+    from setpo.studies.toy import run_study
+    from setpo.studies.toy_config import ToyStudyConfig
+
+    cfg = ToyStudyConfig(out=str(tmp_path / "demo"), seeds=1, smoke=True)
+    with pytest.raises(ValueError, match="'report' needs stage 'train'"):
+        run_study(cfg, stages=["report"])
+    lines = []
+    runs = run_study(cfg, stages=["train"], log=lines.append)
+    assert set(runs) == {"GRPO", "SetPO+GRPO"} and not lines and not (tmp_path / "demo").exists()
+
+
+def test_a_countdown_run_reaches_the_trainer_with_every_setting(tmp_path):
+    """RLRun.trainer_settings is the one place the study's names become the TRL plug-in's (lam -> setpo_lambda,
+    term -> setpo_diversity, ...): every field but the preset (config_for's first argument) and the seed (TRL's,
+    with the study's common arguments) reaches SetPOConfig with its value, and each changes what it sends."""
+    from dataclasses import fields
+
+    from setpo.studies.countdown_config import RLRun
+    from setpo.trl import config_for
+
+    run = RLRun(preset="grpo", group_size=3, beta=0.005, lam=0.5, seed=4, embedder="hash", term="pairwise",
+                units="term_std")
+    settings = run.trainer_settings()
+    args = config_for(run.preset, **settings, output_dir=str(tmp_path), use_cpu=True, bf16=False,
+                      per_device_train_batch_size=6)
+    assert {k: getattr(args, k) for k in settings} == settings
+    others = {"group_size": 7, "beta": 0.001, "lam": 0.0, "embedder": "default", "term": "setpo",
+              "units": "absolute", "adjust": "dra", "estimator": "pass@2"}
+    assert set(others) == {f.name for f in fields(RLRun)} - {"preset", "seed"}  # a new field is added here too
+    for name, value in others.items():
+        assert replace(run, **{name: value}).trainer_settings() != settings, name
 
 
 def test_sampling_reports_progress_per_batch_and_samples_the_same():

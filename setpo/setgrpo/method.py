@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from setpo.advantages import combine_advantages
 from setpo.diversity import diversity_marginals
 from setpo.setgrpo.calibration import (
     SCALES,
@@ -245,5 +246,5 @@ class SetGRPO:
             if emb is None:
                 raise ValueError("config.lam > 0 needs response embeddings emb (N, e) for SetPO's diversity term")
             div = diversity_marginals(emb, index, group_size=group_size).to(coef)
-            coef = coef + cfg.lam * div * row_acc
+            coef = combine_advantages(coef, div * row_acc, cfg.lam)  # rejected groups: no term either
         return SetGRPOOutput(coef, accepted, row_acc, rec_eta, rho, centre, sigma, per, cal.tau, cal.q)

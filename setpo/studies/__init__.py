@@ -1,7 +1,8 @@
 """Whole studies over the library, the code the notebooks drive.
 
 Every study has one shape, resumable from what it has already written: ``<study>_config`` (one config
-dataclass), ``<study>`` (its named stages and ``run_study(cfg)``; the command line where it has one) and
+dataclass), ``<study>`` (its named stages ``STAGES`` and ``run_study(cfg, stages=None, *, log=print_flushed)``,
+None running every stage, Countdown's with ``redo`` besides; the command line where it has one) and
 ``<study>_results`` (reading what the stages wrote: tables, figures, records). Stages call results, results
 read configs, never the other way round.
 

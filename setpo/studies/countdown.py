@@ -193,12 +193,13 @@ def select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
                           f"pass@1 >= GRPO's - {cfg.max_pass1_loss}"}
 
 
-def run_study(cfg: CountdownLMConfig, log=print_flushed, stages: Sequence[str] = STAGES, redo: bool = False) -> dict:
+def run_study(cfg: CountdownLMConfig, stages: Sequence[str] | None = None, *, log=print_flushed,
+              redo: bool = False) -> dict:
     """The whole study, resumable: data, warm start (stage "sft"), embedder diagnostics, the validation searches
     and every RL run (seeds, cells; stage "rl"), the test split (each model once, after every search is settled)
     and the record (stage "eval"); then
-    the same again as the replication (``replication_config``). Runs exactly the ``stages`` named; a stage whose
-    input another stage makes refuses to start until that one has finished. Every output is made at the
+    the same again as the replication (``replication_config``). Runs exactly the ``stages`` named (None: all); a
+    stage whose input another stage makes refuses to start until that one has finished. Every output is made at the
     study's identity (``study_identity``): one made at another is refused naming what differs, or with ``redo``
     made again. Returns the summary (``results.json``, the replication's inside; {} without "eval")."""
     summary = _run_one(cfg, log, stages, redo)
@@ -212,7 +213,7 @@ def run_study(cfg: CountdownLMConfig, log=print_flushed, stages: Sequence[str] =
     return _write_summary(Path(cfg.out), with_replication(summary, replicated), log)
 
 
-def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str], redo: bool) -> dict:
+def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bool) -> dict:
     stages = chosen_stages(stages, STAGES)
     out = Path(cfg.out)
     claim_folder(cfg)

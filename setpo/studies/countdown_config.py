@@ -116,6 +116,14 @@ class RLRun:
     def needs_embeddings(self) -> bool:
         return bool(self.lam) or self.adjust != "none"
 
+    def trainer_settings(self) -> dict:
+        """This run under ``setpo.trl.config_for(self.preset, ...)``'s names: the one place the study's names (its
+        record's: results.json rows are read back as ``RLRun(**row["run"])``) meet the TRL plug-in's (prefixed
+        ``setpo_`` among GRPOConfig's own fields). The seed goes to TRL with the study's common arguments."""
+        return {"num_generations": self.group_size, "beta": self.beta, "setpo_lambda": self.lam,
+                "embedder": self.embedder, "setpo_diversity": self.term, "setpo_lambda_units": self.units,
+                "setpo_reward_adjustment": self.adjust, "setpo_estimator": self.estimator}
+
     def with_seed(self, seed: int) -> "RLRun":
         return replace(self, seed=seed)
 
@@ -389,10 +397,12 @@ def _check_types(obj, prefix: str = "") -> None:
             raise ValueError(f"{prefix}{f.name} must be {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
-# Fields that do not change any result: where the folder is seen from, how often checkpoints are written, and
-# the judge (it judges what the evaluation sampled; not in config.json at all). Everything else must match to
-# reuse a folder; the thread count too, since it changes the floating-point path (and with it the weights).
-RESULT_NEUTRAL_FIELDS = ("out", "rl_save_steps", *JUDGE_FIELDS)
+# Fields that may differ from the config a study folder was made with (``setpo.studies.stages.claim_folder``
+# says what every study's REUSE_NEUTRAL_FIELDS means): where the folder is seen from, how often checkpoints are
+# written, and the judge (it judges what the evaluation sampled; not in config.json at all). Everything else
+# must match to reuse a folder; the thread count too, since it changes the floating-point path (and with it
+# the weights).
+REUSE_NEUTRAL_FIELDS = ("out", "rl_save_steps", *JUDGE_FIELDS)
 
 
 def load_config(out: str | Path) -> CountdownLMConfig:
@@ -422,7 +432,7 @@ def claim_folder(cfg: CountdownLMConfig) -> None:
         saved = read_json(path, f"restore it or delete {Path(cfg.out)} to start over")
         grown = [name for name in GROWABLE_FIELDS if list(saved.get(name, [])) != list(config[name])
                  and list(config[name])[:len(saved.get(name, []))] == list(saved.get(name, []))]
-    stages.claim_folder(cfg.out, config, (*RESULT_NEUTRAL_FIELDS, *grown),
+    stages.claim_folder(cfg.out, config, (*REUSE_NEUTRAL_FIELDS, *grown),
                         results=("sft", "rl", "eval", "results.json"),
                         remedy="use another --out, or delete that folder and rerun")
     if grown:

@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 from setpo.repro.arithmetic import active_arithmetic
 from setpo.repro.records import ROOT, read_json, read_records
-from setpo.studies.countdown_config import RESULT_NEUTRAL_FIELDS, CountdownLMConfig, RLRun
+from setpo.studies.countdown_config import REUSE_NEUTRAL_FIELDS, CountdownLMConfig, RLRun
 from setpo.studies.countdown_provenance import bitwise_agreement, fingerprints, machines_used, made_on
 from setpo.studies.countdown_verdict import ci_text, identical_text, in_main_cell, verdict, verdict_markdown
 from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
@@ -145,7 +145,7 @@ def finished_summary(out: str | Path) -> dict | None:
         return None
     summary = read_json(out / "results.json", "delete it; make countdown writes it again (quick when done)")
     config = read_json(out / "config.json", f"restore it or delete {out} to start over")
-    settings = lambda c: {k: v for k, v in c.items() if k not in RESULT_NEUTRAL_FIELDS}  # noqa: E731
+    settings = lambda c: {k: v for k, v in c.items() if k not in REUSE_NEUTRAL_FIELDS}  # noqa: E731
     if settings(summary.get("config", {})) != settings(config):
         return None
     if config.get("replication_threads") and "agreement" not in summary:

@@ -31,6 +31,7 @@ from setpo.studies.stages import (
     check_restored,
     claim_identity,
     has_model,
+    print_flushed,
     refusal,
     restore_model,
     reusable_record,
@@ -40,11 +41,6 @@ from setpo.studies.stages import (
 )
 from setpo.trl.rewards import countdown_reward
 from setpo.trl.tiny_models import build_model, build_tokenizer
-
-
-def print_flushed(*args) -> None:
-    """The study's default log: print, flushed, so a long run's progress shows when stdout is a file."""
-    print(*args, flush=True)
 
 
 def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:
@@ -65,6 +61,38 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=pr
 
     from setpo.trl import train_resumable
 
+    def train(final: Path) -> None:
+        tokenizer = build_tokenizer()
+        model = build_model(tokenizer, cfg.model, seed=cfg.seed)
+        rows = examples() if callable(examples) else examples  # the study's, made only when SFT trains
+        if rows is None:
+            rows = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log)
+        log(f"[sft] {len(rows)} examples from {len(data.train)} problems, "
+            f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+        steps_per_epoch = math.ceil(len(rows) / cfg.sft_batch_size)
+        args = SFTConfig(
+            output_dir=str(out_dir), num_train_epochs=cfg.sft_epochs, learning_rate=cfg.sft_lr,
+            per_device_train_batch_size=cfg.sft_batch_size, lr_scheduler_type="cosine",
+            warmup_steps=min(50, steps_per_epoch), weight_decay=0.01, max_length=cfg.model.max_position_embeddings,
+            completion_only_loss=True,
+            save_strategy="steps", save_steps=max(1, steps_per_epoch // 2), gradient_checkpointing=False,
+            **_common_args(cfg))
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                             processing_class=tokenizer)
+        train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(rows)}, log,
+                        f"[sft]: {steps_per_epoch} steps per epoch, {cfg.sft_epochs:g} epochs")
+
+    return train_stage(out_dir, "[sft] the warm start", "the warm start", train, log, identity, redo)
+
+
+def train_stage(out_dir: Path, label: str, what: str, train: Callable[[Path], None], log, identity: dict | None,
+                redo: bool) -> Path:
+    """The frame of every training stage (the warm start, each RL run), around ``train(final)``, which trains
+    into ``final = out_dir/final``: claim the folder at ``identity`` (``redo``: remake what was made at
+    another); a stage already done is returned untrained; one recorded as done whose model is not here
+    (``restore_model``: a study kept in git without its models) is trained again, its records kept, and its
+    new weights checked against the recorded ones (``check_restored``). label: the log's prefix; what: the stage, in refusals.
+    Returns the final model's folder."""
     final = out_dir / "final"
     claim_identity(out_dir, identity, redo)
     recorded = restore_model(final)
@@ -72,34 +100,13 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=pr
         return final
     kept = run_records(out_dir) if recorded is not None else {}
     if recorded is not None:
-        log("[sft] the warm start's model is not here (a study folder keeps its records, not its models): "
+        log(f"{label}: its model is not here (a study folder keeps its records, not its models): "
             "training it again, to the recorded weights")
-    tokenizer = build_tokenizer()
-    model = build_model(tokenizer, cfg.model, seed=cfg.seed)
-    examples = examples() if callable(examples) else examples  # the study's, made only when SFT trains
-    if examples is None:
-        examples = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log)
-    log(f"[sft] {len(examples)} examples from {len(data.train)} problems, "
-        f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
-    steps_per_epoch = math.ceil(len(examples) / cfg.sft_batch_size)
-    args = SFTConfig(
-        output_dir=str(out_dir), num_train_epochs=cfg.sft_epochs, learning_rate=cfg.sft_lr,
-        per_device_train_batch_size=cfg.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=min(50, steps_per_epoch),
-        weight_decay=0.01, max_length=cfg.model.max_position_embeddings, completion_only_loss=True,
-        save_strategy="steps", save_steps=max(1, steps_per_epoch // 2), gradient_checkpointing=False,
-        **_common_args(cfg))
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
-                         processing_class=tokenizer)
-    train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(examples)}, log,
-                    f"[sft]: {steps_per_epoch} steps per epoch, {cfg.sft_epochs:g} epochs")
-    _clean_checkpoints(out_dir)
-    check_restored(final, recorded, "the warm start", kept)
-    return final
-
-
-def _clean_checkpoints(folder: Path) -> None:
-    for ckpt in folder.glob("checkpoint-*"):
+    train(final)
+    for ckpt in out_dir.glob("checkpoint-*"):
         shutil.rmtree(ckpt, ignore_errors=True)
+    check_restored(final, recorded, what, kept)
+    return final
 
 
 def load_trained(model_dir: Path):
@@ -153,42 +160,31 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
     from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
     from setpo.trl.training import last_checkpoint
 
-    final = out_dir / "final"
-    claim_identity(out_dir, identity, redo)
-    recorded = restore_model(final)
-    if stage_done(final):
-        return final
-    kept = run_records(out_dir) if recorded is not None else {}
-    if recorded is not None:
-        log(f"[rl] {run.name}: its model is not here (a study folder keeps its records, not its models): "
-            "training it again, to the recorded weights")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    resumed = last_checkpoint(out_dir) is not None
-    tokenizer, model = load_trained(init_dir)
-    tokenizer.padding_side = "left"
-    g = run.group_size
-    per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
-    args = config_for(
-        run.preset, output_dir=str(out_dir), setpo_lambda=run.lam, learning_rate=cfg.rl_lr, num_generations=g,
-        beta=run.beta, per_device_train_batch_size=per_step // STEPS_PER_GENERATION,
-        steps_per_generation=STEPS_PER_GENERATION,
-        max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
-        temperature=cfg.rl_temperature, top_p=1.0, embedder=run.embedder, setpo_diversity=run.term,
-        setpo_lambda_units=run.units, setpo_reward_adjustment=run.adjust, setpo_estimator=run.estimator,
-        lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
-        save_steps=cfg.rl_save_steps, gradient_checkpointing=False, **_common_args(cfg, run.seed))
-    probes = probe_callback(probe_sampler(cfg, data.val[:cfg.n_probe], tokenizer), out_dir / "probes.jsonl",
-                            cfg.probe_every)
-    trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
-                           train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
-                           embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
-    t0 = time.time()
-    train_resumable(trainer, tokenizer, out_dir, final, {"run": asdict(run)}, log,
-                    f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
-    write_json(out_dir / "timings.json", {**trainer.setpo_seconds, "seconds": time.time() - t0, "resumed": resumed})
-    _clean_checkpoints(out_dir)
-    check_restored(final, recorded, f"run {run.name}", kept)
-    return final
+    def train(final: Path) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        resumed = last_checkpoint(out_dir) is not None
+        tokenizer, model = load_trained(init_dir)
+        tokenizer.padding_side = "left"
+        g = run.group_size
+        per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
+        args = config_for(
+            run.preset, **run.trainer_settings(), output_dir=str(out_dir), learning_rate=cfg.rl_lr,
+            per_device_train_batch_size=per_step // STEPS_PER_GENERATION, steps_per_generation=STEPS_PER_GENERATION,
+            max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
+            temperature=cfg.rl_temperature, top_p=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
+            save_steps=cfg.rl_save_steps, gradient_checkpointing=False, **_common_args(cfg, run.seed))
+        probes = probe_callback(probe_sampler(cfg, data.val[:cfg.n_probe], tokenizer), out_dir / "probes.jsonl",
+                                cfg.probe_every)
+        trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
+                               train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
+                               embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
+        t0 = time.time()
+        train_resumable(trainer, tokenizer, out_dir, final, {"run": asdict(run)}, log,
+                        f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
+        write_json(out_dir / "timings.json",
+                   {**trainer.setpo_seconds, "seconds": time.time() - t0, "resumed": resumed})
+
+    return train_stage(out_dir, f"[rl] {run.name}", f"run {run.name}", train, log, identity, redo)
 
 
 def sample_eval(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],

@@ -32,11 +32,11 @@ from setpo.metrics import pass_at_k
 from setpo.repro.records import read_json, write_json
 from setpo.studies import judging
 from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
-from setpo.studies.math_config import TRAINING_NEUTRAL_FIELDS, MathRunConfig, cuda, uses_vllm
-from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_check.py's names)
+from setpo.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, uses_vllm
+from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_checks/training.py's names)
 from setpo.studies.math_results import write_results
 from setpo.studies.sampling import sample_completions
-from setpo.studies.stages import chosen_stages, claim_folder, stage_done
+from setpo.studies.stages import chosen_stages, claim_folder, print_flushed, stage_done
 from setpo.trl.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
 
@@ -142,7 +142,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     """Train one run (λ = 0: the baseline) from the base model; resumes from its last checkpoint.
 
     Writes under ``run_dir/<label>/``: ``run_config.json`` (the folder's claim: a rerun with another config
-    is refused, naming the fields; ``TRAINING_NEUTRAL_FIELDS`` may differ), checkpoints, ``final/`` (model +
+    is refused, naming the fields; ``REUSE_NEUTRAL_FIELDS`` may differ), checkpoints, ``final/`` (model +
     tokenizer + done.json), ``log_history.json`` and ``probes.jsonl``. A finished run is not retrained.
     Returns ``final/``.
     """
@@ -154,7 +154,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     out = Path(cfg.run_dir) / label.replace("+", "_")
     final = out / "final"
     claim_folder(out, {"label": label, "lambda": lam, "config": judging.without_judge(asdict(cfg))},
-                 [f"config.{name}" for name in TRAINING_NEUTRAL_FIELDS], record="run_config.json",
+                 [f"config.{name}" for name in REUSE_NEUTRAL_FIELDS], record="run_config.json",
                  results=("final", "checkpoint-*", "log_history.json", "probes.jsonl"),
                  remedy="use another run_dir, or delete that folder and rerun")
     if stage_done(final):
@@ -322,7 +322,7 @@ def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: S
         cfg.run_dir, log, judge)
 
 
-def run_study(cfg: MathRunConfig, embedder=None, log=print, stages: Sequence[str] = STAGES) -> dict:
+def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> dict:
     """The whole study, resumable, as notebook 04 runs it: data, both RL runs (stage "rl"), then avg@k on the
     validation problems and the large-budget pass@k against the base model (stage "eval"; cached beside the
     runs in ``run_dir``), then, only with a judge configured, the judged diversity of the avg@k responses
@@ -336,7 +336,7 @@ def run_study(cfg: MathRunConfig, embedder=None, log=print, stages: Sequence[str
     log(f"[data] {len(train)} training and {len(val)} validation problems")
     finals = {label: Path(cfg.run_dir) / label.replace("+", "_") / "final" for label in cfg.runs()}
     if "rl" in stages:
-        finals = train_runs(cfg, train, val[:cfg.n_probe], embedder=embedder, log=log)
+        finals = train_runs(cfg, train, val[:cfg.n_probe], log=log)
     out: dict = {"finals": finals}
     if "eval" in stages:
         out["results"] = evaluate_runs(cfg, finals, val, keep_texts=judge and "judge" in stages)

@@ -113,10 +113,11 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
         return {name: 0.0, f"SetPO+{name}": self.lam_value}
 
 
-# Fields that change nothing a run folder holds (where it is, how often it checkpoints, how much GPU memory
-# vLLM takes, every evaluation setting: evaluations are cached apart, by the caller; and the judge, which
-# judges what the evaluation sampled). Everything else must match the folder's run_config.json to reuse it.
-TRAINING_NEUTRAL_FIELDS = ("run_dir", "save_steps", "vllm_gpu_memory_utilization", "eval_k", "eval_temperature",
+# Fields that may differ from the config a run folder was made with (``setpo.studies.stages.claim_folder`` says
+# what every study's REUSE_NEUTRAL_FIELDS means): where it is, how often it checkpoints, how much GPU memory
+# vLLM takes, every evaluation setting (evaluations are cached apart, by the caller) and the judge, which
+# judges what the evaluation sampled. Everything else must match the folder's run_config.json to reuse it.
+REUSE_NEUTRAL_FIELDS = ("run_dir", "save_steps", "vllm_gpu_memory_utilization", "eval_k", "eval_temperature",
                            "eval_top_p", "eval_limit", "passk_file", "passk_max", "passk_limit", *JUDGE_FIELDS)
 
 

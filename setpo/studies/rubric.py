@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 
 import torch
@@ -42,6 +43,7 @@ from setpo.setgrpo import (
 from setpo.studies.arguments import Parser, positive_int
 from setpo.studies.rubric_config import RubricStudyConfig, TrainConfig
 from setpo.studies.rubric_results import format_table
+from setpo.studies.stages import chosen_stages, print_flushed
 
 __all__ = ["LinearSoftmaxPolicy", "RubricStudyConfig", "TrainConfig", "compare", "coverage_study", "draw_groups",
            "format_table", "invariance_table", "risk_study", "run_study", "train"]
@@ -150,8 +152,9 @@ def train(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
 
 def compare(seeds=range(5), task_config: RubricToyConfig | None = None,
             train_config: TrainConfig | None = None, verbose: bool = True,
-            keep_history: bool = False) -> list[dict]:
-    """GRPO vs SetGRPO on the same noisy graders, one world per seed; print a markdown table.
+            keep_history: bool = False, log=print_flushed) -> list[dict]:
+    """GRPO vs SetGRPO on the same noisy graders, one world per seed; with ``verbose``, ``log`` a line per seed
+    and a markdown table.
 
     Three runs per seed: GRPO (one grading per grader), GRPO with at least SetGRPO's grader budget per step
     (``grpo_gradings`` raised until it matches; more gradings average out noise and slips, not taste), and
@@ -176,10 +179,10 @@ def compare(seeds=range(5), task_config: RubricToyConfig | None = None,
         if keep_history:
             rows[-1]["history"] = {"grpo": h_g, "grpo_matched": h_m, "setgrpo": h_s}
         if verbose:  # a line per seed: a long comparison shows it is moving
-            print(f"seed {s}: GRPO {rows[-1]['grpo']:.3f}, GRPO (matched budget) {rows[-1]['grpo_matched']:.3f}, "
-                  f"SetGRPO {rows[-1]['setgrpo']:.3f}", flush=True)
+            log(f"seed {s}: GRPO {rows[-1]['grpo']:.3f}, GRPO (matched budget) {rows[-1]['grpo_matched']:.3f}, "
+                f"SetGRPO {rows[-1]['setgrpo']:.3f}")
     if verbose:
-        print(format_table(rows))
+        log(format_table(rows))
     return rows
 
 
@@ -290,13 +293,17 @@ def invariance_table(transforms=((0.5, -1.0), (1.0, 0.0), (2.0, 1.0), (3.0, -2.0
     return rows
 
 
-def run_study(cfg: RubricStudyConfig) -> list[dict]:
-    """The study: train the three methods over the seeds (``compare``, which prints a line per seed and the
-    table), on one thread, then the time it took. Returns ``compare``'s rows."""
+STAGES = ("train",)
+
+
+def run_study(cfg: RubricStudyConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> list[dict]:
+    """The study, one stage "train" (None: it): train the three methods over the seeds (``compare``, which logs
+    a line per seed and the table), on one thread, then the time it took. Returns ``compare``'s rows."""
+    chosen_stages(stages, STAGES)  # checks the names: one stage, nothing kept between calls
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    rows = compare(range(cfg.seeds), task_config=cfg.task, train_config=cfg.train)
-    print(f"({time.perf_counter() - t0:.0f} s on {torch.get_num_threads()} thread)")
+    rows = compare(range(cfg.seeds), task_config=cfg.task, train_config=cfg.train, log=log)
+    log(f"({time.perf_counter() - t0:.0f} s on {torch.get_num_threads()} thread)")
     return rows
 
 

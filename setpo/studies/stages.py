@@ -94,9 +94,11 @@ def check_restored(final: str | Path, recorded: Mapping | None, what: str,
     (final / RECORDED_FILE).unlink()
 
 
-def chosen_stages(stages: Sequence[str] | str, valid: Sequence[str]) -> list[str]:
-    """``stages`` (a list, or comma-separated text) as a list in the study's order, every name checked: an
-    empty choice or an unknown name is a ValueError naming the valid stages."""
+def chosen_stages(stages: Sequence[str] | str | None, valid: Sequence[str]) -> list[str]:
+    """``stages`` (a list, or comma-separated text; None: every stage) as a list in the study's order, every name
+    checked: an empty choice or an unknown name is a ValueError naming the valid stages."""
+    if stages is None:
+        return list(valid)
     names = [s.strip() for s in stages.split(",")] if isinstance(stages, str) else list(stages)
     names = [s for s in names if s]
     unknown = [s for s in names if s not in valid]
@@ -149,8 +151,13 @@ def claim_folder(folder: str | Path, config: Mapping, ignore: Collection[str] = 
     """Claim ``folder`` for the results of ``config`` (JSON-able), recorded in ``folder/record``.
 
     A new folder gets the record. A folder with a record is checked against it (``check_same_config``; fields
-    in ``ignore`` change no result and may differ). A folder holding any of ``results`` but no record is
-    refused: nothing says which configuration made them. Returns the record's path.
+    in ``ignore`` may differ). A folder holding any of ``results`` but no record is refused: nothing says which
+    configuration made them. Returns the record's path.
+
+    ``ignore`` is the study's ``REUSE_NEUTRAL_FIELDS`` (one name, one meaning in every ``<study>_config``): the
+    fields in which the config asking may differ from the one a folder or checkpoint was made with while what
+    it holds is reused, because nothing written there depends on them (where it lives, how often it saves,
+    evaluation and judge settings kept apart; for the toy's checkpoints, how far the run goes on).
     """
     folder = Path(folder)
     path = folder / record
@@ -224,6 +231,11 @@ def reusable_record(path: str | Path, identity: Mapping | None, redo: bool = Fal
         raise refusal(f"made at another identity ({_differences_text(differ)})", path, REDO)
     path.unlink()
     return None
+
+
+def print_flushed(*args) -> None:
+    """Every study's default ``log``: print, flushed, so a long run's progress shows when stdout is a file."""
+    print(*args, flush=True)
 
 
 class Progress:

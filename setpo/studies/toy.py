@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,14 +24,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from envs.bandit import MultiModalBandit
-from setpo.advantages import group_advantages, groups_with_signal
+from setpo.advantages import combine_advantages, group_advantages, groups_with_signal
 from setpo.diversity import diversity_marginals
 from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity
 from setpo.presets import get_preset
 from setpo.repro.records import markdown_table, progress_bar, write_json
-from setpo.studies.stages import check_same_config, refusal, unreadable
-from setpo.studies.toy_config import RESUMABLE_CHANGES, ToyConfig, ToyStudyConfig
+from setpo.studies.stages import check_same_config, chosen_stages, print_flushed, refusal, unreadable
+from setpo.studies.toy_config import REUSE_NEUTRAL_FIELDS, ToyConfig, ToyStudyConfig
 from setpo.studies.toy_results import coverage_rows, summary_rows, write_figure1
 
 
@@ -140,7 +141,7 @@ def _load(path: Path, cfg: ToyConfig) -> dict:
     except Exception as e:  # noqa: BLE001 - truncated zip, planted pickle, old format: all unusable here
         raise unreadable(path, e, "delete it and rerun to start this run over") from None
     remedy = "use another checkpoint_dir, or delete it and rerun to start over"
-    check_same_config(saved, _config_record(cfg), RESUMABLE_CHANGES, path, remedy)
+    check_same_config(saved, _config_record(cfg), REUSE_NEUTRAL_FIELDS, path, remedy)
     if state["step"] > cfg.steps:
         raise refusal(f"the checkpoint is at step {state['step']}, beyond steps={cfg.steps}", path, remedy)
     return state
@@ -205,7 +206,7 @@ def _train(cfg: ToyConfig, bar) -> ToyRun:
         s = diversity_marginals(emb, group_size=G) if len(rewards) else rewards
         adv = group_advantages(rewards, group_size=G, estimator=cfg.estimator) if len(rewards) else rewards
         if cfg.setpo:
-            adv = adv + cfg.lam * s
+            adv = combine_advantages(adv, s, cfg.lam)
 
         # 3. Clipped policy-gradient updates on this batch.
         mask = torch.ones_like(tokens, dtype=torch.float32)
@@ -267,22 +268,28 @@ def compare(base: ToyConfig, variants: dict[str, dict], seeds, progress: bool = 
 DEMO_VARIANTS = {"GRPO": {"setpo": False}, "SetPO+GRPO": {"setpo": True}}
 
 
-def run_study(cfg: ToyStudyConfig) -> dict[str, list[ToyRun]]:
-    """The toy study, in its two stages: train GRPO and SetPO+GRPO from the same seeds (``compare``), then
-    report: the coverage tables printed and Figure 1 written (``toy_results``). Returns the runs by variant."""
+STAGES = ("train", "report")
+
+
+def run_study(cfg: ToyStudyConfig, stages: Sequence[str] | None = None, *,
+              log=print_flushed) -> dict[str, list[ToyRun]]:
+    """The toy study, in its two stages (None: both): "train" GRPO and SetPO+GRPO from the same seeds
+    (``compare``), then "report": the coverage tables logged and Figure 1 written (``toy_results``). The runs
+    live in memory only (seconds to make), so "report" needs "train" in the same call. Returns the runs by
+    variant."""
+    stages = chosen_stages(stages, STAGES)
+    if "train" not in stages:
+        raise ValueError("the toy study keeps its runs in memory: stage 'report' needs stage 'train' in the same "
+                         "call (stages=None runs both)")
     results = compare(cfg.base(), DEMO_VARIANTS, range(cfg.seeds))
-    print(markdown_table(coverage_rows(results)))
-    print()
-    print(markdown_table(summary_rows(results)))
-    _, html, png = write_figure1(results, Path(cfg.out), cfg.figure_projection(),
-                                 cfg.command + (" (smoke)" if cfg.smoke else ""))
-    print(f"\nwrote {png} and {html}")
+    if "report" in stages:
+        log(markdown_table(coverage_rows(results)))
+        log("")
+        log(markdown_table(summary_rows(results)))
+        _, html, png = write_figure1(results, Path(cfg.out), cfg.figure_projection(),
+                                     cfg.command + (" (smoke)" if cfg.smoke else ""))
+        log(f"\nwrote {png} and {html}")
     return results
-
-
-def run_demo(out_dir: Path, seeds: int = 5, smoke: bool = False, projection: str | None = None) -> None:
-    """`make demo`: GRPO vs SetPO+GRPO over ``seeds`` seeds; Figure 1 (seed 0) and the coverage table."""
-    run_study(ToyStudyConfig(out=str(out_dir), seeds=seeds, smoke=smoke, projection=projection))
 
 
 def lambda_sweep(base: ToyConfig, lams, seeds, threshold: float = 0.05) -> list[dict]:

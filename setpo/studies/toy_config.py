@@ -40,8 +40,10 @@ class ToyConfig:
         return ("SetPO+" if self.setpo else "") + self.algo.upper()
 
 
-# Config fields a resumed run may change: they say how far to train and where to save, not what is trained.
-RESUMABLE_CHANGES = ("steps", "checkpoint_dir", "checkpoint_every")
+# Fields that may differ from the config a checkpoint was made with (``setpo.studies.stages.claim_folder``
+# says what every study's REUSE_NEUTRAL_FIELDS means): how far to train and where to save, not what is trained;
+# a checkpoint at step k is the same state whatever ``steps`` the run goes on to.
+REUSE_NEUTRAL_FIELDS = ("steps", "checkpoint_dir", "checkpoint_every")
 
 
 @dataclass

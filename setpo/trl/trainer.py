@@ -56,7 +56,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from setpo.advantages import base_advantages, flat_groups
+from setpo.advantages import base_advantages, combine_advantages, flat_groups
 from setpo.completions import completion_text
 from setpo.diversity import diversity_term, dra_rewards
 from setpo.embed import Embedder, load_embedder
@@ -304,15 +304,14 @@ class SetPOTrainer(GRPOTrainer):
             term = s / s_std if s_std >= 1e-6 else torch.zeros_like(s)
 
         lam = self.args.setpo_lambda
-        lam_s_local = lam * term[local].to(adv.dtype)
         base_abs = adv.abs().mean()
         if lam != 0:
-            # Not setpo.advantages.combine_advantages: TRL already normalised its own advantages, and λ·s is
-            # rounded once here so that the completions table logs exactly what was added. The two agree to
-            # rounding (tests/test_trl.py) and at λ = 0 TRL's advantages are untouched, bit for bit.
-            output["advantages"] = adv + lam_s_local
+            # The core's Â = Ā + λ·s with Ā = TRL's own normalised advantages (or the replacing estimator's), in
+            # their dtype. Elementwise, so this process's slice and the completions table's gathered batch
+            # agree bit for bit; at λ = 0 TRL's advantages are untouched.
+            output["advantages"] = combine_advantages(adv, term[local].to(adv.dtype), lam)
             base_all = replaced if replaced is not None else self.accelerator.gather(adv)
-            self._replace_logged_advantages(base_all.cpu() + lam * term.cpu().to(base_all.dtype))
+            self._replace_logged_advantages(combine_advantages(base_all.cpu(), term.cpu().to(base_all.dtype), lam))
         elif replaced is not None:
             self._replace_logged_advantages(replaced.cpu())
 
@@ -324,6 +323,7 @@ class SetPOTrainer(GRPOTrainer):
         m = self._metrics[mode]
         m["setpo/s_mean"].append(float(s.mean()))
         m["setpo/s_std"].append(s_std)
+        lam_s_local = lam * term[local].to(adv.dtype)  # the size of the added term, for the metric
         ratio = self.accelerator.gather(torch.stack([lam_s_local.abs().mean(), base_abs]).reshape(1, 2)).mean(0)
         m["setpo/lambda_s_over_adv"].append(float(ratio[0] / ratio[1]) if float(ratio[1]) > 0 else float("nan"))
         m["setpo/pairwise_similarity"].append(stats["pairwise_similarity"])
