@@ -116,16 +116,22 @@ def cmd_figures(args) -> None:
     print(f"== {len(args.names)} notebooks in {time.time() - t_all:.0f} s", flush=True)
 
 
-def cmd_bench(args) -> None:
-    """Each benchmark in its own process (one's thread settings or imports cannot change the next one's timings),
-    with this command's --smoke / --out; a failed one is named and the others still run; exit 1 if any failed."""
-    flags = (["--smoke"] if args.smoke else []) + (["--out", args.out] if args.out else [])
+def run_benchmark(script: Path, flags: list[str]) -> int:
+    """``python benchmarks/<script> FLAGS`` in its own process (one benchmark's thread settings or imports cannot
+    change the next one's timings), with this checkout first on the path; its exit status."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, str(script), *flags], cwd=ROOT, env=env).returncode
+
+
+def cmd_bench(args) -> None:
+    """Each benchmark with this command's --smoke / --out; a failed one is named and the others still run; exit
+    status 1 if any failed."""
+    flags = (["--smoke"] if args.smoke else []) + (["--out", args.out] if args.out else [])
     failed, t_all = [], time.time()
     for script in args.scripts:
         print(f"== benchmarks/{script.name}{' --smoke' if args.smoke else ''}", flush=True)
         t0 = time.time()
-        status = subprocess.run([sys.executable, str(script), *flags], cwd=ROOT, env=env).returncode
+        status = run_benchmark(script, flags)
         print(f"   {'done' if status == 0 else f'FAILED (exit status {status})'} in {time.time() - t0:.0f} s",
               flush=True)
         if status:
