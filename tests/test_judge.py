@@ -540,6 +540,18 @@ def test_cli_damaged_or_foreign_cache_is_one_line_before_any_request(cache, matc
     assert code == 2 and err.count("\n") == 1 and match in err and "cache.jsonl" in err, err
 
 
+@pytest.mark.parametrize("config", ["{broken", json.dumps({"model_type": "qwen2"})])  # damaged; no weights
+def test_cli_local_model_that_cannot_load_is_one_line(config, tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(config)
+    (tmp_path / "run.jsonl").write_text(json.dumps(items_for(["P0"])[0]) + "\n")
+    done = _judge_cli([str(tmp_path / "run.jsonl"), "--local", str(tmp_path / "model")],
+                      {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    error = done.stderr.splitlines()[-1]
+    assert error.startswith("python -m setpo.judge: error: cannot load the judge model at"), done.stderr
+
+
 def test_cli_summary_that_cannot_be_written_is_one_line(scripted, tmp_path):
     server = scripted()
     run = tmp_path / "responses.jsonl"
