@@ -10,27 +10,30 @@ shared):
   model layers                linear layers, attention and the rest of the forward (every other aten operator)
 The question it answers: could a faster evaluation change no result? The nucleus is decided by a cumulative sum in
 sorted order and the draw by the exact probabilities, so a cheaper top-p would change which samples are drawn.
-One thread.
+One thread. ``--smoke``: 2 problems x 4 samples.
 
-Run: `make bench` (all benchmarks) or `python benchmarks/countdown_eval.py`.
+Run: `make bench` (all benchmarks) or `python benchmarks/countdown_eval.py [--smoke] [--out DIR]`.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from dataclasses import replace
 
 import torch
 
-from setpo.repro.records import ROOT, markdown_table, write_bench_report, write_json
+from harness import options, report
+from setpo.repro.records import ROOT, markdown_table
 
 STUDY = ROOT / "results" / "countdown"
 PROBLEMS = 64
+SMOKE_PROBLEMS, SMOKE_SAMPLES = 2, 4
 NUCLEUS_OPS = ("aten::sort", "aten::softmax", "aten::_softmax", "aten::cumsum", "aten::scatter", "aten::masked_fill",
                "aten::masked_fill_", "aten::multinomial", "aten::exponential_", "aten::div_", "aten::argmax")
 
 
-def main() -> str:
+def main(argv=None) -> str:
+    args = options(__doc__, argv)
     from setpo.studies.countdown import load_config
     from setpo.studies.countdown_data import evaluate_samples, make_data
     from setpo.studies.countdown_train import sample_eval
@@ -40,7 +43,9 @@ def main() -> str:
         raise FileNotFoundError(f"{model} is missing: it is kept in git (git checkout -- {model.relative_to(ROOT)})")
     torch.set_num_threads(1)
     cfg = load_config(STUDY)
-    problems = make_data(cfg).test[:PROBLEMS]
+    problems = make_data(cfg).test[:SMOKE_PROBLEMS if args.smoke else PROBLEMS]
+    if args.smoke:
+        cfg = replace(cfg, eval_samples=SMOKE_SAMPLES)
     sample_eval(cfg, model, problems[:1], 1.0)  # warm-up: loading, first call
     t0 = time.perf_counter()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -60,15 +65,15 @@ def main() -> str:
             {"part": "model layers (every other operator)",
              "share of the evaluation": f"{layers / (nucleus + layers):.0%} of sampling's operator time"}]
     text = "\n".join([
-        f"One Countdown evaluation of the warm start ({PROBLEMS} test problems x {cfg.eval_samples} samples, T = 1, "
+        f"One Countdown evaluation of the warm start ({len(problems)} test problems x {cfg.eval_samples} samples, T = 1, "
         f"top-p {cfg.eval_top_p}, 1 thread; the study evaluates {cfg.n_test}).", "",
         markdown_table(rows), "",
         f"nucleus / model layers (operator time): {nucleus / layers:.2f}", "",
         "Largest operators (self CPU time, share of sampling's operator time):", "",
         markdown_table([{"operator": k, "share": f"{v / (nucleus + layers):.0%}"} for k, v in top])])
-    out = write_bench_report("countdown_eval", text)
-    write_json(out.with_suffix(".json"), {"problems": PROBLEMS, "sampling_s": t1 - t0, "scoring_s": t2 - t1,
-                                          "nucleus_us": nucleus, "layers_us": layers, "operators_us": dict(top)})
+    report(args, "countdown_eval", text, {"problems": len(problems), "samples": cfg.eval_samples,
+                                          "sampling_s": t1 - t0, "scoring_s": t2 - t1, "nucleus_us": nucleus,
+                                          "layers_us": layers, "operators_us": dict(top)})
     return text
 
 

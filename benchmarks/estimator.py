@@ -17,13 +17,13 @@ in units of one B·G² float32 matrix. The targets (issue 13), each printed with
 setpo / floor <= 1.5 at (512, 16, 1024); setpo / floor <= 3 at (64, 8, 384) (TRL's usual size, where fixed
 per-operation costs dominate); shuffled / contiguous <= 1.5 at every shape; definition / setpo >= 50 at
 G = 16; peak extra memory <= 8 B·G² float32 matrices at G >= 16. Writes runs/bench/estimator.md (and .json).
+``--smoke``: two tiny shapes (G = 8 and 16) standing in for the two of the targets, two repeats.
 
-Run: `make bench` (all benchmarks) or `python benchmarks/estimator.py`.
+Run: `make bench` (all benchmarks) or `python benchmarks/estimator.py [--smoke] [--out DIR]`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -35,9 +35,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import setpo
 from setpo.diversity import marginals_by_definition
-from setpo.repro.records import markdown_table, time_side_by_side, write_bench_report
+from harness import options, report
+from setpo.repro.records import markdown_table, time_side_by_side
 
+#: (B, G, d); the targets are read at SMALL (TRL's usual size) and LARGE
 SHAPES = [(64, 8, 384), (512, 16, 1024), (1024, 64, 1024)]
+SMALL, LARGE = (64, 8, 384), (512, 16, 1024)
+SMOKE_SHAPES = [(4, 8, 16), (4, 16, 32)]  # the smoke run's stand-ins for SMALL and LARGE
 
 
 def make_inputs(b, g, d, seed=0):
@@ -99,14 +103,14 @@ print(status("VmHWM") - before)
 MAX_PEAK_MATRICES = 8
 
 
-def target_rows(rows: list[dict]) -> list[dict]:
+def target_rows(rows: list[dict], small_shape=SMALL, large_shape=LARGE) -> list[dict]:
     """Each target of this benchmark, the measured value, whether it was met, and what bounds it here."""
     at = {(r["B"], r["G"], r["d"]): r for r in rows}
     g16 = [r for r in rows if r["G"] == 16]
-    small = at[(64, 8, 384)]
+    small = at[small_shape]
     worst = max(rows, key=lambda r: r["shuffled / contiguous"])
-    checks = [("setpo / floor <= 1.5 at (512, 16, 1024)", at[(512, 16, 1024)]["setpo / floor"], lambda v: v <= 1.5, ""),
-              ("setpo / floor <= 3 at (64, 8, 384)", small["setpo / floor"], lambda v: v <= 3,
+    checks = [(f"setpo / floor <= 1.5 at {large_shape}", at[large_shape]["setpo / floor"], lambda v: v <= 1.5, ""),
+              (f"setpo / floor <= 3 at {small_shape}", small["setpo / floor"], lambda v: v <= 3,
                f"the same call at d = 1 alone takes {small['at d = 1 / floor']}x this floor "
                f"({small['tensor ops per call']} tensor operations per call)"),
               ("shuffled uids / setpo <= 1.5, every shape", worst["shuffled / contiguous"], lambda v: v <= 1.5,
@@ -123,11 +127,13 @@ def target_rows(rows: list[dict]) -> list[dict]:
 THREADS = 1
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    args = options(__doc__, argv)
+    shapes = SMOKE_SHAPES if args.smoke else SHAPES
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
     rows = []
-    for b, g, d in SHAPES:
+    for b, g, d in shapes:
         print(f"  (B, G, d) = ({b}, {g}, {d}) ...", flush=True)
         rewards, emb = make_inputs(b, g, d)
         grouped = emb.reshape(b, g, d)
@@ -146,7 +152,7 @@ def main() -> None:
         }
         for fn in fns.values():
             fn()  # warm-up
-        t = time_side_by_side(fns, repeats=15 if b * g * d < 2e7 else 7)
+        t = time_side_by_side(fns, repeats=2 if args.smoke else 15 if b * g * d < 2e7 else 7)
         # The definition is slow; time it once per shape (and only a slice of groups at the largest shape).
         n_def = b if g <= 16 else 64
         t0 = time.perf_counter()
@@ -170,11 +176,10 @@ def main() -> None:
             "B·G²·d·4 B would be (MiB)": round(b * g * g * d * 4 / 2**20),
         })
     table = markdown_table(rows)
-    checks = target_rows(rows)
+    checks = target_rows(rows, *SMOKE_SHAPES) if args.smoke else target_rows(rows)
     note = (f"\nCPU float32, torch {torch.__version__}, {torch.get_num_threads()} thread(s); medians of interleaved "
             "repeats. Run: `python benchmarks/estimator.py`.\n\nTargets\n\n" + markdown_table(checks) + "\n")
-    out = write_bench_report("estimator", table + "\n" + note)
-    out.with_suffix(".json").write_text(json.dumps({"rows": rows, "targets": checks}, indent=1))
+    report(args, "estimator", table + "\n" + note, {"rows": rows, "targets": checks})
 
 
 if __name__ == "__main__":

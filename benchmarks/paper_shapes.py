@@ -271,8 +271,26 @@ __all__ = ["QWEN25_MATH_1_5B", "QWEN25_MATH_7B", "QWEN3_EMBEDDING_0_6B", "Random
            "word_tokenizer"]
 
 
-if __name__ == "__main__":  # `make bench` runs every script here: this one prints the shapes it provides
-    for _name, _shape, _kind in (("Qwen2.5-Math-1.5B", QWEN25_MATH_1_5B, "qwen2"),
-                                 ("Qwen2.5-Math-7B", QWEN25_MATH_7B, "qwen2"),
-                                 ("Qwen3-Embedding-0.6B", QWEN3_EMBEDDING_0_6B, "qwen3")):
-        print(f"{_name}-shaped: {params_of(_shape, _kind) / 1e9:.3f}B parameters")
+def main(argv=None) -> list[dict]:
+    """As a benchmark (``make bench`` runs every script here): the parameter counts of the shapes it provides, from
+    meta-device models (nothing allocated), to ``runs/bench/paper_shapes.md`` / ``.json``. ``--smoke`` is the same
+    (it takes a second)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from harness import options, report
+    from setpo.repro.records import markdown_table
+
+    args = options(__doc__, argv)
+    rows = [{"model": f"{name}-shaped", "kind": kind, "parameters": params_of(shape, kind), **asdict(shape)}
+            for name, shape, kind in (("Qwen2.5-Math-1.5B", QWEN25_MATH_1_5B, "qwen2"),
+                                      ("Qwen2.5-Math-7B", QWEN25_MATH_7B, "qwen2"),
+                                      ("Qwen3-Embedding-0.6B", QWEN3_EMBEDDING_0_6B, "qwen3"))]
+    shown = [{"model": r["model"], "parameters": f"{r['parameters'] / 1e9:.3f}B"} for r in rows]
+    report(args, "paper_shapes", "The paper's models, built from their configs:\n\n" + markdown_table(shown),
+           {"rows": rows})
+    return rows
+
+
+if __name__ == "__main__":
+    main()

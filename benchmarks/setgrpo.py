@@ -10,26 +10,30 @@
 
 Medians over interleaved repeats, so machine noise hits both alike. Target (PASS/FAIL in the table): at every
 language-model shape SetGRPO's coefficients take at most 1% of the paper's 82 s GRPO step (Table 6), 820 ms.
-Writes runs/bench/setgrpo.md.
-Run: ``make bench`` (all benchmarks) or ``python benchmarks/setgrpo.py``.
+Writes runs/bench/setgrpo.md (and .json). ``--smoke``: 3 repeats, a 64-group calibration, one small shape.
+Run: ``make bench`` (all benchmarks) or ``python benchmarks/setgrpo.py [--smoke] [--out DIR]``.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
 import setpo
 from envs.rubric import RubricTask
-from setpo.repro.records import markdown_table, time_side_by_side, write_bench_report
+from harness import options, report
+from setpo.repro.records import markdown_table, time_side_by_side
 from setpo.setgrpo import SetGRPO, reference_coefficients
 from setpo.studies.rubric import LinearSoftmaxPolicy, TrainConfig, draw_groups
 
 LM_SHAPES = [(64, 8, 1024), (64, 8, 8192), (256, 16, 4096)]
+SMOKE_LM_SHAPES = [(48, 4, 64)]  # 48 groups: the least calibration SetGRPO accepts is 36
 MAX_COEFF_MS = 820.0  # 1% of the paper's 82 s GRPO step (Table 6): SetGRPO's coefficients must stay below it
 
 
-def toy_rows(repeats: int = 60) -> list[dict]:
-    tc = TrainConfig()
+def toy_rows(repeats: int = 60, tc: TrainConfig | None = None) -> list[dict]:
+    tc = tc or TrainConfig()
     task = RubricTask(seed=0)
     policy = LinearSoftmaxPolicy(task)
     with torch.no_grad():  # a partly trained policy, so that the gate is active and groups vary
@@ -94,10 +98,10 @@ def toy_rows(repeats: int = 60) -> list[dict]:
     }]
 
 
-def lm_rows(repeats: int = 7) -> list[dict]:
+def lm_rows(repeats: int = 7, shapes=LM_SHAPES) -> list[dict]:
     """GRPO advantages vs SetGRPO coefficients (calibrated once beforehand) at LM batch shapes."""
     rows = []
-    for b, g, d in LM_SHAPES:
+    for b, g, d in shapes:
         print(f"  language-model shape (B, G, d) = ({b}, {g}, {d}) ...", flush=True)
         gen = torch.Generator().manual_seed(b + g + d)
         quality = torch.rand(b * g, 1, generator=gen)
@@ -120,13 +124,13 @@ def lm_rows(repeats: int = 7) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    threads = torch.get_num_threads()
+def main(argv=None) -> None:
+    args = options(__doc__, argv)
     torch.set_num_threads(1)  # many small ops: one thread is the fair, stable setting for both methods
-    try:
+    if args.smoke:
+        rows = toy_rows(3, replace(TrainConfig(), n_cal_groups=64)) + lm_rows(3, SMOKE_LM_SHAPES)
+    else:
         rows = toy_rows() + lm_rows()
-    finally:
-        torch.set_num_threads(threads)  # `setpo bench` runs every benchmark in this process
     for row in rows:  # the target: coefficients cost < 1% of the paper's 82 s GRPO step (Table 6); toy: none
         lm = row["setting"].startswith("coefficients")
         row["target"] = f"<= {MAX_COEFF_MS:g} ms" if lm else "–"
@@ -137,7 +141,7 @@ def main() -> None:
             "model the step is dominated by generation and backward, and SetGRPO adds the gradient features (a "
             "model pass per response, not timed here), the coefficient rows above, and grading the calibration "
             "groups. The paper reports 103 s vs 82 s per step (Table 6).\n")
-    write_bench_report("setgrpo", markdown_table(rows, fmt) + "\n" + note)
+    report(args, "setgrpo", markdown_table(rows, fmt) + "\n" + note, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ GRPO's, over SetPO's step (0 when it is within noise below GRPO's); the embeddin
 Rows go to ``runs/bench/verl_cpu_step.json`` (``configuration``, ``step_s``, ``adv_s``, ``embed_s``,
 ``setpo_share``, ``embed_share``, ``step_ratio``, ``wall_s``); the table to ``runs/bench/verl_cpu_step.md``. Each run is a fresh Ray cluster
 (about 2-3 min on 2 cores, most of it Ray's processes importing verl) started in its own process session and
-gone when the run ends.
+gone when the run ends. ``--smoke``: only SetPO+GRPO (hash), 2 steps (one Ray cluster, about 2 min: Ray's start-up
+is the least a verl run costs), so its share columns compare it with itself; ``--out DIR``.
 """
 
 from __future__ import annotations
@@ -29,23 +30,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from setpo.repro.records import markdown_table, write_bench_report, write_json  # noqa: E402
+from harness import options, report  # noqa: E402
+from setpo.repro.records import markdown_table  # noqa: E402
 
-STEPS = 4
-CONFIGURATIONS = {  # name -> extra launcher arguments
+STEPS, SMOKE_STEPS = 4, 2  # the first step of each run is dropped (warm-up)
+CONFIGURATIONS = {  # name -> extra launcher arguments; the first is the baseline of the share columns
     "GRPO": ["--no-setpo"],
     "SetPO+GRPO (hash)": ["--embedding-model", "hash"],
     "SetPO+GRPO (MiniLM)": ["--embedding-model", "default"],
 }
+SMOKE_CONFIGURATIONS = ["SetPO+GRPO (hash)"]
 
 
-def _run(name: str, extra: list[str], demo: dict, out: Path) -> dict:
+def _run(name: str, extra: list[str], demo: dict, out: Path, steps: int = STEPS) -> dict:
     from setpo.verl.cpu_demo import run_in_session
     from setpo.verl.launch import METRICS_FILE, cpu_demo_command
 
     cmd = cpu_demo_command(demo, str(out))
     cmd[0] = sys.executable  # the demo's command, with this bench's steps, run name and logger
-    cmd[cmd.index("--total-steps") + 1] = str(STEPS)
+    cmd[cmd.index("--total-steps") + 1] = str(steps)
     cmd[cmd.index("--test-freq") + 1] = "-1"
     cmd[cmd.index("--save-freq") + 1] = "-1"
     if "--embedding-model" in extra and "--embedding-model" in cmd:
@@ -67,12 +70,15 @@ def _run(name: str, extra: list[str], demo: dict, out: Path) -> dict:
             "update_actor_s": med("timing_s/update_actor"), "steps_measured": len(steps), "wall_s": wall}
 
 
-def main() -> str:
+def main(argv=None) -> str:
     from setpo.verl.cpu_demo import write_countdown_demo
 
+    args = options(__doc__, argv)
+    steps = SMOKE_STEPS if args.smoke else STEPS
+    names = SMOKE_CONFIGURATIONS if args.smoke else list(CONFIGURATIONS)
     with tempfile.TemporaryDirectory(prefix="verl_cpu_bench_") as tmp:
         demo = write_countdown_demo(Path(tmp) / "demo")
-        rows = [_run(name, extra, demo, Path(tmp) / "runs") for name, extra in CONFIGURATIONS.items()]
+        rows = [_run(name, CONFIGURATIONS[name], demo, Path(tmp) / "runs", steps) for name in names]
     base = rows[0]
     for r in rows:
         r["setpo_share"] = 0.0 if r is base else max(0.0, r["adv_s"] - base["adv_s"]) / r["step_s"]
@@ -84,9 +90,8 @@ def main() -> str:
               "step / GRPO": f"{r['step_ratio']:.2f}", "run wall (s)": f"{r['wall_s']:.0f}"} for r in rows]
     table = "\n".join([
         f"verl v1 trainer on the CPU (setpo.verl.cpu): tiny Qwen2, Countdown, 2 FSDP2 workers, 4 prompts x G=4, "
-        f"24 tokens, ref + KL; median of steps 2-{STEPS} (verl's timing_s/*).", "", markdown_table(shown)])
-    out = write_bench_report("verl_cpu_step", table)
-    write_json(out.with_suffix(".json"), {"rows": rows})
+        f"24 tokens, ref + KL; median of steps 2-{steps} (verl's timing_s/*).", "", markdown_table(shown)])
+    report(args, "verl_cpu_step", table, {"rows": rows})
     return table
 
 

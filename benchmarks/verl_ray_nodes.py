@@ -26,7 +26,9 @@ the run's folder (``RAY_AUTH_TOKEN_PATH``) and ``RAY_AUTH_MODE=token`` for every
 state API, as on a real cluster, where the same token file goes to every node.
 
 Writes ``runs/bench/verl_ray_nodes.json`` (times, nodes, actors with their node ids, the job's status) and
-``.md``. ``python benchmarks/verl_ray_nodes.py [--out DIR] [--ray-stop]``; about 3-5 min on 2 cores.
+``.md``. ``python benchmarks/verl_ray_nodes.py [--smoke] [--out DIR] [--ray-stop]``; about 3-5 min on 2 cores.
+The full run is already the least that shows the recipe (two nodes, two steps, a checkpoint): ``--smoke`` runs the
+same and only writes to the smoke folder; tests/test_verl_ray_nodes.py runs it in ``make test``.
 """
 
 from __future__ import annotations
@@ -344,37 +346,28 @@ def markdown(r: dict) -> str:
         "", "Where Ray placed the job's actors (`ray.util.state.list_actors`):", "", markdown_table(rows)])
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=None, help="folder for verl_ray_nodes.json / .md (default: runs/bench)")
+def _options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ray-stop", action="store_true",
                     help="also run `ray stop` at the end (it stops EVERY Ray process on this machine)")
     ap.add_argument("--pid-file", default=None, help="write the `ray start` session ids here once started")
-    args = ap.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    from harness import options, report
+
+    args = options(__doc__, argv, _options)
     import importlib.util
 
     missing = [m for m in ("verl", "ray", "transfer_queue") if importlib.util.find_spec(m) is None]
     if missing:  # `make bench` in an install without verl's extra
         print(f"verl_ray_nodes: skipped, not installed: {', '.join(missing)} (pip install -e '.[verl]')")
         return {}
-    record = rehearse(Path(args.out or ROOT / "runs" / "bench"), ray_stop=args.ray_stop,
-                      pid_file=Path(args.pid_file) if args.pid_file else None)
-    from setpo.repro.records import write_bench_report, write_json
-
-    table = markdown(record)
-    if args.out:
-        out = Path(args.out) / "verl_ray_nodes.md"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(table + "\n")
-        print(table)
-    else:
-        out = write_bench_report("verl_ray_nodes", table)  # prints it too
-    write_json(out.with_suffix(".json"), record)
+    record = rehearse(args.out, ray_stop=args.ray_stop, pid_file=Path(args.pid_file) if args.pid_file else None)
+    report(args, "verl_ray_nodes", markdown(record), record)
     if not record["two_nodes_used"] or record["left_after_stop"]:
         raise SystemExit(f"workers on {record['worker_node_ids']}, left after stop: {record['left_after_stop']}")
     return record
 
 
 if __name__ == "__main__":
-    # `setpo bench` (make bench) runs this file with its own command line in sys.argv: no options then
-    main(sys.argv[1:] if Path(sys.argv[0]).resolve() == Path(__file__).resolve() else [])
+    main()

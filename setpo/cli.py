@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import math
 import os
-import runpy
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +30,8 @@ FIGURE_NOTEBOOKS = [
 # Notebooks that run (or resume) a study made across sittings on other machines: run on the pinned floating-point
 # path (setpo.repro.arithmetic), the one their study was made on.
 PINNED_NOTEBOOKS = {"03_countdown_pass_at_k"}
+# Modules in benchmarks/ that the benchmarks import, not benchmarks themselves.
+BENCH_HELPERS = {"harness"}
 MAX_SEEDS = 1000                      # seeds per method or λ: more is a typo, not a study
 DEMO_DIR = ROOT / "runs" / "demo"     # scratch: smoke and interactive runs never touch figures/
 FIGURES_DIR = ROOT / "figures"        # committed: written only by `setpo figures` (`make figures`)
@@ -115,12 +117,30 @@ def cmd_figures(args) -> None:
     print(f"== {len(args.names)} notebooks in {time.time() - t_all:.0f} s", flush=True)
 
 
+def run_benchmark(script: Path, flags: list[str]) -> int:
+    """``python benchmarks/<script> FLAGS`` in its own process (one benchmark's thread settings or imports cannot
+    change the next one's timings), with this checkout first on the path; its exit status."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, str(script), *flags], cwd=ROOT, env=env).returncode
+
+
 def cmd_bench(args) -> None:
+    """Each benchmark with this command's --smoke / --out; a failed one is named and the others still run; exit
+    status 1 if any failed."""
+    flags = (["--smoke"] if args.smoke else []) + (["--out", args.out] if args.out else [])
+    failed, t_all = [], time.time()
     for script in args.scripts:
-        print(f"== benchmarks/{script.name}", flush=True)
+        print(f"== benchmarks/{script.name}{' --smoke' if args.smoke else ''}", flush=True)
         t0 = time.time()
-        runpy.run_path(str(script), run_name="__main__")
-        print(f"   done in {time.time() - t0:.0f} s", flush=True)
+        status = run_benchmark(script, flags)
+        print(f"   {'done' if status == 0 else f'FAILED (exit status {status})'} in {time.time() - t0:.0f} s",
+              flush=True)
+        if status:
+            failed.append(script.stem)
+    print(f"== {len(args.scripts)} benchmarks in {time.time() - t_all:.0f} s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+    if failed:
+        raise SystemExit(1)
 
 
 def cmd_countdown(args) -> None:
@@ -155,6 +175,9 @@ def build_parser() -> Parser:
     f.set_defaults(fn=cmd_figures)
     b = sub.add_parser("bench", help="run benchmarks/*.py; each prints a table and writes it to runs/bench/")
     b.add_argument("names", nargs="*", help="benchmark script stems to run (default: all)")
+    b.add_argument("--smoke", action="store_true",
+                   help="tiny sizes (seconds each): check that every benchmark runs; reports go to runs/bench/smoke/")
+    b.add_argument("--out", type=out_dir, default=None, help="folder for the reports (default runs/bench/)")
     b.set_defaults(fn=cmd_bench)
     c = sub.add_parser("countdown", help="the Countdown study (python -m setpo.studies.countdown ARGS) on the pinned "
                                          "floating-point path, so that a study of several sittings is one experiment; "
@@ -209,7 +232,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"figures: no notebook {', '.join(unknown)}; known: {', '.join(known)}")
         args.names = args.names or FIGURE_NOTEBOOKS
     if args.cmd == "bench":
-        scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+        scripts = sorted(s for s in (ROOT / "benchmarks").glob("*.py") if s.stem not in BENCH_HELPERS)
         unknown = [n for n in args.names if n not in {s.stem for s in scripts}]
         if unknown:
             p.error(f"bench: no benchmark {', '.join(unknown)}; known: {', '.join(s.stem for s in scripts)}")

@@ -2,15 +2,19 @@
 starts in a fraction of a second). It serves POST /v1/chat/completions on 127.0.0.1 and prints "PORT <n>" once
 it listens.
 
-    python tests/judge_server.py --script RULES.json --log LOG.jsonl [--die-after N] [--delay S]
+    python tests/judge_server.py --script RULES.json --log LOG.jsonl [--die-after N] [--delay S] [--lifetime S]
 
 RULES.json is a list of rules, the first whose "when" is a substring of the request's last message applies:
 {"when": "...", "reply": "SCORE: 7"}, {"when": ..., "status": 500, "times": 1} (an HTTP error, the first
 "times" matches only), {"when": ..., "sleep": 5} (answer late), {"when": ..., "echo_auth": true} (a 200 whose
 reply is the Authorization header it got), {"when": ..., "null": true} (content null), {"when": ...,
-"garbage": true} (a 200 that is not a chat completion). No rule applies: "SCORE: 5". Every request is logged
+"garbage": true} (a 200 that is not a chat completion), {"when": ..., "raw": TEXT, "content_type": TYPE} (a 200
+whose body is TEXT exactly: broken JSON, an HTML page; default type application/json), {"when": ..., "cut": N} (a
+chat completion whose body is cut after N bytes, the connection closed with the rest unsent, as a crashing server
+or proxy leaves it). No rule applies: "SCORE: 5". Every request is logged
 to LOG.jsonl ({"content", "auth", "in_flight"}) before it is answered; with --die-after N the process exits
-without answering request N + 1, like a server killed mid-run.
+without answering request N + 1, like a server killed mid-run. It exits by itself after --lifetime seconds (default
+300), so a test killed before it could stop the server leaves nothing running for long.
 
 ``ScriptedServer`` runs this file as such a process, for the tests (tests/test_judge.py, test_judge_studies.py).
 """
@@ -35,7 +39,11 @@ def main() -> None:
     p.add_argument("--log", required=True)
     p.add_argument("--die-after", type=int, default=None)
     p.add_argument("--delay", type=float, default=0.0, help="seconds before every answer")
+    p.add_argument("--lifetime", type=float, default=300.0, help="exit after this many seconds, whatever happens")
     args = p.parse_args()
+    stopper = threading.Timer(args.lifetime, os._exit, (0,))
+    stopper.daemon = True
+    stopper.start()
     rules = json.loads(open(args.script).read())
     used = [0] * len(rules)
     lock = threading.Lock()
@@ -47,13 +55,16 @@ def main() -> None:
         def log_message(self, *a):  # quiet
             pass
 
-        def _send(self, status: int, body) -> None:
+        def _send(self, status: int, body, content_type: str = "application/json", cut: int | None = None) -> None:
             data = (body if isinstance(body, str) else json.dumps(body)).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            self.wfile.write(data if cut is None else data[:cut])
+            if cut is not None:  # the promised length never comes: close mid-body
+                self.wfile.flush()
+                self.close_connection = True
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -83,12 +94,16 @@ def main() -> None:
                 if rule.get("garbage"):
                     self._send(200, {"hello": "not a chat completion"})
                     return
+                if "raw" in rule:
+                    self._send(200, rule["raw"], rule.get("content_type", "application/json"))
+                    return
                 reply = auth if rule.get("echo_auth") else None if rule.get("null") else rule.get("reply", "SCORE: 5")
                 self._send(200, {"id": f"c{n}", "object": "chat.completion", "created": int(time.time()),
                                  "model": body.get("model"),
                                  "choices": [{"index": 0, "finish_reason": "stop",
                                               "message": {"role": "assistant", "content": reply}}],
-                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+                           cut=rule.get("cut"))
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout)
                 pass
             finally:

@@ -29,7 +29,7 @@ def no_work(monkeypatch):
     def forbidden(*a, **kw):
         raise AssertionError("work started although an argument was bad")
 
-    for module, name in [(cli, "run_notebook"), (cli.runpy, "run_path"), (countdown, "run_study"),
+    for module, name in [(cli, "run_notebook"), (cli, "run_benchmark"), (countdown, "run_study"),
                          (rubric, "compare")]:
         monkeypatch.setattr(module, name, forbidden)
     import setpo.studies.toy as toy
@@ -67,6 +67,7 @@ def no_work(monkeypatch):
     (["demo", "--out-dir", str(ROOT / "figures")], "only `setpo figures` writes"),
     (["demo", "--out-dir", str(ROOT / "figures" / "demo")], "inside the committed figures/"),
     (["bench", "no_such"], "no benchmark no_such"),
+    (["bench", "--smoke", "--out", "README.md"], "is a file, not a folder"),
     (["figures", "no_such_notebook"], "no notebook no_such_notebook"),
     (["frobnicate"], "invalid choice"),
 ])

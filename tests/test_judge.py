@@ -225,12 +225,12 @@ def test_cache_key_depends_on_everything_a_verdict_depends_on():
 
 def test_cache_drops_a_cut_last_line_and_appends_after_it(tmp_path):
     path = tmp_path / "c.jsonl"
-    JudgeCache(path).put({"key": "a", "score": 3})
+    JudgeCache(path).put({"key": "a", "score": 3, "missing": None})
     with open(path, "a") as f:
         f.write('{"key": "b", "sco')  # a kill mid-write
     cache = JudgeCache(path)
     assert "a" in cache and "b" not in cache
-    cache.put({"key": "c", "score": 4})
+    cache.put({"key": "c", "score": None, "missing": "no score line"})
     assert [r["key"] for r in read_records(path)] == ["a", "c"]
     (tmp_path / "bad.jsonl").write_text('{"no key": 1}\n')
     with pytest.raises(ValueError, match="not a judge verdict"):
@@ -448,6 +448,118 @@ def test_cli_server_down_is_one_line_and_exit_1(tmp_path, capsys):
                      "--retries", "0", "--no-progress"])
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "is down or too slow" in err and "run again to resume" in err
+
+
+# ------------------------------------------- external input never shows a traceback (issue 33): replies, files, env
+
+def _judge_cli(args, env_extra=None, timeout=120) -> subprocess.CompletedProcess:
+    """``python -m setpo.judge ARGS`` as a user runs it, in its own process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "setpo.judge", *args, "--no-progress"], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+BROKEN_REPLIES = [
+    {"when": "P0\n", "raw": '{"id": "c1", "choices": [{"message": {"content": "SCORE: 5"'},  # broken JSON
+    {"when": "P1\n", "raw": "<html><body>502 Bad Gateway</body></html>", "content_type": "text/html"},
+    {"when": "P2\n", "raw": "Internal error, try later"},  # not JSON, sent as application/json
+    {"when": "P3\n", "raw": "[" * 100_000},  # nested deeper than any parser's stack
+    {"when": "P4\n", "raw": ""},
+    {"when": "P5\n", "raw": '{"choices": [{"message": {"content": {"score": 9}}}]}'},  # wrong shape
+    {"when": "P6\n", "reply": "SCORE: 7"},
+]
+
+
+def test_cli_broken_replies_are_counted_missing_scores(scripted, tmp_path):
+    server = scripted(BROKEN_REPLIES)
+    run = tmp_path / "responses.jsonl"
+    run.write_text("".join(json.dumps(it) + "\n" for it in items_for([f"P{i}" for i in range(7)], "GRPO")))
+    done = _judge_cli([str(run), "--url", server.url, "--model", "m", "--retries", "0", "--timeout", "10"])
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    summary = json.loads((tmp_path / "responses.jsonl.judged.json").read_text())["methods"]["GRPO"]
+    assert (summary["scored"], summary["missing"], summary["mean"]) == (1, 6, 7.0)
+    assert summary["missing_reasons"] == {"malformed answer from the judge server (not JSON)": 4,
+                                          "malformed answer from the judge server (no choices[0].message)": 1,
+                                          "malformed answer from the judge server (content is dict)": 1}
+    assert "| GRPO | 7.00 | - | 1 | 6 |" in done.stdout
+    assert len(server.requests()) == 7  # one request each: a malformed answer is not retried
+
+
+def test_cli_truncated_reply_is_one_line_and_exit_1(scripted, tmp_path):
+    """A server that closes the connection mid-body is retried like one that is down, then one line, exit 1."""
+    server = scripted([{"when": "", "cut": 40}])
+    run = tmp_path / "responses.jsonl"
+    run.write_text(json.dumps(items_for(["P0"])[0]) + "\n")
+    done = _judge_cli([str(run), "--url", server.url, "--model", "m", "--retries", "1", "--timeout", "10"])
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    *retries, error = done.stderr.splitlines()  # a warning line per retry, then the error
+    assert len(retries) == 1 and "try 2 of 2" in retries[0]
+    assert error.startswith("python -m setpo.judge: error:") and "answer cut off" in error
+    assert "run again to resume" in error and len(server.requests()) == 2
+
+
+def test_cli_environment_errors_are_one_line(scripted, tmp_path):
+    server = scripted()
+    run = tmp_path / "responses.jsonl"
+    run.write_text(json.dumps(items_for(["P0"])[0]) + "\n")
+    args = [str(run), "--url", server.url, "--model", "m", "--retries", "0"]
+    for key in ("sk-two\nlines", "sk-ключ", "sk with spaces"):
+        done = _judge_cli([*args, "--api-key-env", "JUDGE_KEY"], {"JUDGE_KEY": key})
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "$JUDGE_KEY holds characters an HTTP header cannot carry" in done.stderr and key not in done.stderr
+    for proxy in ("http://proxy:notaport", "ftp://proxy:1"):
+        done = _judge_cli(args, {"HTTP_PROXY": proxy, "http_proxy": proxy, "NO_PROXY": "", "no_proxy": ""})
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert "cannot set up the HTTP client" in done.stderr and "HTTP_PROXY" in done.stderr
+    assert server.requests() == []
+
+
+@pytest.mark.parametrize("content, match", [
+    ("[" * 100_000, "is not valid JSON (nested too deeply)"),
+    ("{\"problem\": " + "[" * 100_000 + "\n", "line 1 is not JSON"),
+])
+def test_cli_hostile_items_file_is_one_line(content, match, tmp_path):
+    (tmp_path / "run.json").write_text(content)
+    done = _judge_cli([str(tmp_path / "run.json"), "--url", "http://127.0.0.1:1/v1", "--model", "m"])
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and match in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("cache, match", [
+    (b"{not json\n{}\n", "line 1 is damaged (not JSON)"),
+    (b"\xff\xfe\x00\n", "cannot be read (UnicodeDecodeError"),
+    (b'{"k": 1}\n', "record 1 is not a judge verdict (no 'key')"),
+    (b'{"key": "x", "score": 11, "missing": null}\n', "'score' must be null or a whole number from 1 to 10"),
+    (b'{"key": "x", "score": "7", "missing": null}\n', "'score' must be null or a whole number"),
+    (b'{"key": "x", "score": null, "missing": 3}\n', "'missing' must be null or text"),
+])
+def test_cli_damaged_or_foreign_cache_is_one_line_before_any_request(cache, match, tmp_path, capsys):
+    (tmp_path / "run.jsonl").write_text(json.dumps(items_for(["P0"])[0]) + "\n")
+    (tmp_path / "cache.jsonl").write_bytes(cache)
+    code, err = _cli_error([str(tmp_path / "run.jsonl"), "--url", "http://127.0.0.1:1/v1", "--model", "m",
+                            "--cache", str(tmp_path / "cache.jsonl")], capsys)
+    assert code == 2 and err.count("\n") == 1 and match in err and "cache.jsonl" in err, err
+
+
+@pytest.mark.parametrize("config", ["{broken", json.dumps({"model_type": "qwen2"})])  # damaged; no weights
+def test_cli_local_model_that_cannot_load_is_one_line(config, tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(config)
+    (tmp_path / "run.jsonl").write_text(json.dumps(items_for(["P0"])[0]) + "\n")
+    done = _judge_cli([str(tmp_path / "run.jsonl"), "--local", str(tmp_path / "model")],
+                      {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    error = done.stderr.splitlines()[-1]
+    assert error.startswith("python -m setpo.judge: error: cannot load the judge model at"), done.stderr
+
+
+def test_cli_summary_that_cannot_be_written_is_one_line(scripted, tmp_path):
+    server = scripted()
+    run = tmp_path / "responses.jsonl"
+    run.write_text(json.dumps(items_for(["P0"])[0]) + "\n")
+    done = _judge_cli([str(run), "--url", server.url, "--model", "m", "--out", "/proc/setpo-judge-summary.json"])
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "cannot write the summary /proc/setpo-judge-summary.json" in done.stderr
+    assert "run again with another --out" in done.stderr
 
 
 # ---------------------------------------------------------------- the real thing: transformers serve + in-process

@@ -6,7 +6,9 @@ cached in FILE's folder (``--cache``), so an interrupted run resumes without ask
 prompt version, per-method scores, per-item verdicts) is written to ``--out``. The API key is read from the
 environment variable named by ``--api-key-env`` (default OPENAI_API_KEY), never from the command line, where
 shell history and the process list would show it. Arguments and FILE are checked before the judge is asked:
-a bad one is one line and exit status 2; a judge that is down or too slow is one line and exit status 1.
+a bad one is one line and exit status 2; a judge that is down or too slow is one line and exit status 1, and so
+is a file that cannot be written. A reply that is not a chat completion (broken or cut-off JSON, an HTML page, a
+wrong shape) is a missing score, counted with its reason.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from setpo.judge.client import JudgeError, check_url
+from setpo.judge.cache import JudgeCache
+from setpo.judge.client import JudgeError, check_api_key, check_url
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, SCALE
 from setpo.judge.run import judge_items, load_items, summarize
 from setpo.repro.records import markdown_table, write_json
@@ -62,6 +65,10 @@ def parse_args(argv=None):
             p.error(str(err))
         if args.timeout <= 0:
             p.error("--timeout must be > 0 seconds")
+        try:
+            check_api_key(os.environ.get(args.api_key_env), f"${args.api_key_env}")
+        except ValueError as err:
+            p.error(str(err))
     elif not (Path(args.local) / "config.json").is_file():
         p.error(f"--local {args.local}: no model there (a folder with config.json)")
     try:
@@ -76,6 +83,10 @@ def parse_args(argv=None):
             p.error(f"{what} {path} is a folder; give a file path")
         if not path.parent.is_dir():
             p.error(f"{what} {path}: folder {path.parent} does not exist")
+    try:
+        JudgeCache(args.cache)  # a damaged or foreign cache is refused before the judge is asked
+    except ValueError as err:
+        p.error(str(err))
     return args
 
 
@@ -103,7 +114,7 @@ def main(argv=None) -> int:
     print(f"judging {len(args.items)} sets with {judge!r}, prompt {PROMPT_VERSION}; cache {args.cache}", flush=True)
     try:
         results = judge_items(args.items, judge, args.cache, max_chars=args.max_chars, progress=not args.no_progress)
-    except JudgeError as err:
+    except (JudgeError, OSError) as err:  # OSError: the cache cannot be written (disk full, permissions)
         print(f"python -m setpo.judge: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -111,10 +122,15 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 130
     summary = summarize(results, judge)
-    write_json(args.out, {"prompt_version": PROMPT_VERSION, "scale": list(SCALE), "judge": judge.describe(),
-                          "file": str(args.file), "max_chars": args.max_chars, "methods": summary,
-                          "items": [{k: r[k] for k in ("method", "score", "missing")} | {"problem": r["problem"][:200]}
-                                    for r in results]})
+    try:
+        write_json(args.out, {"prompt_version": PROMPT_VERSION, "scale": list(SCALE), "judge": judge.describe(),
+                              "file": str(args.file), "max_chars": args.max_chars, "methods": summary,
+                              "items": [{k: r[k] for k in ("method", "score", "missing")}
+                                        | {"problem": r["problem"][:200]} for r in results]})
+    except OSError as err:
+        print(f"python -m setpo.judge: error: cannot write the summary {args.out} ({err.strerror or err}); the "
+              f"verdicts are in {args.cache}: run again with another --out", file=sys.stderr)
+        return 1
     rows = [{"method": m, f"judged diversity ({SCALE[0]}-{SCALE[1]})": s["mean"],
              "95% interval": "-" if s["lo"] is None else f"[{s['lo']:.2f}, {s['hi']:.2f}]",
              "scored": s["scored"], "missing": s["missing"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from setpo.judge.client import JudgeRejected, OpenAIJudge, check_positive
+from setpo.judge.client import JudgeRejected, JudgeUnavailable, OpenAIJudge, check_positive
 
 
 class TransformersJudge:
@@ -55,7 +55,12 @@ class TransformersJudge:
 
         with self._lock:
             if self._model is None:
-                self._tokenizer, self._model = self._load()
+                try:
+                    self._tokenizer, self._model = self._load()
+                except Exception as err:  # noqa: BLE001 - the folder's files are external input: damaged, foreign
+                    first = (str(err).strip().splitlines() or [""])[0][:300]
+                    raise JudgeUnavailable(f"cannot load the judge model at {self.path} ({type(err).__name__}: "
+                                           f"{first})") from None
             tok, model = self._tokenizer, self._model
             inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                              return_dict=True).to(model.device)

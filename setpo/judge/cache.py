@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION
+from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, SCALE
 from setpo.repro.records import read_records
 
 
@@ -27,6 +27,20 @@ def cache_key(judge_name: str, problem: str, responses: Sequence[str], max_chars
     """The sha256 of everything a verdict depends on: judge, prompt version, problem, responses, truncation."""
     blob = json.dumps([judge_name, PROMPT_VERSION, problem, list(responses), max_chars], ensure_ascii=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def verdict_problem(rec) -> str | None:
+    """What makes ``rec`` not a verdict this cache can serve (a record made by hand or by another program), or
+    None: it needs a text "key", a "score" that is None or a whole number on the scale, a "missing" that is None
+    or text."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+        return "no 'key'"
+    score, missing = rec.get("score"), rec.get("missing")
+    if "score" not in rec or not (score is None or type(score) is int and SCALE[0] <= score <= SCALE[1]):
+        return f"'score' must be null or a whole number from {SCALE[0]} to {SCALE[1]}, got {score!r:.40}"
+    if "missing" not in rec or not (missing is None or isinstance(missing, str)):
+        return f"'missing' must be null or text, got {missing!r:.40}"
+    return None
 
 
 class JudgeCache:
@@ -39,11 +53,17 @@ class JudgeCache:
         if self.path is not None:
             if self.path.is_dir():
                 raise ValueError(f"judge cache {self.path} is a folder; give a file path (e.g. judge_cache.jsonl)")
-            self._drop_cut_last_line()
-            for i, rec in enumerate(read_records(self.path)):
-                if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
-                    raise ValueError(f"{self.path} record {i + 1} is not a judge verdict (no 'key'); give another "
-                                     "cache file, or delete this one to judge again")
+            remedy = "give another cache file, or delete this one to judge again"
+            try:
+                self._drop_cut_last_line()
+                records = read_records(self.path)
+            except (OSError, UnicodeDecodeError, RecursionError) as err:
+                raise ValueError(f"judge cache {self.path} cannot be read ({type(err).__name__}: "
+                                 f"{' '.join(str(err).split())[:200]}); {remedy}") from None
+            for i, rec in enumerate(records):
+                problem = verdict_problem(rec)
+                if problem:
+                    raise ValueError(f"{self.path} record {i + 1} is not a judge verdict ({problem}); {remedy}")
                 self._records[rec["key"]] = rec
 
     def _drop_cut_last_line(self) -> None:

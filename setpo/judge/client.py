@@ -10,6 +10,7 @@ model in-process. The ``openai`` client is imported when the first request is ma
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -67,6 +68,17 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
+def check_api_key(key: str | None, where: str = "the API key") -> str | None:
+    """``key`` if an HTTP header can carry it (printable ASCII, no spaces), else a ValueError naming ``where`` it came
+    from (never the key itself). None and "" mean no key."""
+    if key is not None and not isinstance(key, str):
+        raise ValueError(f"{where} must be text, got {type(key).__name__}")
+    if key and not all(33 <= ord(c) < 127 for c in key):
+        raise ValueError(f"{where} holds characters an HTTP header cannot carry (spaces, line breaks, non-ASCII); "
+                         "copy the key again without them")
+    return key
+
+
 def check_positive(name: str, value, kind=float):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
@@ -110,7 +122,8 @@ class OpenAIJudge:
             raise ValueError(f"temperature must be a number in [0, 2], got {temperature!r}")
         self.temperature = float(temperature)
         self.retry_wait = float(retry_wait) if retry_wait == 0 else check_positive("retry_wait", retry_wait)
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        key = check_api_key(api_key) if api_key is not None else \
+            check_api_key(os.environ.get("OPENAI_API_KEY"), "$OPENAI_API_KEY")
         self._api_key = key or NO_KEY
         self._client = None
         self._client_lock = threading.Lock()
@@ -137,8 +150,15 @@ class OpenAIJudge:
             if self._client is None:
                 from openai import OpenAI  # here, not at import: the core loads no client library
 
-                self._client = OpenAI(base_url=self.base_url, api_key=self._api_key, timeout=self.timeout,
-                                      max_retries=0)  # retries are ours: counted, logged, one final message
+                try:
+                    self._client = OpenAI(base_url=self.base_url, api_key=self._api_key, timeout=self.timeout,
+                                          max_retries=0)  # retries are ours: counted, logged, one final message
+                except Exception as err:  # noqa: BLE001 - what fails here is the environment's proxy/TLS settings
+                    detail = self.redact(" ".join(str(err).split()))[:200]
+                    raise JudgeUnavailable(
+                        f"cannot set up the HTTP client for the judge server ({type(err).__name__}: {detail}); check "
+                        "the proxy and TLS variables of the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, "
+                        "NO_PROXY, SSL_CERT_FILE)") from None
             return self._client
 
     def reply(self, messages: list[dict]) -> str | None:
@@ -155,7 +175,11 @@ class OpenAIJudge:
             except openai.APITimeoutError:
                 last = f"no answer within {self.timeout:g} s"
             except openai.APIConnectionError as err:
-                last = f"cannot connect ({self.redact(str(err.__cause__ or err)).splitlines()[0][:200]})"
+                cause = err.__cause__ or err
+                # a server that answered but closed the connection mid-body (it crashed, a proxy cut it) is retried
+                # like one that cannot be reached; the message says which it was
+                what = "answer cut off" if type(cause).__name__ == "RemoteProtocolError" else "cannot connect"
+                last = f"{what} ({(self.redact(str(cause)).splitlines() or [type(cause).__name__])[0][:200]})"
             except openai.APIStatusError as err:
                 status = err.status_code
                 body = err.body if isinstance(err.body, dict) else {}
@@ -175,6 +199,10 @@ class OpenAIJudge:
                     raise JudgeRejected(f"rejected by the judge server (HTTP {status}): {detail}") from None
             except openai.APIError as err:  # a 200 whose body is not a chat completion
                 raise JudgeRejected(f"malformed answer from the judge server: {self.redact(str(err))[:200]}") from None
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # a 200 whose body is not JSON:
+                # broken, cut short with its length, nested without end, an HTML page sent as JSON (json's error,
+                # quoting the body, stays out of records)
+                raise JudgeRejected("malformed answer from the judge server (not JSON)") from None
             else:
                 return self._content(response)
             if attempt + 1 < tries:

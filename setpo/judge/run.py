@@ -67,20 +67,25 @@ def load_items(path: str | Path) -> list[Item]:
     them; any problem with the file is a ValueError that names it."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: no such file (a JSONL or JSON of {{problem, method, responses}} items)")
-    text = path.read_text(encoding="utf-8", errors="replace")
+        what = "is a folder, not a file" if path.is_dir() else "no such file"
+        raise ValueError(f"{path}: {what} (a JSONL or JSON of {{problem, method, responses}} items)")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise ValueError(f"{path} cannot be read ({err.strerror or err})") from None
     if text.lstrip().startswith("["):
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON ({err})") from None
+        except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested deeper than Python's stack
+            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+            raise ValueError(f"{path} is not valid JSON ({reason})") from None
     else:
         data = []
         for i, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
                     data.append(json.loads(line))
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     raise ValueError(f"{path} line {i} is not JSON: give one {{problem, method, responses}} object "
                                      "per line (JSONL), or a JSON list of them") from None
     try:

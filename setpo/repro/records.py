@@ -43,10 +43,10 @@ def time_side_by_side(fns: dict[str, Callable[[], object]], repeats: int) -> dic
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def write_bench_report(name: str, text: str) -> Path:
-    """Print a benchmark's report and write it to runs/bench/<name>.md (runs/ is not committed)."""
+def write_bench_report(name: str, text: str, folder: Path | None = None) -> Path:
+    """Print a benchmark's report and write it to <folder>/<name>.md (default runs/bench/; runs/ is not committed)."""
     print(text)
-    out = ROOT / "runs" / "bench" / f"{name}.md"
+    out = Path(folder if folder is not None else ROOT / "runs" / "bench") / f"{name}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
     return out
