@@ -7,14 +7,29 @@ TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 PY          := $(VENV)/bin/python
 PIP         := $(PY) -m pip --disable-pip-version-check
+# The TRL adapter is tested at both ends of the range the pyproject admits (README, "Tested versions"): the whole
+# suite at the newest set that resolves (.venv), and the adapter's tests at the lowest TRL and transformers
+# (tests/trl-oldest.txt) in a second venv that holds only the `lm` extra. The adapter's tests: those that run
+# setpo/trl (the trainers that override TRL's private methods, the resumable Trainer stage, the tiny models).
+OLDEST_VENV   ?= .venv-trl-oldest
+OLDEST_PY     := $(OLDEST_VENV)/bin/python
+OLDEST_PIP    := $(OLDEST_PY) -m pip --disable-pip-version-check
+ADAPTER_TESTS := tests/test_trl.py tests/test_trl_baselines.py tests/test_resume.py tests/test_resume_missing.py \
+                 tests/test_countdown_lm.py tests/test_math_data.py \
+                 tests/test_setgrpo.py::test_trl_trainer_two_reward_functions_as_graders
 
-.PHONY: demo test bench lab figures countdown clean
+.PHONY: demo test test-trl-oldest bench lab figures countdown clean
 
 demo: $(VENV)/.deps-notebooks
 	$(PY) -m setpo.cli demo
 
-test: $(VENV)/.deps-test
+test: $(VENV)/.deps-test $(OLDEST_VENV)/.deps
 	$(PY) -m pytest -q
+	$(OLDEST_PY) -m pytest -q $(ADAPTER_TESTS)
+
+# The adapter's tests alone, at the lowest admitted TRL and transformers (part of `make test`).
+test-trl-oldest: $(OLDEST_VENV)/.deps
+	$(OLDEST_PY) -m pytest -q $(ADAPTER_TESTS)
 
 # The benchmarks include verl's trainer on the CPU (verl_cpu_step, verl_ray_nodes): the test install carries verl.
 bench: $(VENV)/.deps-test
@@ -55,5 +70,15 @@ $(VENV)/.deps-%: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q -e ".[$*]"
 	@touch $@
 
+# The second venv: torch as above, then the `lm` extra (editable, so it tests this checkout) under the pins of
+# tests/trl-oldest.txt; everything else resolves as in .venv. plotly: test_math_data draws its figures too.
+$(OLDEST_VENV)/.deps: pyproject.toml tests/trl-oldest.txt
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "setpo needs Python 3.10 or newer, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_PIP) install -q --upgrade pip
+	$(OLDEST_PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(OLDEST_PIP) install -q -c tests/trl-oldest.txt -e ".[lm]" plotly "pytest>=8"
+	@touch $@
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .hypothesis

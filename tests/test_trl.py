@@ -148,6 +148,30 @@ def test_unscorable_rows_keep_zero_advantage(tiny, tmp_path):
     odd = torch.tensor([len(t) % 2 == 1 for t in texts])
     assert odd.any() and (~odd).any()
     assert torch.all(out["advantages"][odd] == 0)
+    # and they leave their group's baseline: the scored rows get (r - mean) / (std + 1e-4) over the scored rows
+    # of their group alone (TRL's rule since 1.6, the floor in pyproject.toml; older TRL counted them as reward 0)
+    r = torch.tensor([float("nan") if v is None else v for v in odd_none_reward(texts)]).view(-1, G)
+    count = (~r.isnan()).sum(1, keepdim=True)
+    mean = r.nanmean(1, keepdim=True)
+    std = ((r - mean) ** 2).nansum(1, keepdim=True).div(count - 1).sqrt()   # NaN for a lone scored row
+    base = ((r - mean) / (std + 1e-4)).nan_to_num(0.0).flatten()
+    assert base.abs().sum() > 0
+    s = tr.last_setpo_batch["s"]
+    torch.testing.assert_close(out["advantages"], base + s, rtol=0, atol=1e-5)
+
+
+def test_the_oldest_tested_set_is_the_admitted_floor():
+    """make test runs the adapter's tests at tests/trl-oldest.txt's pins: they must be pyproject's floors."""
+    import re
+    from pathlib import Path
+
+    from packaging.version import Version
+
+    root = Path(__file__).resolve().parents[1]
+    pins = dict(re.findall(r"^([a-z-]+)==(\S+)$", (root / "tests" / "trl-oldest.txt").read_text(), re.M))
+    floors = dict(re.findall(r'^\s*"(trl|transformers)>=([^,"]+)[,"]', (root / "pyproject.toml").read_text(), re.M))
+    assert set(pins) == set(floors) == {"trl", "transformers"}
+    assert all(Version(pins[name]) == Version(floors[name]) for name in pins), (pins, floors)
 
 
 def test_presets_come_from_the_table(tmp_path):
