@@ -67,8 +67,8 @@ GSM8K_DIR = Path(__file__).resolve().parent.parent / "data" / "gsm8k"
 
 HOW_TO_GET_DATA = (
     "Data is read from local files only. Pass a .parquet, .jsonl or .json file with question/answer columns, "
-    "e.g. the repository's data/gsm8k/train.parquet and test.parquet, GSM8K from `huggingface-cli download --repo-type dataset openai/gsm8k --local-dir data/gsm8k` "
-    "(then TRAIN_FILE=data/gsm8k/main/train-00000-of-00001.parquet), MATH500 from HuggingFaceH4/MATH-500, or "
+    "e.g. the repository's GSM8K (data/gsm8k/train.parquet, data/gsm8k/test.parquet), MATH500 from "
+    "`huggingface-cli download --repo-type dataset HuggingFaceH4/MATH-500 --local-dir <dir>`, or "
     "generate a smoke set with `python -m envs.math smoke data/smoke`."
 )
 
@@ -358,7 +358,8 @@ if __name__ == "__main__":
 
 
 __all__ = [
-    "GSM8K_DIR", "QWEN_MATH_SYSTEM_PROMPT", "MathProblem", "gsm8k_file", "extract_boxed", "final_answer", "is_verl_parquet", "normalize_answer",
+    "GSM8K_DIR", "QWEN_MATH_SYSTEM_PROMPT", "MathProblem", "gsm8k_file", "extract_boxed", "final_answer",
+    "is_verl_parquet", "normalize_answer",
     "load_math_problems", "math_reward", "qwen_math_messages", "qwen_math_prompt",
     "smoke_problems", "to_trl_records", "to_verl_rows", "verl_compute_score", "write_smoke_files",
     "write_verl_parquet",

@@ -48,7 +48,8 @@ def files(*patterns: str) -> list[Path]:
 COMMAND_LINES = files("setpo/cli.py", "setpo/judge/__main__.py")
 JUDGE_ADAPTERS = files("setpo/judge/client.py", "setpo/judge/backends.py")
 # setpo.models turns a packaged model file into a transformers model folder: an adapter over transformers.
-ENGINE_ADAPTERS = files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py", "setpo/models/*.py") + JUDGE_ADAPTERS
+ENGINE_ADAPTERS = (files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py", "setpo/models/*.py")
+                   + JUDGE_ADAPTERS)
 CORE = [p for p in files("setpo/*.py", "setpo/setgrpo/*.py", "setpo/judge/*.py")
         if p not in ENGINE_ADAPTERS and p not in COMMAND_LINES]
 STUDIES = files("setpo/studies/*.py")

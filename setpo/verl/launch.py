@@ -478,7 +478,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if not Path(args.model_path).expanduser().is_dir():
         raise FileNotFoundError(f"no model directory at {args.model_path!r}; set MODEL_PATH to a local copy, e.g. "
-                                "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`")
+                                "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`, or on a CPU "
+                                "`python -m setpo.models prepare smollm2-135m-instruct <dir>`")
     from setpo.embed import is_named_embedder
 
     emb = args.embedding_model
