@@ -45,6 +45,8 @@ from pathlib import Path
 #: the record ``prepare_model`` writes in the folder: where the weights came from; its presence marks a
 #: finished folder (written last), so a rerun reuses it.
 RECORD_FILE = "setpo_model.json"
+#: what a folder's record must say to be reused: raised whenever ``prepare_model`` writes the folder differently
+FOLDER_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,8 @@ def is_prepared(out_dir: str | Path, name: str = DEFAULT_MODEL) -> bool:
     except (OSError, ValueError):
         return False
     model = packaged_model(name)
-    return data.get("name") == name and data.get("sha256") == model.sha256 and (Path(out_dir) / "config.json").is_file()
+    return (data.get("name") == name and data.get("sha256") == model.sha256
+            and data.get("folder_format") == FOLDER_FORMAT and (Path(out_dir) / "config.json").is_file())
 
 
 def prepare_model(out_dir: str | Path, name: str = DEFAULT_MODEL, *, force: bool = False, log=print) -> Path:
@@ -185,7 +188,7 @@ def prepare_model(out_dir: str | Path, name: str = DEFAULT_MODEL, *, force: bool
     if not force and is_prepared(out, name):
         log(f"{out}: already prepared ({name})")
         return out
-    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
+    if out.is_dir() and any(out.iterdir()) and not (out / RECORD_FILE).is_file():
         raise ValueError(f"{out} is not empty and is not a model folder; give an empty or new folder")
     t0 = time.perf_counter()
     path = verified_model_file(name)
@@ -208,8 +211,8 @@ def prepare_model(out_dir: str | Path, name: str = DEFAULT_MODEL, *, force: bool
     tokenizer.save_pretrained(str(out))
     import transformers
 
-    record = {**asdict(model_spec), "source_file": str(path), "parameters": sum(p.numel() for p in model.parameters()),
-              "dtype": "float32", "eos_token": tokenizer.eos_token, "pad_token": tokenizer.pad_token,
+    record = {**asdict(model_spec), "folder_format": FOLDER_FORMAT, "source_file": str(path),
+              "parameters": sum(p.numel() for p in model.parameters()), "dtype": "float32", "eos_token": tokenizer.eos_token, "pad_token": tokenizer.pad_token,
               "transformers": transformers.__version__, "load_seconds": round(loaded, 1),
               "total_seconds": round(time.perf_counter() - t0, 1)}
     (out / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n")
