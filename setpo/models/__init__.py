@@ -212,7 +212,8 @@ def prepare_model(out_dir: str | Path, name: str = DEFAULT_MODEL, *, force: bool
     import transformers
 
     record = {**asdict(model_spec), "folder_format": FOLDER_FORMAT, "source_file": str(path),
-              "parameters": sum(p.numel() for p in model.parameters()), "dtype": "float32", "eos_token": tokenizer.eos_token, "pad_token": tokenizer.pad_token,
+              "parameters": sum(p.numel() for p in model.parameters()), "dtype": "float32",
+              "eos_token": tokenizer.eos_token, "pad_token": tokenizer.pad_token,
               "transformers": transformers.__version__, "load_seconds": round(loaded, 1),
               "total_seconds": round(time.perf_counter() - t0, 1)}
     (out / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n")
