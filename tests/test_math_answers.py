@@ -66,3 +66,19 @@ def test_a_long_response_without_an_answer_is_scored_quickly():
     t0 = time.perf_counter()
     assert math_reward(text, "7") == 0.0
     assert time.perf_counter() - t0 < 2.0
+
+
+def test_the_committed_table_of_real_responses_is_what_the_checker_says_now():
+    """results/math/real_responses.md is the checker's verdict on kept real responses: a change to the checker
+    must come with the table made again (``python -m setpo.studies.math_responses``, which rescores the kept
+    responses without sampling)."""
+    import json
+    from pathlib import Path
+
+    from setpo.studies.math_responses import score_table
+
+    folder = Path(__file__).resolve().parent.parent / "results" / "math"
+    kept = json.loads((folder / "real_responses.json").read_text())
+    rows, table = score_table(kept["responses"], kept["settings"]["n"])
+    assert len(rows) == 20 and table in (folder / "real_responses.md").read_text()
+    assert sum(r["extracted"] != "—" for r in rows) >= 8  # stated answers are read (none were before issue 31)
