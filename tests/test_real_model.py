@@ -118,7 +118,7 @@ def test_verl_trains_setpo_on_gsm8k_with_the_real_model_on_the_cpu(model_dir, tm
     cmd = [sys.executable, "-m", "setpo.verl", "train", "--device", "cpu", "--model-path", str(model_dir),
            "--train-file", str(ROOT / "data/gsm8k/train.parquet"), "--val-file", str(ROOT / "data/gsm8k/test.parquet"),
            "--embedding-model", "hash", "--rollout-n", "4", "--train-batch-size", "2", "--max-prompt-length", "256",
-           "--max-response-length", "48", "--micro-batch-per-gpu", "4", "--val-n", "1", "--test-freq", "-1",
+           "--max-response-length", "48", "--micro-batch-per-gpu", "2", "--val-n", "1", "--test-freq", "-1",
            "--save-freq", "-1", "--total-steps", "2", "--output-dir", str(out), "--experiment-name", "real",
            "--logger", "console,file", "trainer.val_before_train=false", "data.train_max_samples=8",
            "data.val_max_samples=2", f"+ray_kwargs.ray_init.runtime_env.env_vars.SETPO_VERL_AUDIT={audit}"]
@@ -191,6 +191,11 @@ def test_run_setpo_sh_cpu_switch_uses_the_repositorys_gsm8k_as_is(tmp_path):
     train = str((ROOT / "data/gsm8k/train.parquet").resolve())
     assert {"trainer.device=cpu", "actor_rollout_ref.rollout.name=hf", "trainer.n_gpus_per_node=2",
             "actor_rollout_ref.rollout.n=4", "data.train_batch_size=2", "data.max_response_length=48",
-            "trainer.total_training_steps=2", f"data.train_files=['{train}']",
+            "trainer.total_training_steps=2", f"data.train_files=[{train}]",
             "reward.custom_reward_function.path='pkg://envs.math'"} <= lines, sorted(lines)
     assert not (ROOT / "data/gsm8k/setpo_verl").exists()  # nothing converted beside the shipped files
+    # 2 prompts x 4 rollouts over 2 workers = 4 responses each: micro batches of 4 (log-prob passes of 8) do not
+    # split them; said in one line before verl starts, not as an assertion inside a Ray worker
+    res = subprocess.run(["bash", "scripts/run_setpo.sh"], env={**env, "MICRO_BATCH_PER_GPU": "4"}, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "must give each a multiple of 8" in res.stderr, res.stderr[-2000:]

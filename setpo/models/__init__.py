@@ -46,7 +46,7 @@ from pathlib import Path
 #: finished folder (written last), so a rerun reuses it.
 RECORD_FILE = "setpo_model.json"
 #: what a folder's record must say to be reused: raised whenever ``prepare_model`` writes the folder differently
-FOLDER_FORMAT = 2
+FOLDER_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,12 @@ def fix_tokenizer(tokenizer, eos_token_id: int, max_length: int):
     tokenizer.pad_token = eos
     tokenizer.padding_side = "left"
     tokenizer.model_max_length = int(max_length)
+    # the GGUF's tokenizer asks for WordPiece-style clean-up, which would strip spaces before punctuation in a BPE
+    # vocabulary (transformers ignores it, with a warning in every process that decodes)
+    tokenizer.clean_up_tokenization_spaces = False
     # save_pretrained writes init_kwargs: without this the saved folder would load right-padded again
-    tokenizer.init_kwargs.update(padding_side="left", model_max_length=int(max_length))
+    tokenizer.init_kwargs.update(padding_side="left", model_max_length=int(max_length),
+                                 clean_up_tokenization_spaces=False)
     return tokenizer
 
 
