@@ -33,11 +33,12 @@
 #   ROLLOUT_N [6] TRAIN_BATCH_SIZE [64] MAX_PROMPT_LENGTH [512] MAX_RESPONSE_LENGTH [756] TOTAL_STEPS [all epochs]
 #                                 G, prompts per step, lengths, and a step limit (a CPU run shrinks these)
 #
-# On a laptop, with the packaged SmolLM2-135M-Instruct and the repository's GSM8K (README, "A real model"):
+# On a laptop, with the packaged SmolLM2-135M-Instruct (setpo.models) and the repository's GSM8K (data/gsm8k):
 #   python -m setpo.models prepare smollm2-135m-instruct .cache/models/smollm2-135m-instruct
 #   DEVICE=cpu MODEL_PATH=.cache/models/smollm2-135m-instruct EMBEDDING_MODEL_PATH=default \
 #   TRAIN_FILE=data/gsm8k/train.parquet VAL_FILE=data/gsm8k/test.parquet ROLLOUT_N=4 TRAIN_BATCH_SIZE=2 \
-#   MAX_PROMPT_LENGTH=256 MAX_RESPONSE_LENGTH=48 TOTAL_STEPS=2 VAL_N=1 PYTHON_BIN=$(which python) \
+#   MAX_PROMPT_LENGTH=256 MAX_RESPONSE_LENGTH=48 MICRO_BATCH_PER_GPU=2 TOTAL_STEPS=2 VAL_N=1 \
+#   PYTHON_BIN=$(which python) \
 #   bash scripts/run_setpo.sh trainer.val_before_train=false data.train_max_samples=8
 set -euo pipefail
 

@@ -182,7 +182,8 @@ def test_run_setpo_sh_cpu_switch_uses_the_repositorys_gsm8k_as_is(tmp_path):
     (tmp_path / "model").mkdir()
     env = {**os.environ, "DEVICE": "cpu", "MODEL_PATH": str(tmp_path / "model"), "EMBEDDING_MODEL_PATH": "hash",
            "TRAIN_FILE": "data/gsm8k/train.parquet", "VAL_FILE": "data/gsm8k/test.parquet", "ROLLOUT_N": "4",
-           "TRAIN_BATCH_SIZE": "2", "MAX_RESPONSE_LENGTH": "48", "TOTAL_STEPS": "2", "PYTHON_BIN": sys.executable,
+           "TRAIN_BATCH_SIZE": "2", "MAX_RESPONSE_LENGTH": "48", "TOTAL_STEPS": "2", "MICRO_BATCH_PER_GPU": "2",
+           "PYTHON_BIN": sys.executable,
            "DRY_RUN": "1", "OUTPUT_DIR": str(tmp_path / "runs")}
     res = subprocess.run(["bash", "scripts/run_setpo.sh"], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
