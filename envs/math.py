@@ -67,7 +67,8 @@ GSM8K_DIR = Path(__file__).resolve().parent.parent / "data" / "gsm8k"
 
 HOW_TO_GET_DATA = (
     "Data is read from local files only. Pass a .parquet, .jsonl or .json file with question/answer columns, "
-    "e.g. the repository's GSM8K (data/gsm8k/train.parquet, data/gsm8k/test.parquet), MATH500 from "
+    "e.g. the repository's GSM8K (TRAIN_FILE=data/gsm8k/train.parquet, VAL_FILE=data/gsm8k/test.parquet), MATH500 "
+    "from "
     "`huggingface-cli download --repo-type dataset HuggingFaceH4/MATH-500 --local-dir <dir>`, or "
     "generate a smoke set with `python -m envs.math smoke data/smoke`."
 )
