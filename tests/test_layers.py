@@ -68,7 +68,7 @@ COMMAND_LINES = files("setpo/cli.py", "setpo/judge/__main__.py")
 NOT_CORE_AT_TOP = {"setpo/cli.py": "command line", "setpo/verl_plugin.py": "verl's entry point (adapter)",
                    "setpo/embed.py": "loads sentence-transformers models from folders (adapter)"}
 ENGINE_ADAPTERS = [p for p in files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py", "setpo/embed.py",
-                                    "setpo/judge/*.py") if p not in COMMAND_LINES]
+                                    "setpo/judge/*.py", "setpo/models/*.py") if p not in COMMAND_LINES]
 CORE = [p for p in files("setpo/*.py", "setpo/setgrpo/*.py") if _rel(p) not in NOT_CORE_AT_TOP]
 MACHINERY = files("setpo/repro/*.py")
 STUDIES = files("setpo/studies/*.py")

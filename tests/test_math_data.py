@@ -122,7 +122,8 @@ def test_template_matches_a_qwen2_chat_template_rendering():
     ("\\boxed{\\dfrac12}", "0.5", 1.0),
     ("$2\\sqrt{13}$", "2\\sqrt{13}", 1.0),
     ("first \\boxed{3} then, correcting myself, \\boxed{4}", "4", 1.0),
-    ("The answer is 7", "7", 0.0),        # not boxed and not LaTeX: the template asks for \boxed{}
+    ("The answer is 7", "7", 1.0),        # a stated answer counts without a box (envs.math_answers: real responses)
+    ("7 apples in all", "7", 0.0),        # no box, no stated answer: not "the last number in the text"
     ("\\boxed{__import__('os')}", "7", 0.0),  # nonsense is a wrong answer, never executed
     ("", "7", 0.0),
 ])

