@@ -134,7 +134,7 @@ show(fig, png)
 # %%
 table = rr.invariance_markdown(invariance_table())
 show_table(table)
-save_table(table, out / "05_setgrpo_invariance", record)
+_ = save_table(table, out / "05_setgrpo_invariance", record)
 
 # %% [markdown]
 # ## On a language model
