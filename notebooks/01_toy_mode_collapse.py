@@ -5,8 +5,10 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -17,7 +19,8 @@
 # Reinforcement learning with verifiable rewards tends to make a policy *more accurate and less diverse*:
 # among several equally correct ways to answer, plain GRPO piles probability onto one. This notebook shows
 # that on the multi-modal bandit of the SetPO paper (Figure 1), then shows SetPO keeping several correct modes
-# alive. The whole notebook runs in under two minutes on two laptop cores (100 s under `make figures`).
+# alive. The whole notebook runs in about two minutes on two laptop cores (98 s and 122 s, measured under
+# `make figures` on a shared two-core machine).
 #
 # **The world** (`envs.bandit`): 12 semantic modes, of which the first 4 are rewarded (reward 1, others 0).
 # A rollout is a trajectory of 3 tokens; a fixed table maps each of the 216 token sequences to a mode, so every
