@@ -61,9 +61,12 @@ countdown: $(VENV)/.deps-lab
 
 # What the notebooks need (extra `lab`: figures + TRL and the embedders), not verl or Ray, on the pinned
 # floating-point path (notebook 03 resumes the Countdown study). Containers often run as root, where Jupyter
-# refuses to start without --allow-root.
+# refuses to start without --allow-root. scripts/lab_settings/overrides.json turns autosave off by default (a
+# user's own setting still wins), so running a notebook leaves the committed copy as it is until you save it:
+# the committed notebooks and figures change through `make figures`.
 lab: $(VENV)/.deps-lab
-	$(PY) -m setpo.repro.arithmetic $(PY) -m jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(PY) -m setpo.repro.arithmetic $(PY) -m jupyter lab notebooks/ --LabApp.app_settings_dir=$(CURDIR)/scripts/lab_settings \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 $(PY):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "setpo needs Python 3.10 or newer, found " + sys.version.split()[0]'

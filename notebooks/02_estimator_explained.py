@@ -5,8 +5,10 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -44,21 +46,26 @@ out = Path(OUT_DIR)
 # %% [markdown]
 # ## A crowded cluster and a loner
 # Four rollouts within 20° of each other and one at 80°. The loner adds the most diversity and gets the
-# largest marginal; the cluster members share the blame for being redundant. (Angles beyond 90° are
-# orthogonal or opposite: the kernel clamps negative cosines to 0, "unrelated".)
+# only positive marginal; the cluster members share the blame for being redundant, with negative ones.
+# (Angles beyond 90° are orthogonal or opposite: the kernel clamps negative cosines to 0, "unrelated".) The colour scale is fixed at ± the largest |s_i| any point reaches while o_4 moves below, so a
+# colour means the same marginal in every picture.
 
 # %%
 points = [0, 5, 10, 20, 80]
-fig = explain.marginals_on_circle_figure(points)
+angles = np.linspace(0, 180, 13 if SMOKE else 37)  # where o_4 goes below, every 5°: the curve and the slider
+limit = explain.colour_range(points[:4], angles)
+fig = explain.marginals_on_circle_figure(points, colour_limit=limit)
 show(fig, save_figure(fig, out / "fig2_marginals_on_circle", {**record, "points_degrees": points})[1])
 
 # %% [markdown]
 # ## Move a point
-# As $o_4$ approaches the cluster its marginal falls (the paper's $\partial s_i/\partial k_{it} < 0$). In
-# JupyterLab the slider below the curve moves the point live (it needs a running kernel and ipywidgets).
+# As $o_4$ approaches the cluster from outside, its marginal falls (the paper's
+# $\partial s_i/\partial k_{it} < 0$): it is largest, and flat, from 110° on, where the kernel calls it
+# unrelated to every member, and falls to about 0 as $o_4$ reaches the cluster. Inside the cluster (0–20°) it
+# stays near 0: a step towards one member is a step away from another. In JupyterLab the slider below the
+# curve moves the point live over the same angles (it needs a running kernel and ipywidgets).
 
 # %%
-angles = np.linspace(0, 120, 9 if SMOKE else 61)
 sweep = explain.marginal_vs_angle_figure(points[:4], angles)
 show(sweep, save_figure(sweep, out / "fig2_marginal_vs_angle", {**record, "cluster_degrees": points[:4]})[1])
 
@@ -67,8 +74,9 @@ try:
 except ImportError:
     widgets = None
 if widgets is not None and not static_mode():  # a live slider; a headless run has nobody to move it
-    widgets.interact(lambda angle: explain.marginals_on_circle_figure(points[:4] + [angle]).show(),
-                     angle=widgets.IntSlider(value=80, min=0, max=180, step=5))
+    step = round(float(angles[1] - angles[0]))
+    widgets.interact(lambda angle: show(explain.marginals_on_circle_figure(points[:4] + [angle], colour_limit=limit)),
+                     angle=widgets.IntSlider(value=80, min=round(angles[0]), max=round(angles[-1]), step=step))
 
 # %% [markdown]
 # ## Closed form versus the definition
@@ -81,8 +89,10 @@ show_table(explain.closed_form_table((3, 8, 16) if SMOKE else (3, 8, 16, 64)))
 
 # %% [markdown]
 # ## A duplicated rollout
-# Two identical responses split the credit for their region and each gets less than a distinct response
-# would; the set's diversity barely changes when one of them is dropped.
+# $o_0$ and $o_1$ are the same response. Each gets a negative marginal, −0.0214 in the table below: dropping
+# either copy would raise the set's diversity. That is less than the distinct rollouts at 90° and 135° get,
+# but the marginal is no duplicate detector: $o_2$ at 45° is similar to three of the other four (the pair and
+# $o_3$, cosine 0.71 each) and, more crowded still, gets the lowest marginal, −0.0707.
 
 # %%
 dup = [0, 0, 45, 90, 135]
@@ -91,11 +101,18 @@ show_table(explain.marginals_table(dup))
 # %% [markdown]
 # ## The effect of λ
 # SetPO adds $\lambda s_i$ to the base advantage, unscaled. With rewards (1, 1, 0, 1, 0) on the set above,
-# GRPO gives the two correct duplicates the same advantage as the distinct correct rollout; as λ grows, the
-# distinct one pulls ahead, and at large λ diversity can outweigh correctness, which is why λ stays small.
+# GRPO gives the two correct duplicates the same advantage as the distinct correct rollout $o_3$; as λ grows,
+# the duplicates fall and $o_3$ stays on top. The wrong, distinct $o_4$ rises, and at a large enough λ
+# diversity outweighs correctness: the line under the figure says where (`explain.lambda_crossings` solves
+# $\bar A_i + \lambda s_i$ for the crossings). The paper's λ (0.05 to 0.5) is far to the left of both.
 # (o_0 and o_1 are the same rollout, so their lines coincide: o_0 is the wide line, o_1 the dashes on it.)
 
 # %%
-lams = np.linspace(0, 2, 5 if SMOKE else 41)
-lam_fig = explain.advantage_vs_lambda_figure([1.0, 1.0, 0.0, 1.0, 0.0], dup, lams)
+rewards = [1.0, 1.0, 0.0, 1.0, 0.0]
+crossings = explain.lambda_crossings(rewards, dup)
+lams = np.linspace(0, 20, 5 if SMOKE else 41)
+lam_fig = explain.advantage_vs_lambda_figure(rewards, dup, lams)
 show(lam_fig, save_figure(lam_fig, out / "fig2_advantage_vs_lambda", {**record, "points_degrees": dup})[1])
+pos, over = crossings["positive"], crossings["overtakes"]
+print(f"o_{pos['rollout']} (wrong) gets a positive advantage from λ = {pos['lam']:.2f} on, and overtakes the "
+      f"correct {' and '.join(f'o_{j}' for j in over['overtaken'])} at λ = {over['lam']:.2f}.")

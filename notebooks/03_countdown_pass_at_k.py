@@ -8,7 +8,7 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -87,8 +87,12 @@ t0 = time.time()
 summary = None if SMOKE else cr.finished_summary(cfg.out)
 if summary is None:
     summary = run_study(cfg, log=print)
-study_seconds = time.time() - t0
-print(f"study: {study_seconds / 60:.1f} min in this session")
+    study_seconds = time.time() - t0
+    print(f"study: {study_seconds / 60:.1f} min of training and evaluation in this session")
+else:
+    study_seconds = time.time() - t0
+    print(f"study: drawn from the finished record in {RUN_DIR} (nothing trained or evaluated in this session; "
+          "the time each stage took is in the table below)")
 record = cr.figure_record(summary, cr.study_command(str(cfg.out), SMOKE, cfg.headline_seeds), folder=cfg.out,
                           study_seconds_this_session=round(study_seconds))
 
@@ -140,7 +144,8 @@ show(fig, png)
 # those samples for one problem, embedded with the chosen run's embedder and projected to 2-D once for all
 # runs and steps, so panels share coordinates: GRPO against the SetPO+GRPO chosen on validation, first seed.
 # Colour is the training step, marker size the number of identical samples, filled markers are correct and open
-# ones wrong; hover shows the expression. A collapsing policy ends as a few large dots.
+# ones wrong (in a live run and in the HTML twin, hovering a point shows its expression). A collapsing policy
+# ends as a few large dots.
 
 # %%
 base, chosen = cr.trajectory_runs(summary)
@@ -162,8 +167,9 @@ show(fig, png)
 # - **Width and average modes are the robust part**: +25.7 problems [+22.5, +28.8] with at least two distinct
 #   correct solutions, +0.19 [+0.15, +0.22] distinct correct solutions per solved problem; width's interval is
 #   above 0 in every cell of the grid.
-# - **Over the grid** the mean pass@64 is above GRPO's in all 7 other cells, with the interval above 0 in 4 (it
-#   spans 0 in the three G = 3 cells, 3 seeds each); pass@1 is lower in every cell, by 1.0–4.3 points.
+# - **Over the grid** the mean pass@64 is above GRPO's in all 7 other cells, with the interval above 0 in 4: it
+#   spans 0 in three of the four G = 3 cells (3 seeds each; the fourth, β = 0.001 at T = 0.5, is above 0);
+#   pass@1 is lower in every cell, by 1.0–4.3 points.
 # - **The perfect kernel is no ceiling**: the verifier's kernel gains +4.9 [+0.2, +9.5] pass@64 over GRPO, no
 #   more than the hashed n-grams (chosen − ceiling +2.1 [−2.3, +6.5]), and neither gets back to the warm start
 #   (0.588 against 0.772): the embedder is not what limits SetPO here.

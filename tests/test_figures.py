@@ -6,21 +6,25 @@ import struct
 
 import numpy as np
 import pandas as pd
+import torch
 import plotly.graph_objects as go
 import pytest
 from plotly.subplots import make_subplots
 
 from setpo.studies import explain
+import setpo
 from setpo.studies.figures import (
+    SCREEN_TITLE_CHARS,
     line_grid,
     plotly_to_png,
     project_2d,
     run_record,
     save_figure,
     save_table,
+    screen_figure,
     trajectory_figure,
 )
-from setpo.studies.notebook_runs import clean_outputs
+from setpo.studies.notebook_runs import clean_outputs, widget_text
 
 
 def png_size(path):
@@ -179,3 +183,85 @@ def test_committed_notebook_outputs_are_small():
         {"output_type": "stream", "name": "stdout", "text": "written"}]}
     kept = clean_outputs(cell)
     assert [o.get("name") or list(o["data"]) for o in kept] == [["text/html"], ["image/png", "text/plain"], "stdout"]
+
+
+def _tqdm_widgets(value, total):
+    """The widget state nbclient keeps of a tqdm bar in a notebook (a box of text, a progress bar and text)."""
+    def model(name, **state):
+        return {"model_name": name, "state": state}
+
+    return {"box": model("HBoxModel", children=["IPY_MODEL_left", "IPY_MODEL_bar", "IPY_MODEL_right"]),
+            "left": model("HTMLModel", value="toy\u2007runs:\u2007100%"),
+            "bar": model("FloatProgressModel", value=float(value), min=0.0, max=float(total)),
+            "right": model("HTMLModel", value=f"\u2007{value}/{total}\u2007[00:35&lt;00:00,\u200757.1step/s]")}
+
+
+def test_a_progress_bar_is_saved_in_its_final_state():
+    """The committed 01 showed `toy runs: 0%| | 0/2000`: a widget's saved fallback text is the bar as first drawn.
+    The saved output is the bar's last state, read from the run's widget state; other widgets are left out."""
+    fallback = "toy runs:   0%|          | 0/2000 [00:00<?, ?step/s]"
+    cell = {"outputs": [
+        {"output_type": "display_data", "data": {"application/vnd.jupyter.widget-view+json": {"model_id": "box"},
+                                                  "text/plain": fallback}},
+        {"output_type": "display_data", "data": {"application/vnd.jupyter.widget-view+json": {"model_id": "slider"},
+                                                  "text/plain": "IntSlider(value=80)"}}]}
+    widgets = {**_tqdm_widgets(2000, 2000), "slider": {"model_name": "IntSliderModel", "state": {"value": 80}}}
+    kept = clean_outputs(cell, widgets)
+    assert kept == [{"output_type": "stream", "name": "stdout",
+                     "text": "toy runs: 100%|██████████| 2000/2000 [00:35<00:00, 57.1step/s]\n"}]
+    assert "|███       |" in widget_text("box", _tqdm_widgets(600, 2000))  # 30%: 3 of 10 cells
+    assert clean_outputs(cell) == []  # no widget state kept: nothing rather than the 0% fallback
+
+
+def test_a_browser_gets_the_figure_at_the_width_it_has(tmp_path):
+    """05's training figure was 1260 px wide in a 968 px output area, its legend in the hidden strip; 01's title
+    was cut off. In a browser (live notebook, HTML twin) a figure fills its container and its title is wrapped;
+    the spec, and so the PNG twin, keeps its fixed size."""
+    title = "GRPO vs SetGRPO on two noisy graders: means over 5 seed(s), bands ± one standard error " * 2
+    fig = line_grid([{"title": t, "lines": [{"x": [0, 1], "y": [0, 1], "name": "GRPO"}]} for t in "abcd"], cols=4,
+                    title=title)
+    shown = screen_figure(fig)
+    assert fig.layout.width > 1000 and shown.layout.width is None and shown.layout.autosize
+    lines = shown.layout.title.text.split("<br>")
+    assert len(lines) >= 2 and all(len(line) <= SCREEN_TITLE_CHARS for line in lines)
+    assert " ".join(lines).split() == title.split()  # every word kept, in order
+    assert shown.layout.margin.t >= 24 * len(lines) and shown.layout.height > fig.layout.height
+    _, png = save_figure(fig, tmp_path / "wide")
+    assert png_size(png)[0] == fig.layout.width  # the PNG twin keeps the spec's size
+
+
+def test_the_html_twin_has_no_fixed_width(tmp_path):
+    fig = line_grid([{"title": "", "lines": [{"x": [0, 1], "y": [0, 1], "name": "a"}]}], cols=1,
+                    panel_px=(1200, 300))
+    html, _ = save_figure(fig, tmp_path / "fit")
+    text = html.read_text()
+    div = text[text.index('class="plotly-graph-div"'):].split(">")[0]
+    assert "width:100%" in div and '"responsive": true' in text
+    assert '"autosize":true' in text.replace(" ", "")
+
+
+def test_the_lambda_crossings_are_where_the_advantages_cross():
+    rewards, degrees = [1.0, 1.0, 0.0, 1.0, 0.0], [0, 0, 45, 90, 135]
+    got = explain.lambda_crossings(rewards, degrees)
+    emb = explain.on_circle(degrees)
+
+    def adv(lam):
+        return setpo.setpo_advantages(torch.tensor(rewards, dtype=torch.float64), emb, lam=lam)
+
+    pos, over = got["positive"], got["overtakes"]
+    assert pos["rollout"] == 4 and abs(float(adv(pos["lam"])[4])) < 1e-9
+    assert float(adv(pos["lam"] - 0.1)[4]) < 0 < float(adv(pos["lam"] + 0.1)[4])
+    assert over["rollout"] == 4 and over["overtaken"] == [0, 1] and over["lam"] > pos["lam"]
+    a = adv(over["lam"])
+    assert abs(float(a[4] - a[0])) < 1e-9 and float(adv(over["lam"] - 0.1)[4]) < float(adv(over["lam"] - 0.1)[0])
+    assert explain.lambda_crossings([1.0, 0.0, 1.0], [0, 0, 90])["positive"] is None  # the wrong one is crowded
+
+
+def test_the_slider_figure_keeps_one_symmetric_colour_scale():
+    """02's slider plot rescaled its colours with every move (±0.15 at 80°, ±0.003 at 15°)."""
+    angles = np.linspace(0, 180, 61)
+    limit = explain.colour_range([0, 5, 10, 20], angles)
+    for angle in (15, 80):
+        marker = explain.marginals_on_circle_figure([0, 5, 10, 20, angle], colour_limit=limit).data[-1].marker
+        assert (marker.cmin, marker.cmax) == (-limit, limit)
+        assert limit >= np.abs(np.asarray(marker.color)).max()

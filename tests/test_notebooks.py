@@ -31,6 +31,66 @@ def test_lab_opens_only_the_ipynb_as_notebooks():
     assert 'notebook_extensions = ["ipynb"]' in config
 
 
+def lab_display_name(nb) -> str:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return KernelSpecManager().get_kernel_spec(nb.metadata.kernelspec.name).display_name
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_committed_notebook_opens_unmodified_and_shows_what_ran(name):
+    """Opening a committed notebook in JupyterLab marked it modified at once (the kernel's display name and
+    language_info were not the ones Lab sets), and a save then rewrote the .py twin's header: the committed
+    files carry what JupyterLab and jupytext write. Their outputs show what ran: execution counts 1, 2, 3...,
+    no progress bar frozen at 0%, no stray return value."""
+    import jupytext
+
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    assert nb.metadata.kernelspec.display_name == lab_display_name(nb)
+    assert nb.metadata.get("language_info", {}).get("name") == "python", "Lab adds language_info on open"
+    assert jupytext.writes(nb, fmt="py:percent") == path.with_suffix(".py").read_text(), \
+        f"{name}.py is not what jupytext writes on save: run `make figures` (or jupytext --sync)"
+    counts = [c.execution_count for c in nb.cells if c.cell_type == "code" and c.execution_count is not None]
+    assert counts == list(range(1, len(counts) + 1))
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+            assert not re.search(r"\b0%\|", text), f"{name}: a progress bar saved at 0%: {text[:80]}"
+            assert "PosixPath(" not in text, f"{name}: a stray return value: {text[:80]}"
+
+
+def test_written_back_notebooks_number_their_cells_and_carry_labs_metadata(tmp_path):
+    """``write_back`` without running anything: papermill's injected cell (count 2) is dropped and the rest
+    renumbered; the metadata and the .py twin are what JupyterLab would save."""
+    import jupytext
+
+    src = nbformat.v4.new_notebook()
+    src.metadata.update(kernelspec={"name": "python3", "display_name": "Python 3", "language": "python"},
+                        jupytext={"formats": "ipynb,py:percent"})
+    src.cells = [nbformat.v4.new_code_cell("SMOKE = False", metadata={"tags": ["parameters"]}),
+                 nbformat.v4.new_markdown_cell("text"), nbformat.v4.new_code_cell("1 + 1"),
+                 nbformat.v4.new_code_cell("# never ran")]
+    run = nbformat.v4.new_notebook(metadata={**src.metadata, "language_info": {"name": "python", "version": "3"},
+                                             "papermill": {}})
+    injected = nbformat.v4.new_code_cell("SMOKE = True", metadata={"tags": ["injected-parameters"]},
+                                         execution_count=2)
+    ran = [nbformat.from_dict(c) for c in src.cells]
+    ran[0].execution_count, ran[2].execution_count = 1, 3
+    ran[2].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=3)]
+    run.cells = [ran[0], injected, *ran[1:]]
+    nbformat.write(src, str(tmp_path / "nb.ipynb"))
+    nbformat.write(run, str(tmp_path / "run.ipynb"))
+    write_back(tmp_path / "nb.ipynb", tmp_path / "run.ipynb")
+    saved = nbformat.read(str(tmp_path / "nb.ipynb"), as_version=4)
+    assert [c.get("execution_count") for c in saved.cells if c.cell_type == "code"] == [1, 2, None]
+    assert saved.cells[2].outputs[0]["data"]["text/plain"] == "2"
+    assert saved.metadata.kernelspec.display_name == lab_display_name(saved)
+    assert saved.metadata.language_info == {"name": "python", "version": "3"} and "papermill" not in saved.metadata
+    assert (tmp_path / "nb.py").read_text() == jupytext.writes(saved, fmt="py:percent")
+    assert "jupytext_version" in (tmp_path / "nb.py").read_text()
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """run(name) executes a notebook in smoke mode once per module and returns (its OUT_DIR, the executed copy);
@@ -78,3 +138,5 @@ def test_saved_back_notebook_keeps_its_cells_and_small_outputs(tmp_path, smoke_r
     assert len(images) == 3 and src.stat().st_size < 1_000_000
     assert "papermill" not in after.metadata and not any("injected-parameters" in c.metadata.get("tags", [])
                                                          for c in after.cells)
+    counts = [c.execution_count for c in after.cells if c.cell_type == "code"]
+    assert counts == list(range(1, len(counts) + 1))

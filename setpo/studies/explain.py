@@ -42,13 +42,21 @@ def _spread(angles: Sequence[float], min_gap: float) -> list[float]:
     return out.tolist()
 
 
-def marginals_on_circle_figure(degrees: Sequence[float], title: str = ""):
+def colour_range(cluster: Sequence[float], angles: Sequence[float]) -> float:
+    """The largest |s_i| of any point while one more point moves over ``angles`` next to ``cluster``: one fixed,
+    symmetric colour scale (±this) for every position, so that a colour means the same marginal throughout."""
+    return max(float(setpo.diversity_marginals(on_circle(list(cluster) + [a])).abs().max()) for a in angles)
+
+
+def marginals_on_circle_figure(degrees: Sequence[float], title: str = "", colour_limit: float | None = None):
     """Points on the unit circle coloured by their marginal s_i, each labelled o_i: s_i outside the circle (labels
-    fanned out so that close points do not overlap, with a thin leader to their point)."""
+    fanned out so that close points do not overlap, with a thin leader to their point). colour_limit: the colour
+    scale spans ±colour_limit (``colour_range``); by default ±the largest |s_i| of these points."""
     import plotly.graph_objects as go
 
     e = on_circle(degrees)
     s = setpo.diversity_marginals(e).numpy()
+    limit = colour_limit if colour_limit is not None else float(np.abs(s).max()) or 1.0
     xy = e.numpy()
     fig = go.Figure()
     t = np.linspace(0, 2 * np.pi, 200)
@@ -63,7 +71,8 @@ def marginals_on_circle_figure(degrees: Sequence[float], title: str = ""):
                              textfont=dict(size=11)))
     fig.add_trace(go.Scatter(
         x=xy[:, 0], y=xy[:, 1], mode="markers", showlegend=False,
-        marker=dict(size=14, color=s, colorscale="RdBu", cmid=0, showscale=True, colorbar=dict(title="s_i")),
+        marker=dict(size=14, color=s, colorscale="RdBu", cmin=-limit, cmax=limit, showscale=True,
+                    colorbar=dict(title="s_i")),
         hovertext=[f"o_{i}: {d}°, s = {v:+.4f}" for i, (d, v) in enumerate(zip(degrees, s))], hoverinfo="text"))
     fig.update_layout(title=title or f"Marginals s_i of five rollouts; D(Ω) = {setpo.set_diversity(e):.4f}",
                       width=600, height=560, template="plotly_white",
@@ -82,6 +91,29 @@ def marginal_vs_angle_figure(cluster: Sequence[float], angles: Sequence[float]):
                      title=f"Marginal of o_{n} as it moves past a cluster at {', '.join(f'{c:g}°' for c in cluster)}")
 
 
+def lambda_crossings(rewards: Sequence[float], degrees: Sequence[float]) -> dict:
+    """Where diversity starts to outweigh correctness as λ grows, from SetPO's own advantages: Â_i = Ā_i + λ s_i
+    is a line in λ (Ā_i from ``setpo.group_advantages``, s_i from ``setpo.diversity_marginals``), so each crossing
+    is solved exactly.
+
+    Returns {"positive": {"lam", "rollout"}}: the first λ at which a rollout with the lowest reward gets a positive
+    advantage (it is reinforced for its diversity alone), and {"overtakes": {"lam", "rollout", "overtaken"}}: the
+    first λ at which such a rollout overtakes rollouts with a higher reward (all those it passes at that λ); each
+    None when it never happens."""
+    r = torch.tensor(list(rewards), dtype=torch.float64)
+    base = setpo.group_advantages(r).tolist()
+    s = setpo.diversity_marginals(on_circle(degrees)).tolist()
+    low = [i for i, v in enumerate(r.tolist()) if v == min(r.tolist())]
+    positive = min(((-base[i] / s[i], i) for i in low if base[i] < 0 < s[i]), default=None)
+    passes = [((base[j] - base[i]) / (s[i] - s[j]), i, j) for i in low for j in range(len(s))
+              if r[j] > r[i] and s[i] > s[j]]
+    first = min(passes, default=None)
+    return {"positive": positive and {"lam": positive[0], "rollout": positive[1]},
+            "overtakes": first and {"lam": first[0], "rollout": first[1],
+                                    "overtaken": [j for lam, i, j in passes
+                                                  if i == first[1] and abs(lam - first[0]) < 1e-9]}}
+
+
 def advantage_vs_lambda_figure(rewards: Sequence[float], degrees: Sequence[float], lams: Sequence[float]):
     """Â_i = Ā_i + λ s_i of each rollout against λ. Identical rollouts have identical lines: the first of them is
     drawn wide, the others dashed on top, so every one stays visible."""
@@ -97,8 +129,10 @@ def advantage_vs_lambda_figure(rewards: Sequence[float], degrees: Sequence[float
         style = {"dash": "dash", "width": 2} if dup else {"width": 6 if keys.count(key) > 1 else 2}
         lines.append({"x": list(lams), "y": adv[:, i].tolist(), "name": name, "color": colours[i % len(colours)],
                       **style})
-    return line_grid([{"title": "", "lines": lines}], cols=1, x_title="λ", y_title="Â_i = Ā_i + λ s_i",
-                     panel_px=(620, 340), title="Advantages with SetPO as λ grows (rewards 1, 1, 0, 1, 0)")
+    zero = [{"y": 0.0, "name": "Â = 0", "color": "grey", "dash": "dot"}]
+    return line_grid([{"title": "", "lines": lines, "hlines": zero}], cols=1, x_title="λ",
+                     y_title="Â_i = Ā_i + λ s_i", panel_px=(620, 340),
+                     title=f"Advantages with SetPO as λ grows (rewards {', '.join(f'{v:g}' for v in rewards)})")
 
 
 def closed_form_table(sizes: Sequence[int], dim: int = 32, seed: int = 0) -> str:

@@ -8,6 +8,9 @@ drawn from that same Figure, and a run record; plus the builders that several st
   markdown table. Nothing else writes a figure, so a PNG cannot drift from its HTML.
 - ``show(fig, png)`` shows the interactive figure in a notebook, or its PNG when ``SETPO_STATIC_FIGURES=1``
   (``make figures`` sets it, so committed notebooks hold small images, not megabytes of JavaScript).
+- ``screen_figure(fig)``: what a browser shows (the live notebook and the HTML twin): the same Figure as wide as
+  the space it is given (a laptop's JupyterLab output area is ~850 px wide), its title wrapped to fit; the spec
+  keeps its fixed size, which is the PNG twin's pixel size.
 - Builders: ``line_grid`` (panels of curves: pass@k, training curves, sweeps) and ``trajectory_figure`` (one
   embedding-trajectory figure for the toy, Countdown and math studies), with ``project_2d`` /
   ``project_texts`` / ``project_frame`` for the 2-D maps; ``pass_at_k_curves``, ``metric_curves`` and
@@ -33,6 +36,10 @@ from setpo.repro.records import ROOT, write_text
 from setpo.studies.static_render import plotly_to_png
 
 STATIC_ENV = "SETPO_STATIC_FIGURES"
+# Characters of a title line that fit a laptop's JupyterLab: its output area is ~850 px wide in a 1280 px window
+# with the file browser open, and plotly's 17 px title font averages ~9 px a character.
+SCREEN_TITLE_CHARS = 80
+SCREEN_CONFIG = {"responsive": True}  # plotly.js redraws the figure when its container changes width
 BASELINE_COLOUR, SETPO_COLOURS = "#1f77b4", ["#d62728", "#ff7f0e", "#9467bd", "#8c564b"]
 GROUP_SYMBOLS = ["circle", "square", "diamond", "triangle-up", "pentagon", "hexagon", "star", "triangle-down"]
 
@@ -118,11 +125,42 @@ def write_record(path: Path, record: Mapping | None, kind: str) -> Path:
 
 # ---- saving and showing -----------------------------------------------------------------------------------
 
+def wrap_title(text: str, chars: int = SCREEN_TITLE_CHARS) -> list[str]:
+    """A plotly title (lines split at ``<br>``) as lines of at most ``chars`` characters, broken between words:
+    plotly draws a title on one line however narrow the figure, and cuts off what does not fit."""
+    import textwrap
+
+    return [part for line in str(text).split("<br>") for part in (textwrap.wrap(line, chars) or [""])]
+
+
+def screen_figure(fig):
+    """A copy of ``fig`` to show in a browser: no fixed width (it fills its container: ``autosize`` and
+    ``SCREEN_CONFIG``), the title wrapped (``wrap_title``) and pinned to the top, the top margin and height grown
+    by what the title needs, so that title, subplot titles, legend and colour bar stay inside at any width.
+    ``fig`` itself keeps its fixed size: the PNG twin's."""
+    import plotly.graph_objects as go
+
+    out = go.Figure(fig)
+    layout = out.layout
+    height = layout.height or 450
+    lines = wrap_title(layout.title.text) if layout.title and layout.title.text else []
+    subplot_titles = any(a.text and a.xref in (None, "paper") and a.yref in (None, "paper") for a in
+                         layout.annotations or [])
+    top = 16 + 24 * len(lines) + (26 if subplot_titles else 10)  # title lines, then room for subplot titles
+    grow = max(0, top - (layout.margin.t if layout.margin.t is not None else 100))
+    out.update_layout(width=None, autosize=True, height=height + grow, margin=dict(t=top))
+    if lines:
+        out.update_layout(title=dict(text="<br>".join(lines), yref="container", y=1 - 10 / (height + grow),
+                                     yanchor="top"))
+    return out
+
+
 def save_plotly(fig, path: Path) -> Path:
-    """Write ``fig`` to ``path`` (.html) with the shared plotly.min.js beside it."""
+    """Write ``fig`` to ``path`` (.html, as ``screen_figure`` shows it: as wide as the browser window allows) with
+    the shared plotly.min.js beside it."""
     path = Path(path).with_suffix(".html")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(str(path), include_plotlyjs="directory", full_html=True)
+    screen_figure(fig).write_html(str(path), include_plotlyjs="directory", full_html=True, config=SCREEN_CONFIG)
     return path
 
 
@@ -149,11 +187,12 @@ def static_mode() -> bool:
 
 
 def show(fig, png: Path | None = None) -> None:
-    """Show a figure in a notebook: interactive plotly, or its PNG twin in static mode (``STATIC_ENV``)."""
+    """Show a figure in a notebook: interactive plotly as wide as the output area (``screen_figure``), or its
+    PNG twin in static mode (``STATIC_ENV``)."""
     from IPython.display import Image, display
 
     if not static_mode():
-        fig.show()
+        screen_figure(fig).show(config=SCREEN_CONFIG)
         return
     if png is None:
         import tempfile

@@ -4,6 +4,7 @@ Every function here reads trained runs (``setpo.studies.toy.ToyRun``: config, hi
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -61,7 +62,12 @@ def trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, prompt: i
     grid = torch.cartesian_prod(*[torch.arange(c.vocab_size)] * c.traj_len).reshape(-1, c.traj_len)
     grid_prompts = torch.full((len(grid),), prompt)
     grid_modes = world.modes(grid_prompts, grid).numpy()
+    # UMAP's first call in a process compiles numba code (~15 s on 2 cores): say so, or the notebook falls silent
+    print(f"Figure 1: projecting the embeddings of all {len(grid)} trajectories to 2-D with {method.upper()}"
+          + (" (its first call compiles: ~15 s)" if method == "umap" else "") + " ...", end=" ", flush=True)
+    started = time.perf_counter()
     xy_all = project_2d(world.embeddings(grid_prompts, grid).numpy(), method=method, seed=seed)
+    print(f"done in {time.perf_counter() - started:.0f} s", flush=True)
     stars = np.stack([xy_all[grid_modes == m].mean(0) for m in range(c.num_modes)])
     correct = set(world.correct_modes)
     jitter_scale = 0.015 * np.ptp(xy_all, axis=0)
