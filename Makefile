@@ -8,13 +8,20 @@ TORCH_INDEX ?=
 PY          := $(VENV)/bin/python
 PIP         := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test bench lab figures countdown clean
+.PHONY: demo test chromium bench lab figures countdown clean
 
 demo: $(VENV)/.deps-notebooks
 	$(PY) -m setpo.cli demo
 
-test: $(VENV)/.deps-test
+test: chromium $(VENV)/.deps-test
 	$(PY) -m pytest -q
+
+# tests/test_browser.py drives Debian's chromium (Playwright with the system browser, never `playwright install`):
+# installed here when missing and this is root (CI), else a one-line instruction.
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && apt-get update -q && apt-get install -y -q chromium; } \
+	  || { echo "make test needs chromium on PATH for tests/test_browser.py: sudo apt-get install chromium" >&2; exit 1; }
 
 # The benchmarks include verl's trainer on the CPU (verl_cpu_step, verl_ray_nodes): the test install carries verl.
 bench: $(VENV)/.deps-test
