@@ -7,7 +7,7 @@ every figure inside its output area; moving 02's slider redraws its plot.
 
 JupyterLab runs on its own port, token and Jupyter state in a temp folder, on a temporary copy of notebooks/,
 figures/ and results/ (tests/browser_lab.py), so running the notebooks never touches the repository.
-Needs `chromium` on PATH (`make test` installs it) and the `test` extra (playwright, pytest-playwright); never
+Needs `chromium` on PATH (`make test` installs it) and the `test` extra's playwright; never
 `playwright install`: the test uses the system browser. A failing check saves a screenshot of the page to
 /tmp/setpo-browser-<test>.png and names it.
 """
@@ -33,19 +33,26 @@ SHOTS = Path(tempfile.gettempdir())
 STDERR_PROBLEM = re.compile(r"Traceback|\b\w*(Error|Warning)\b")
 
 
-# pytest-playwright's fixtures, pointed at the system browser and a laptop-sized window.
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args):
-    chromium = shutil.which("chromium")
-    if chromium is None:
+# Our own Playwright, started and stopped with this module. pytest-playwright's fixtures are session-scoped: its
+# sync event loop would stay "running" on the main thread until the whole session ends, and every later test that
+# calls asyncio.run (tests/test_verl_cpu.py) would fail with "cannot be called from a running event loop".
+@pytest.fixture(scope="module")
+def chromium():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as e:
+        pytest.fail(f"tests/test_browser.py needs the test extra's playwright (pip install -e '.[test]'; "
+                    f"`make test` does): {e}", pytrace=False)
+    executable = shutil.which("chromium")
+    if executable is None:
         pytest.fail("tests/test_browser.py needs Debian's chromium on PATH: `make test` installs it as root "
                     "(apt-get install chromium); never `playwright install`", pytrace=False)
-    return {**browser_type_launch_args, "executable_path": chromium}
-
-
-@pytest.fixture(scope="session")
-def browser_context_args(browser_context_args):
-    return {**browser_context_args, "viewport": WINDOW}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable)
+        try:
+            yield browser
+        finally:
+            browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -55,18 +62,16 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture
-def lab_page(request, lab):
-    """pytest-playwright's page, with uncaught page errors collected in ``page.errors``."""
-    try:
-        import playwright.sync_api  # noqa: F401
-        import pytest_playwright  # noqa: F401
-    except ImportError as e:
-        pytest.fail(f"tests/test_browser.py needs the test extra's playwright and pytest-playwright "
-                    f"(pip install -e '.[test]'; `make test` does): {e}", pytrace=False)
-    page = request.getfixturevalue("page")
+def lab_page(chromium, lab):
+    """A fresh laptop-sized page, with uncaught page errors collected in ``page.errors``."""
+    context = chromium.new_context(viewport=WINDOW)
+    page = context.new_page()
     page.errors = []
     page.on("pageerror", lambda err: page.errors.append(str(err)))
-    return page
+    try:
+        yield page
+    finally:
+        context.close()
 
 
 def open_notebook(page, lab, name):
