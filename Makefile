@@ -7,8 +7,8 @@ TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 PY          := $(VENV)/bin/python
 PIP         := $(PY) -m pip --disable-pip-version-check
-# The TRL adapter is tested at both ends of the range the pyproject admits (README, "Tested versions"): the whole
-# suite at the newest set that resolves (.venv), and the adapter's tests at the lowest TRL and transformers
+# The TRL adapter is tested at both ends of the range the pyproject admits (docs/reproducibility/versions.md): the
+# whole suite at the newest set that resolves (.venv), and the adapter's tests at the lowest TRL and transformers
 # (tests/trl-oldest.txt) in a second venv that holds only the `lm` extra. The adapter's tests: those that run
 # setpo/trl (the trainers that override TRL's private methods, the resumable Trainer stage, the tiny models).
 OLDEST_VENV   ?= .venv-trl-oldest
@@ -18,7 +18,7 @@ ADAPTER_TESTS := tests/test_trl.py tests/test_trl_baselines.py tests/test_resume
                  tests/test_countdown_lm.py tests/test_math_data.py \
                  tests/test_setgrpo.py::test_trl_trainer_two_reward_functions_as_graders
 
-.PHONY: demo test test-trl-oldest chromium bench lab figures countdown real-model clean
+.PHONY: demo test test-trl-oldest chromium bench lab figures countdown real-model docs clean
 
 demo: $(VENV)/.deps-notebooks
 	$(PY) -m setpo.cli demo
@@ -47,6 +47,10 @@ chromium:
 	  && apt-get update -q && apt-get install -y -q chromium; } \
 	  || { echo "make test needs chromium on PATH for tests/test_browser.py: sudo apt-get install chromium" >&2; exit 1; }
 
+# The docs site into site/ (git-ignored), strict: a warning fails the build. It opens offline (docs/index.md says how).
+docs: $(VENV)/.deps-docs
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 # The benchmarks include verl's trainer on the CPU (verl_cpu_step, verl_ray_nodes): the test install carries verl.
 bench: $(VENV)/.deps-test
 	$(PY) -m setpo.cli bench
@@ -58,7 +62,7 @@ figures: $(VENV)/.deps-lab
 # The Countdown study (notebook 03's; kept in git in results/countdown, resumable across sittings), on the pinned
 # floating-point path (setpo.repro.arithmetic), so that its parts made on different machines are one experiment.
 # headline_seeds: 7 seeds more for the headline pair (GRPO, chosen SetPO) in the main cell, 12 in all, sized from
-# the noise of its first 5 (README, "How many seeds").
+# the noise of its first 5 (docs/studies/countdown.md, "How many seeds").
 # results/countdown/requirements.txt: the package versions the record was made at (a fresh install resolves newer
 # ones, and the study refuses to resume at other versions). A record made at other code is checked by the code of
 # the commit that made it (a temporary git worktree, nothing trained), which prints the command that remakes it.
@@ -100,4 +104,4 @@ $(OLDEST_VENV)/.deps: pyproject.toml tests/trl-oldest.txt
 	@touch $@
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .hypothesis site

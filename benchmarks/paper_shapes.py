@@ -1,8 +1,8 @@
 """Randomly initialised models shaped like the paper's, and SetPO's step-time overhead measured with them.
 
-The paper trains Qwen2.5-Math-1.5B or 7B with Qwen3-Embedding-0.6B as the embedder (PAPERS.md). Random
-weights cost the same compute as trained ones, so a model built from the same config measures the same step
-time without downloading anything. Used by ``scripts/gpu_check.py`` (paper sizes on a GPU) and by
+The paper trains Qwen2.5-Math-1.5B or 7B with Qwen3-Embedding-0.6B as the embedder (docs/studies/math.md).
+Random weights cost the same compute as trained ones, so a model built from the same config measures the same
+step time without downloading anything. Used by ``scripts/gpu_check.py`` (paper sizes on a GPU) and by
 ``benchmarks/trl_step.py`` (the same parameter ratios, scaled down to what two CPU cores run in minutes).
 
 - ``word_tokenizer(vocab)``: a fast tokenizer whose pieces are the words ``w0 w1 ...``; random token ids

@@ -42,7 +42,7 @@ def get_preset(name: str) -> AlgorithmPreset:
 
 @dataclass(frozen=True)
 class PaperRunSettings:
-    """The paper's run settings for the Qwen2.5-Math experiments (arXiv 2602.01062; PAPERS.md), in one place.
+    """The paper's run settings for the Qwen2.5-Math experiments (arXiv 2602.01062; docs/studies/math.md), in one place.
 
     The math study (``setpo.studies.math``), the verl launcher (``setpo.verl.launch``) and the benchmarks
     (``benchmarks/paper_shapes.py``) take their defaults from ``PAPER_RUN``, so the three cannot drift apart.

@@ -205,7 +205,8 @@ def test_recovery_endpoints_and_gate_scores():
     q = 1.1
     taus = torch.tensor([0.0, 0.25, 0.5, 1.0, 1.5, 3.0], dtype=torch.float64)
     rec = safe_recovery(centre, sigma, q, gram, taus, with_rho=True)
-    # τ = 1: PAPERS.md's anchor, the calibrated box's point nearest 0 (soft-threshold of â by q̂σ̂)
+    # τ = 1: the literal reading's anchor (docs/guides/setgrpo.md), the calibrated box's point nearest 0
+    # (soft-threshold of â by q̂σ̂)
     soft = centre.sign() * (centre.abs() - q * sigma).clamp_min(0)
     torch.testing.assert_close(rec.anchor[:, 3], soft)
     # τ = 0: every group keeps its centre â (plain two-grader GRPO)

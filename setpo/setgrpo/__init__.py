@@ -42,13 +42,13 @@ normalises rewards jointly within the group, so one grader's slip moves the coef
     with m_τ(η) ≥ 0, found by bisection from a safe breakpoint (m_τ is piecewise linear, so a non-negative
     value, if any, shows at a breakpoint). The group is *accepted at τ* when that update is not zero.
 
-    Design choice (ours). PAPERS.md's score ρ = m(η*)/(‖c(η*)‖_K ‖â‖_K) is zero whenever η* < 1
-    (m(η*) = 0 there), so it cannot rank partial recoveries, and a gate on the calibrated box alone leaves
-    nothing for the risk test to choose. We make the threshold the box inflation instead: the gate score is
+    Design choice (ours). The literal reading's score (docs/guides/setgrpo.md),
+    ρ = m(η*)/(‖c(η*)‖_K ‖â‖_K), is zero whenever η* < 1 (m(η*) = 0 there), so it cannot rank partial
+    recoveries, and a gate on the calibrated box alone leaves nothing for the risk test to choose. We make the threshold the box inflation instead: the gate score is
     ρ = the largest τ at which the group is still accepted ("how far the calibrated box can grow before no
     safe update is left"; ``gate_scores``, bisection over τ), and a group passes the gate at τ when ρ ≥ τ,
-    updating with c(η*(τ)). τ = 1 reproduces PAPERS.md's anchor, path, m and η*; τ = 0 accepts every group
-    with its centre â, i.e. plain two-grader GRPO.
+    updating with c(η*(τ)). τ = 1 reproduces the literal reading's anchor, path, m and η*; τ = 0 accepts every
+    group with its centre â, i.e. plain two-grader GRPO.
 
 (c) Selective risk-gated optimisation (``reversal_indicators``, ``ltt_select_threshold``). Rejected groups
     get zero coefficients. A *direction reversal* is an accepted group whose applied update disagrees with

@@ -64,7 +64,7 @@ def verl_preset_overrides(preset: AlgorithmPreset | str) -> list[str]:
 
 @dataclass
 class VerlLaunchConfig:
-    """Everything ``scripts/run_setpo.sh`` sets; defaults are the paper's math settings (PAPERS.md).
+    """Everything ``scripts/run_setpo.sh`` sets; defaults are the paper's math settings (docs/studies/math.md).
 
     model_path: base model directory (MODEL_PATH). train_files / val_files: data files (TRAIN_FILE,
     VAL_FILE; verl parquet, or raw GSM8K/MATH-style files, converted by ``prepare_data``).
