@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from docs_blocks import API_MODULES, ROOT, doc_files, public_names, python_blocks
+from test_browser import chromium  # noqa: F401  (the module-scoped browser fixture: Debian's chromium)
 
 README_LIMIT = 12 * 1024
 BLOCKS = [b for f in doc_files() for b in python_blocks(f)]
@@ -68,6 +69,25 @@ def test_site_loads_nothing_from_the_network(site):
     assert 'class="arithmatex"' in html and (site / "assets" / "katex" / "katex.min.js").is_file()
     fonts = list((site / "assets" / "katex" / "fonts").glob("*.woff2"))
     assert fonts, "KaTeX's fonts were not copied into the site"
+
+
+def test_site_opens_offline_in_a_browser(site, chromium):  # noqa: F811
+    """From file://, with the network off: the formulas render (KaTeX), and nothing fails to load."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 800}, offline=True)
+    failed, errors = [], []
+    try:
+        page = context.new_page()
+        page.on("requestfailed", lambda r: failed.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        for path, katex_min in (("index.html", 1), ("guides/estimator.html", 20), ("api/setpo.html", 0)):
+            page.goto((site / path).as_uri())
+            page.wait_for_load_state("load")
+            rendered = page.locator(".katex").count()
+            assert rendered >= katex_min, f"{path}: {rendered} formulas rendered, expected at least {katex_min}"
+            assert page.locator(".arithmatex .katex-error").count() == 0, f"{path}: KaTeX could not parse a formula"
+    finally:
+        context.close()
+    assert not failed and not errors, f"requests failed: {failed}; page errors: {errors}"
 
 
 def test_code_blocks_are_collected():
