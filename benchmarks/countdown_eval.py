@@ -1,4 +1,4 @@
-"""Where one Countdown evaluation's time goes: the study's slowest stage (README, "Where the time goes").
+"""Where one Countdown evaluation's time goes: the study's slowest stage (docs/reproducibility/countdown-history.md).
 
 Notebook 03's warm start (results/countdown/sft/final, kept in git) samples 64 completions for each of the first
 PROBLEMS test problems at T = 1, top-p 0.9, exactly as the study's evaluation does (``sample_eval``), then scores

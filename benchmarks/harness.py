@@ -6,7 +6,7 @@ Not a benchmark itself (``setpo bench`` skips it). Each benchmark script calls `
 - ``--smoke``: tiny sizes that run in seconds. It checks that the benchmark runs and writes its rows (``make test``
   does, tests/test_benchmarks.py); its numbers measure nothing and its PASS / FAIL mean nothing.
 - ``--out DIR``: the folder of the report (``<name>.md``, the table) and its rows (``<name>.json``). Default
-  ``runs/bench/`` for a full run (what ``make bench`` writes and the README quotes), ``runs/bench/smoke/`` for a
+  ``runs/bench/`` for a full run (what ``make bench`` writes and the docs quote), ``runs/bench/smoke/`` for a
   smoke run, so that a smoke run never overwrites a measurement. runs/ is not committed.
 """
 

@@ -1,6 +1,6 @@
 """The multi-node recipe, rehearsed on one machine: verl's CPU run submitted to a two-node Ray cluster.
 
-What the README's "across nodes with Ray" steps do on real machines, here with both nodes on this one:
+What the "across nodes with Ray" steps (docs/guides/verl.md) do on real machines, here with both nodes on this one:
 
   1. a head node, ``ray start --head --num-gpus 1 ...`` (on the CPU, one logical GPU per FSDP worker: what
      ``setpo.verl.cpu``'s platform places its workers on), its dashboard on 127.0.0.1;

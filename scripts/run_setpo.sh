@@ -16,7 +16,7 @@
 #
 # Optional (defaults in brackets):
 #   PYTHON_BIN [python3]          the training environment's Python (setpo and verl[vllm] installed)
-#   NNODES [1]                    nodes in the Ray cluster (start it first; see README "verl across nodes")
+#   NNODES [1]                    nodes in the Ray cluster (start it first; see docs/guides/verl.md)
 #   N_GPUS_PER_NODE [all visible] GPUs per node
 #   ALGO [grpo]                   grpo | gspo | dapo (setpo.presets: loss mode, clip, lr, λ)
 #   SETPO_LAMBDA [preset's λ]     SetPO marginal weight λ (GRPO 0.05, GSPO 0.1, DAPO 0.2)

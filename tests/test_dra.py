@@ -50,9 +50,9 @@ def test_bad_input_is_named():
 
 
 def test_on_a_0_1_reward_an_all_correct_group_gets_full_size_advantages():
-    """Why DRA-GRPO collapsed on Countdown (README): GRPO gives a group of all-correct answers no advantage, but
-    DRA's rescaled rewards differ there by a few hundredths, and the per-group standardisation makes those into
-    advantages as large as correctness gets in a mixed group, negative for the common correct answers."""
+    """Why DRA-GRPO collapsed on Countdown (docs/studies/countdown.md): GRPO gives a group of all-correct answers no
+    advantage, but DRA's rescaled rewards differ there by a few hundredths, and the per-group standardisation makes
+    those into advantages as large as correctness gets in a mixed group, negative for the common correct answers."""
     from setpo.embed import HashedNgramEmbedder
 
     texts = ["<answer>14+18+6-14</answer>"] * 4 + ["<answer>18+6</answer>", "<answer>6+18</answer>",

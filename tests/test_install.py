@@ -1,10 +1,10 @@
 """Each documented install resolves to the tested versions: pip asks the package index, installs nothing.
 
-The installs are the README's: pip CPU (`.[lab]` after torch's CPU build; `.[notebooks]` alone), pip GPU
-(`.[lab,gpu]`), the pip sections of environment.yml (CPU) and environment-gpu.yml (GPU), and verl across
-nodes (`.[verl-gpu]`). Each is resolved with ``pip install --dry-run --ignore-installed --report``, all at
-once in parallel, against the public index (or PIP_INDEX_URL), ignoring this machine's pip configuration,
-find-links and constraints so that what is checked is what a newcomer's pip would pick. Skipped, with the
+The installs are the documented ones (README, docs/reproducibility/versions.md): pip CPU (`.[lab]` after torch's CPU
+build; `.[notebooks]` alone), pip GPU (`.[lab,gpu]`), the pip sections of environment.yml (CPU) and environment-gpu.yml
+(GPU), and verl across nodes (`.[verl-gpu]`). Each is resolved with ``pip install --dry-run --ignore-installed
+--report``, all at once in parallel, against the public index (or PIP_INDEX_URL), ignoring this machine's pip
+configuration, find-links and constraints so that what is checked is what a newcomer's pip would pick. Skipped, with the
 reason, when no index is reachable.
 """
 
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 INDEX = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
-# The tested sets (README "Installing"): what each install must resolve to.
+# The tested sets (docs/reproducibility/versions.md): what each install must resolve to.
 SINGLE_NODE = {"torch": "2.13.0"}
 GPU_NODE = {"torch": "2.13.0", "vllm": "0.31.0", "transformers": "5.10.4", "trl": "1.16.0"}
 VERL_NODES = {"verl": "0.9.1", "torch": "2.11.0", "vllm": "0.24.0", "transformers": "5.9.0", "trl": "1.16.0"}

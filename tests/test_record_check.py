@@ -1,6 +1,7 @@
 """Issue 33 item 3, end to end on a smoke study in a throwaway git repository (the committed 48 MB record is
-checked by hand, README): `make countdown`'s command (``python -m setpo.studies.countdown_record``) accepts a
-record after a docstring edit in setpo/diversity.py; after a code edit it checks the record with the code of the
+checked by hand, docs/reproducibility/index.md): `make countdown`'s command
+(``python -m setpo.studies.countdown_record``) accepts a record after a docstring edit in setpo/diversity.py; after a
+code edit it checks the record with the code of the
 commit that made it, names the file and the command that remakes it, exits 0, and leaves the record and the
 repository as they were; a record that does not check is reported and exits 1."""
 

@@ -374,7 +374,8 @@ def test_toy_graders_and_regrading():
 
 
 def test_toy_setgrpo_ends_above_grpo():
-    """The README claim in small: three seeds of the default toy run (``setpo.studies.rubric.compare`` runs five)."""
+    """The rubric study's claim in small (docs/studies/rubric.md): three seeds of the default toy run
+    (``setpo.studies.rubric.compare`` runs five)."""
     gains = []
     for seed in range(3):
         grpo, sg = (train(m, seed=seed) for m in ("grpo", "setgrpo"))

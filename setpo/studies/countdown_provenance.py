@@ -58,8 +58,9 @@ def _weights_digest(run_folder: Path) -> str | None:
 
 
 def machines_used(rows: Sequence[Mapping]) -> dict[str, dict[str, int]]:
-    """How many of the record's rows each processor trained and evaluated: {"trained": {label: rows},
-    "evaluated": {...}}. More than one label: the study's sittings had different machines (see the README)."""
+    """How many of the record's rows each processor trained and evaluated: {"trained": {label: rows}, "evaluated":
+    {...}}. More than one label: the study's sittings had different machines (see
+    docs/reproducibility/countdown-history.md)."""
     count = lambda key: dict(sorted(collections.Counter(r[key] for r in rows).items()))  # noqa: E731
     return {"trained": count("trained_on"), "evaluated": count("evaluated_on")}
 

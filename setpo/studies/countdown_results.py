@@ -276,10 +276,10 @@ def machines_markdown(summary: dict) -> list[str]:
 
 
 def results_markdown(summary: dict) -> str:
-    """The tables of the README and notebook 03, all from the record: the main cell (mean over seeds), the paired
-    differences against GRPO and of the chosen SetPO against each baseline, the grid, the noise of the
-    headline, the replication, the validation searches, the embedder diagnostics and where the time went; with
-    a judge (``summary["judged"]``, stage "judge"), the main cell's judged diversity column and what it is."""
+    """The tables of the docs (docs/studies/countdown.md) and notebook 03, all from the record: the main cell (mean over
+    seeds), the paired differences against GRPO and of the chosen SetPO against each baseline, the grid, the noise of
+    the headline, the replication, the validation searches, the embedder diagnostics and where the time went; with a
+    judge (``summary["judged"]``, stage "judge"), the main cell's judged diversity column and what it is."""
     cfg = summary["config"]
     n = str(cfg["eval_samples"])
     rows = summary["runs"]
@@ -547,7 +547,7 @@ def trajectory_figure(summary: dict, embedder, runs: Sequence[RLRun] | None = No
 def figure_record(summary: dict, command: str, folder: str | Path | None = None, **extra) -> dict:
     """The run record of a notebook-03 figure or table: the study's command and whole config, the embedders by
     their real names, the commit that made the study (``study_code``, from ``<folder>/identity.json``; folder:
-    the study's, default its recorded ``out``), and the record's rows (so README numbers trace back here)."""
+    the study's, default its recorded ``out``), and the record's rows (so the docs' numbers trace back here)."""
     cfg = summary["config"]
     chosen = next((r for r in summary["runs"] if r["primary"]), None)
     uses = {"paper-faithful embedder": embedder_label(cfg["paper_embedder"]),

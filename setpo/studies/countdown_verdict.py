@@ -1,5 +1,5 @@
 """What the Countdown record says on issue 23's questions (``verdict``), decided by fixed rules from its numbers,
-so that the README and notebook 03 state conclusions the record can check; and the two small helpers the
+so that the docs and notebook 03 state conclusions the record can check; and the two small helpers the
 record's tables share with it (``ci_text``, ``in_main_cell``). Only reads a finished study's summary."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def identical_text(identical: Mapping | None) -> str:
 
 def verdict(summary: dict) -> list[dict]:
     """What the record says on each of issue 23's questions, decided by fixed rules from its numbers, so the
-    README and notebook 03 state conclusions the record can check: [{"question", "answer", "holds", "evidence"}]
+    the docs and notebook 03 state conclusions the record can check: [{"question", "answer", "holds", "evidence"}]
     (holds: True / False, or None where the record cannot tell). The questions: the headline against the bar;
     width and average modes (interval above 0); the grid (holds: every other cell's pass@n interval above 0;
     fails: any below 0); the perfect-kernel ceiling (how much of its pass@n gain the chosen embedder reaches;

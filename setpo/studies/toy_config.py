@@ -14,7 +14,7 @@ from setpo.groups import check_real
 class ToyConfig:
     algo: str = "grpo"             # policy-loss preset from setpo.presets: grpo | gspo | dapo
     setpo: bool = False            # add λ·s_i (SetPO) to the base advantage
-    lam: float = 0.5               # SetPO marginal weight λ on this toy (see README for the sweep)
+    lam: float = 0.5               # SetPO marginal weight λ on this toy (docs/studies/toy.md: the sweep)
     estimator: str = "grpo"        # base group advantage, a key of setpo.ADVANTAGE_ESTIMATORS
     group_size: int = 8            # G rollouts per prompt
     groups_per_step: int = 16      # prompts (groups) per batch
