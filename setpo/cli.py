@@ -20,11 +20,14 @@ from setpo.repro.arithmetic import pinned_children, pinned_environment
 from setpo.repro.records import ROOT
 from setpo.studies.arguments import Parser, nonnegative_float, positive_int
 
-# Notebooks whose full run regenerates committed figures (04 needs a GPU and is run by hand).
+# Notebooks whose full run regenerates committed figures. 04 runs its CPU study (hours on 2 cores the first time;
+# resumable, cached in runs/qwen_math_cpu: `python -m setpo.studies.math --cpu-real` runs the same study from a
+# shell, and a later `make figures` only draws it).
 FIGURE_NOTEBOOKS = [
     "01_toy_mode_collapse",
     "02_estimator_explained",
     "03_countdown_pass_at_k",
+    "04_qwen_math_gpu",
     "05_setgrpo_noisy_graders",
 ]
 # Notebooks that run (or resume) a study made across sittings on other machines: run on the pinned floating-point

@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+#: the units λ can be given in: "absolute" (the paper: λ·d as is) or "term_std" (λ in units of the diversity
+#: term's spread over the generation batch; ``setpo.trl.SetPOConfig.setpo_lambda_units`` says why).
+LAMBDA_UNITS = ("absolute", "term_std")
+
+
 @dataclass(frozen=True)
 class AlgorithmPreset:
     name: str

@@ -123,7 +123,7 @@ def test_selection_respects_the_pass1_floor():
 
 
 def test_paired_differences_and_intervals():
-    from setpo.studies.countdown_results import mean_ci
+    from setpo.studies.intervals import mean_ci
 
     ci = mean_ci([0.1, 0.2, 0.3])
     assert ci["mean"] == pytest.approx(0.2) and ci["hi"] - ci["mean"] == pytest.approx(4.303 * 0.1 / 3 ** 0.5)

@@ -9,6 +9,7 @@ import pytest
 
 from envs import math as md
 from setpo.studies import math as ml
+from setpo.studies.math_config import run_folder
 from setpo.studies import math_results as mr
 from setpo.trl.tiny_models import build_chat_tokenizer
 from setpo.trl.rewards import math_reward_func
@@ -249,9 +250,22 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
 
 def test_run_config_checks_and_presets():
     cfg = ml.MathRunConfig(algo="dapo")
-    assert cfg.runs() == {"DAPO": 0.0, "SetPO+DAPO": 0.2}
+    assert cfg.runs() == {"DAPO": (0.0, "absolute"), "SetPO+DAPO": (0.2, "absolute")}
     args = ml.trl_args(ml.MathRunConfig(algo="gspo", use_vllm=False), 0.1, "/tmp/x")
     assert args.importance_sampling_level == "sequence" and args.setpo_lambda == 0.1
+    assert args.setpo_lambda_units == "absolute"
+    assert ml.trl_args(ml.MathRunConfig(use_vllm=False), 0.15, "/tmp/x", "term_std").setpo_lambda_units == "term_std"
+    # the CPU setting: a third run at a λ in units of the term's spread, folders and files named without spaces
+    real = ml.MathRunConfig.cpu_real()
+    assert real.runs() == {"GRPO": (0.0, "absolute"), "SetPO+GRPO": (0.05, "absolute"),
+                           "SetPO+GRPO λ=0.15σ": (0.15, "term_std")}
+    assert [run_folder(label) for label in real.runs()] == ["GRPO", "SetPO_GRPO", "SetPO_GRPO_lam0.15sd"]
+    assert real.shares_samples() and not real.tiny and ml.eval_file(real, "GRPO") == ml.passk_file(real, "GRPO")
+    assert not ml.MathRunConfig.cpu_demo().shares_samples() and ml.MathRunConfig.cpu_demo().tiny
+    with pytest.raises(ValueError, match="alt_lam_units must be one of"):
+        ml.MathRunConfig(alt_lam=0.1, alt_lam_units="sigma")
+    with pytest.raises(ValueError, match="alt_lam must be > 0"):
+        ml.MathRunConfig(alt_lam=0.0)
     assert (args.num_generations, args.temperature, args.max_completion_length, args.beta) == (6, 0.9, 756, 1e-4)
     # one generation batch of 64 prompts x 6 completions = one optimizer step
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 64 * 6

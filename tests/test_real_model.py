@@ -20,7 +20,7 @@ import pytest
 from setpo import models
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_CACHE = ROOT / ".cache" / "models" / models.DEFAULT_MODEL
+MODEL_CACHE = models.CACHE_DIR / models.DEFAULT_MODEL
 
 
 @pytest.fixture(scope="session")

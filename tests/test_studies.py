@@ -153,31 +153,34 @@ def test_countdown_data_building_prints_progress_at_least_every_10_s(tmp_path, m
 
 
 def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
-    """run_study's stages: "rl" trains both runs, "eval" evaluates what the run folders hold (avg@k, then
-    pass@k against the base model), each cached beside the runs."""
+    """run_study's stages: "base" samples the base model's pass@k first, "rl" trains every run, "eval" evaluates
+    what the run folders hold (their pass@k, then avg@k), each cached beside the runs."""
     calls = []
     monkeypatch.setattr(ml, "train_runs", lambda cfg, train, probes, log=print:
                         calls.append(("train", len(probes))) or {"GRPO": "g", "SetPO+GRPO": "s"})
-    monkeypatch.setattr(ml, "evaluate_model", lambda cfg, d, problems, cache=None, texts_file=None:
-                        calls.append(("eval", d, cache.name, texts_file)))
-    monkeypatch.setattr(ml, "evaluate_pass_at_k", lambda cfg, models, problems, cache_dir=None:
-                        calls.append(("passk", list(models))))
+    monkeypatch.setattr(ml, "evaluate_model", lambda cfg, d, problems, cache=None, texts_file=None, log=None,
+                        label="": calls.append(("eval", d, cache.name, texts_file)))
+    monkeypatch.setattr(ml, "evaluate_pass_at_k", lambda cfg, models, problems, cache_dir=None, log=print:
+                        calls.append(("passk", list(models))) or {})
     monkeypatch.setattr(ml, "resolve_model_path", lambda cfg: "base")
     cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path))
     out = ml.run_study(cfg, log=lambda *_: None, stages=["rl"])
     assert calls == [("train", cfg.n_probe)] and set(out) == {"finals"}
     calls.clear()
+    out = ml.run_study(cfg, log=lambda *_: None, stages=["base"])
+    assert calls == [("passk", ["base model"])] and set(out) == {"finals", "pass_at_k"}
+    calls.clear()
     out = ml.run_study(cfg, log=lambda *_: None, stages=["eval"])
-    assert calls == [("eval", tmp_path / "GRPO" / "final", "eval_GRPO.json", None),  # no judge: no texts kept
-                     ("eval", tmp_path / "SetPO_GRPO" / "final", "eval_SetPO_GRPO.json", None),
-                     ("passk", ["base model", "GRPO", "SetPO+GRPO"])]
-    with pytest.raises(ValueError, match="valid stages: rl, eval, judge"):
+    assert calls == [("passk", ["base model"]), ("passk", ["GRPO", "SetPO+GRPO"]),
+                     ("eval", tmp_path / "GRPO" / "final", "eval_GRPO.json", None),  # no judge: no texts kept
+                     ("eval", tmp_path / "SetPO_GRPO" / "final", "eval_SetPO_GRPO.json", None)]
+    with pytest.raises(ValueError, match="valid stages: base, rl, eval, judge"):
         ml.run_study(cfg, stages=["train"])
     with pytest.raises(ValueError, match="stage 'judge' needs a judge"):
         ml.run_study(cfg, stages=["judge"])
     calls.clear()
     out = ml.run_study(cfg, log=lambda *_: None)  # every stage; without a judge, "judge" does nothing
-    assert [c[0] for c in calls] == ["train", "eval", "eval", "passk"] and "judged" not in out
+    assert [c[0] for c in calls] == ["passk", "train", "passk", "eval", "eval"] and "judged" not in out
 
 
 def test_every_study_has_one_run_study_shape():

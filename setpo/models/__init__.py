@@ -76,6 +76,8 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {m.name: m for m in (
                   sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", license="Apache-2.0"),
 )}
 DEFAULT_MODEL = "smollm2-135m-instruct"
+#: where the studies and tests prepare a packaged model, one folder per name (git-ignored; ``prepared_folder``)
+CACHE_DIR = Path(__file__).resolve().parents[2] / ".cache" / "models"
 
 
 def packaged_model(name: str) -> PackagedModel:
@@ -160,6 +162,11 @@ def fix_tokenizer(tokenizer, eos_token_id: int, max_length: int):
     tokenizer.init_kwargs.update(padding_side="left", model_max_length=int(max_length),
                                  clean_up_tokenization_spaces=False)
     return tokenizer
+
+
+def prepared_folder(name: str = DEFAULT_MODEL, *, log=print) -> Path:
+    """``CACHE_DIR/<name>``, prepared by ``prepare_model`` the first time (about 25 s), reused after."""
+    return prepare_model(CACHE_DIR / name, name, log=log)
 
 
 def is_prepared(out_dir: str | Path, name: str = DEFAULT_MODEL) -> bool:

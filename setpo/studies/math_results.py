@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from setpo.metrics import pass_at_k
 from setpo.repro.records import markdown_table, read_json, read_records
 from setpo.studies.figures import (
     embedder_name,
@@ -27,8 +28,10 @@ from setpo.studies.figures import (
     save_table,
     trajectory_figure as shared_trajectory_figure,
 )
+from setpo.studies.intervals import mean_ci
+from setpo.studies.stages import sittings_seconds
 from setpo.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
-from setpo.studies.math_config import MathRunConfig, uses_vllm
+from setpo.studies.math_config import MathRunConfig, cuda, uses_vllm
 
 
 def pass_at_k_figure(results: Mapping[str, dict], title: str = ""):
@@ -127,12 +130,142 @@ def results_table(results: Mapping[str, dict], eval_k: int, note: str = "", judg
 def figure_record(cfg: MathRunConfig, command: str = "notebooks/04_qwen_math_gpu", **extra) -> dict:
     """The run record of a notebook-04 figure: config, seed, model, embedder and data by name."""
     uses = {"embedder": embedder_name(cfg.embedder),
-            "model": cfg.model_path or "tiny random Qwen2 (setpo.trl.tiny_models; numbers mean nothing)",
+            "model": (cfg.model_path or (cfg.packaged_model and f"{cfg.packaged_model} (setpo.models)")
+                      or "tiny random Qwen2 (setpo.trl.tiny_models; numbers mean nothing)"),
             "train data": cfg.train_file or "generated (envs.math.smoke_problems)",
             "validation data": cfg.val_file or "generated (envs.math.smoke_problems)",
             "pass@k data": cfg.passk_file or "generated (envs.math.smoke_problems)",
             "generation": "vLLM" if uses_vllm(cfg) else "transformers generate"}
     return run_record(command, config=without_judge(vars(cfg)), seeds=[cfg.seed], uses=uses, **extra)
+
+
+def probe_similarity(probes_by_run: Mapping[str, Sequence[dict]], embedder) -> dict[str, dict[int, float]]:
+    """How alike each run's responses to the same probe prompt are, step by step: run label -> {step: the mean
+    cosine similarity of the responses to one prompt at that step, averaged over prompts}. Lower is more
+    diverse; a collapsing policy's similarity climbs towards 1. embedder: texts -> (N, d) tensor."""
+    import torch  # the engine, imported when the reading is drawn
+
+    out: dict[str, dict[int, float]] = {}
+    for label, records in probes_by_run.items():
+        sets: dict[tuple[int, int], list[str]] = {}
+        for r in records:
+            sets.setdefault((int(r["step"]), r["probe"]), []).append(r["text"])
+        by_step: dict[int, list[float]] = {}
+        for (step, _), texts in sorted(sets.items()):
+            if len(texts) < 2:
+                continue
+            e = torch.nn.functional.normalize(embedder(texts).float(), dim=-1)
+            sim = e @ e.T
+            n = len(texts)
+            by_step.setdefault(step, []).append(float((sim.sum() - sim.diagonal().sum()) / (n * (n - 1))))
+        out[label] = {step: sum(v) / len(v) for step, v in sorted(by_step.items())}
+    return out
+
+
+def similarity_table(similarity: Mapping[str, Mapping[int, float]]) -> str:
+    """``probe_similarity`` as markdown: per run, the similarity at its first and last probe and the change."""
+    rows = []
+    for label, by_step in similarity.items():
+        if not by_step:
+            continue
+        (s0, v0), (s1, v1) = next(iter(by_step.items())), list(by_step.items())[-1]
+        rows.append({"run": label, f"first probe": f"{v0:.3f} (step {s0})", "last probe": f"{v1:.3f} (step {s1})",
+                     "change": f"{v1 - v0:+.3f}"})
+    return markdown_table(rows)
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def run_seconds(run_dir: str | Path) -> float:
+    """A finished run's training time in seconds over all its sittings (``sittings.json``, which the training's
+    heartbeat keeps), else its last sitting's (``final/done.json``)."""
+    clock = Path(run_dir) / "sittings.json"
+    if clock.is_file():
+        return sittings_seconds(clock)
+    return float(read_json(Path(run_dir) / "final" / "done.json", "delete the run folder and rerun")["seconds"])
+
+
+def _interval_text(d: dict) -> str:
+    return f"{100 * d['mean']:+.1f} points [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"
+
+
+def _moved(d: dict) -> str:
+    """A paired difference in words: which way it moved, or no detectable change, with its interval."""
+    if d["lo"] is None:
+        return f"{100 * d['mean']:+.1f} points (one problem: no interval)"
+    if d["lo"] > 0:
+        return f"up, {_interval_text(d)}"
+    if d["hi"] < 0:
+        return f"down, {_interval_text(d)}"
+    return f"no detectable change, {_interval_text(d)}"
+
+
+def reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[dict],
+            similarity: Mapping[str, Mapping[int, float]], train_minutes: Mapping[str, float]) -> str:
+    """Notebook 04's closing text, written from its numbers: the base model's coverage at small and large k, what
+    each run did to pass@1 and pass@n against the base model and against the baseline (``paired_differences``),
+    what the probe similarities did, and what the run cost. Markdown."""
+    base = passk["base model"]
+    n, problems = base["k"], base["n_problems"]
+    mid = min(16, n)
+    lines = []
+    if cfg.tiny:
+        lines.append("**Tiny random model:** every number here means nothing; the text shows what the real run writes.")
+    lines.append(f"- **The base model** ({problems} problems, n = {n} samples each): pass@1 "
+                 f"{100 * base['pass_at_k'][0]:.1f}%, pass@{mid} {100 * base['pass_at_k'][mid - 1]:.1f}%, "
+                 f"pass@{n} {100 * base['pass_at_k'][n - 1]:.1f}%: "
+                 f"{sum(c > 0 for c in base['correct'])} of {problems} problems solved at least once.")
+    for d in diffs:
+        if d["k"] in (1, n):
+            lines.append(f"- **{d['a']} − {d['b']}**, pass@{d['k']}: {_moved(d)}.")
+    for label, by_step in similarity.items():
+        if len(by_step) >= 2:
+            (s0, v0), (s1, v1) = next(iter(by_step.items())), list(by_step.items())[-1]
+            lines.append(f"- **{label}**, responses to one probe prompt: mean cosine similarity {v0:.3f} at step "
+                         f"{s0}, {v1:.3f} at step {s1} ({v1 - v0:+.3f}).")
+    evals = sum(r.get("seconds", 0.0) for r in passk.values()) / 60
+    lines.append(f"- **Cost:** training {', '.join(f'{k} {v:.0f} min' for k, v in train_minutes.items())}; "
+                 f"sampling the {len(passk)} evaluations {evals:.0f} min "
+                 f"({'GPU' if cuda() else f'CPU, {torch_threads()} threads'}).")
+    return "\n".join(lines)
+
+
+def paired_differences(results: Mapping[str, dict], pairs: Sequence[tuple[str, str]],
+                       ks: Sequence[int] = (1, 16, 256)) -> list[dict]:
+    """Each pair (a, b) of models evaluated on the same problems: a − b in pass@k, paired over problems.
+
+    results: label -> ``math.evaluate_model``'s result (``correct``: right samples per problem, out of ``k``).
+    Per problem, pass@k is the unbiased estimate from its n samples (``setpo.pass_at_k``); the difference is
+    the mean over problems of a's minus b's, with the 95% t-interval over problems (``setpo.studies.intervals
+    .mean_ci``). Only k <= n. Returns [{"a", "b", "k", "mean", "lo", "hi", "n"}] with fractions, not %.
+    """
+    out = []
+    for a, b in pairs:
+        ra, rb = results[a], results[b]
+        if ra["k"] != rb["k"] or ra["n_problems"] != rb["n_problems"]:
+            raise ValueError(f"{a!r} and {b!r} were not evaluated alike: n = {ra['k']} vs {rb['k']} samples of "
+                             f"{ra['n_problems']} vs {rb['n_problems']} problems")
+        for k in (k for k in ks if k <= ra["k"]):
+            diffs = [pass_at_k(ra["k"], int(ca), k) - pass_at_k(rb["k"], int(cb), k)
+                     for ca, cb in zip(ra["correct"], rb["correct"])]
+            out.append({"a": a, "b": b, "k": k, **mean_ci(diffs)})
+    return out
+
+
+def paired_table(diffs: Sequence[dict]) -> str:
+    """``paired_differences`` as markdown: one row per pair, Δ pass@k in points with its 95% interval per k."""
+    rows: dict[tuple[str, str], dict] = {}
+    for d in diffs:
+        row = rows.setdefault((d["a"], d["b"]), {"comparison": f"{d['a']} − {d['b']}"})
+        interval = "" if d["lo"] is None else f" [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"
+        row[f"Δ pass@{d['k']}"] = f"{100 * d['mean']:+.1f}{interval}"
+    n = diffs[0]["n"] if diffs else 0
+    return (markdown_table(list(rows.values()))
+            + f"\n\n*Points; mean over the {n} problems of the per-problem difference, 95% t-interval over problems.*")
 
 
 def results_record(record: Mapping, results: Mapping[str, dict], judged: Mapping | None = None, **extra) -> dict:
@@ -148,7 +281,7 @@ def results_record(record: Mapping, results: Mapping[str, dict], judged: Mapping
 def write_results(cfg: MathRunConfig, out: Mapping, command: str) -> tuple[str, Path]:
     """``run_dir/results.md`` (``results_table``) and ``run_dir/results.json`` (its record, ``results_record``,
     with the pass@k curves when stage "eval" ran) from ``math.run_study``'s output. Returns (table, path)."""
-    tiny = cfg.model_path is None
+    tiny = cfg.tiny
     table = results_table(out["results"], cfg.eval_k, judged=out.get("judged"),
                           note="Tiny random model: these numbers mean nothing." if tiny else "")
     extra = {"pass_at_k": {k: r["pass_at_k"] for k, r in out["pass_at_k"].items()}} if "pass_at_k" in out else {}

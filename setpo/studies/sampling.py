@@ -7,9 +7,39 @@ from collections.abc import Sequence
 import torch
 
 
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """The tokens that end a completion: the tokenizer's EOS and every EOS id of the model's generation config
+    (a chat model may end a turn with a token its tokenizer does not call EOS)."""
+    ids = [tokenizer.eos_token_id]
+    config = getattr(model, "generation_config", None)
+    extra = getattr(config, "eos_token_id", None)
+    ids += extra if isinstance(extra, (list, tuple)) else [extra]
+    return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def prompt_cache(model, enc, n: int) -> dict:
+    """``generate``'s inputs for n samples of each prompt in ``enc`` (left-padded) that reuse one pass over it:
+    the prompts but their last token go through the model once, with the positions ``generate`` gives
+    left-padded rows; the cache is repeated n times per prompt, and ``generate`` then processes only the last
+    prompt token of each copy before sampling."""
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    past = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
+                 use_cache=True).past_key_values
+    past.batch_repeat_interleave(n)
+    return {"input_ids": ids.repeat_interleave(n, dim=0), "attention_mask": mask.repeat_interleave(n, dim=0),
+            "past_key_values": past}
+
+
+def batch_prompts(n: int, batch_sequences: int) -> int:
+    """Prompts per generation batch of ``sample_completions``: about ``batch_sequences`` sequences, at least one prompt."""
+    return max(1, batch_sequences // n)
+
+
 def sample_completions(model, tokenizer, prompts: Sequence[str], n: int, temperature: float, top_p: float = 1.0,
                        max_new_tokens: int = 24, seed: int = 0, batch_sequences: int = 1024,
-                       add_special_tokens: bool = True, progress=None) -> list[list[str]]:
+                       add_special_tokens: bool = True, progress=None, first_index: int = 0,
+                       share_prompt: bool = False) -> list[list[str]]:
     """n sampled completions per prompt (text after the prompt, special tokens dropped), in prompt order.
 
     Runs on the model's device. Prompts go in batches of about ``batch_sequences`` sequences, each seeded from
@@ -18,13 +48,20 @@ def sample_completions(model, tokenizer, prompts: Sequence[str], n: int, tempera
     training leaves the rollouts alone). ``add_special_tokens=False``
     for prompts already rendered by a chat template (which holds every special token). The model's
     train/eval mode is restored afterwards, also when generation fails. progress: called with the number of
-    prompts each batch finished (e.g. ``setpo.studies.stages.Progress.step``).
+    prompts each batch finished (e.g. ``setpo.studies.stages.Progress.step``). first_index: the position of
+    ``prompts[0]`` in a longer list sampled piece by piece (seeds follow the position in that list, so sampling
+    it in pieces of whole batches gives what one call would; ``batch_prompts`` is the piece size).
+    share_prompt: run each prompt through the model once and give its n samples copies of that cache
+    (``prompt_cache``), instead of ``generate``'s n forward passes over the same prompt: for long prompts and
+    large n most of the work (255 of 256 prompt passes at n = 256). The same samples up to floating-point
+    rounding, not bit for bit, so a study keeps one setting. Generation stops at the tokenizer's EOS and every
+    EOS of the model's generation config (``stop_token_ids``).
     """
     if n < 1 or temperature <= 0 or not 0 < top_p <= 1:
         raise ValueError(f"need n >= 1, temperature > 0 and 0 < top_p <= 1, got {n}, {temperature}, {top_p}")
     was_training = model.training
     model.eval()
-    per_batch = max(1, batch_sequences // n)
+    per_batch = batch_prompts(n, batch_sequences)
     out: list[list[str]] = []
     device = torch.device(model.device)
     fork = torch.random.fork_rng(devices=[] if device.type == "cpu" else [device.index or 0],
@@ -35,10 +72,11 @@ def sample_completions(model, tokenizer, prompts: Sequence[str], n: int, tempera
                 chunk = list(prompts[b:b + per_batch])
                 enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
                                 add_special_tokens=add_special_tokens).to(model.device)
-                torch.manual_seed(seed * 1_000_003 + b)
-                gen = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                                     max_new_tokens=max_new_tokens, num_return_sequences=n,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+                torch.manual_seed(seed * 1_000_003 + first_index + b)
+                inputs = prompt_cache(model, enc, n) if share_prompt else {**enc, "num_return_sequences": n}
+                gen = model.generate(**inputs, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                     eos_token_id=stop_token_ids(model, tokenizer))
                 texts = tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
                 out.extend(texts[i * n:(i + 1) * n] for i in range(len(chunk)))
                 if progress is not None:

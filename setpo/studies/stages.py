@@ -20,8 +20,10 @@ claiming a run folder for one configuration, refusals in one shape, and progress
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -236,6 +238,51 @@ def reusable_record(path: str | Path, identity: Mapping | None, redo: bool = Fal
 def print_flushed(*args) -> None:
     """Every study's default ``log``: print, flushed, so a long run's progress shows when stdout is a file."""
     print(*args, flush=True)
+
+
+@contextlib.contextmanager
+def heartbeat(log: Callable[[str], object] | None, label: str, status: Callable[[], str] | None = None,
+              every_s: float = 10.0, clock: str | Path | None = None):
+    """While the block runs, ``log`` a line every ``every_s`` seconds from a daemon thread: the label, the seconds
+    since the block began and ``status()`` (e.g. the sequences sampled so far). For the long calls that report
+    nothing themselves (a training step, a batch of generation). clock: a JSON file where each beat (and the end)
+    records this sitting's seconds so far, so that work done over several sittings, some of them killed, adds up
+    (``sittings_seconds``; at most ``every_s`` of a killed sitting is lost). With log None: no lines."""
+    start, done = time.monotonic(), threading.Event()
+    sitting = time.strftime("%Y-%m-%dT%H:%M:%S")
+
+    def record_clock():
+        if clock is not None:
+            try:
+                seconds = read_json(Path(clock)) if Path(clock).is_file() else {}
+                write_json(Path(clock), {**seconds, sitting: time.monotonic() - start})
+            except (OSError, ValueError):  # the clock is a courtesy: it must not stop the work it times
+                pass
+
+    def beat():
+        while not done.wait(every_s):
+            record_clock()
+            if log is None:
+                continue
+            try:
+                extra = f", {status()}" if status is not None else ""
+            except Exception:  # noqa: BLE001 - a status that cannot be read must not stop the work it reports on
+                extra = ""
+            log(f"{label}: {time.monotonic() - start:.0f} s{extra}")
+
+    thread = threading.Thread(target=beat, daemon=True, name=f"heartbeat {label}")
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        record_clock()
+
+
+def sittings_seconds(clock: str | Path) -> float:
+    """The seconds ``heartbeat`` recorded in ``clock`` over every sitting (0 when there is no such file)."""
+    return float(sum(read_json(Path(clock)).values())) if Path(clock).is_file() else 0.0
 
 
 class Progress:

@@ -10,9 +10,8 @@ from trl import GRPOConfig
 
 from setpo.advantages import check_estimator
 from setpo.diversity import DIVERSITY_TERMS
-from setpo.presets import PRESETS, AlgorithmPreset
+from setpo.presets import LAMBDA_UNITS, PRESETS, AlgorithmPreset
 
-LAMBDA_UNITS = ("absolute", "term_std")
 #: ``setpo_reward_adjustment`` values: "none", or "dra" (DRA-GRPO's r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j))).
 REWARD_ADJUSTMENTS = ("none", "dra")
 

@@ -1,0 +1,28 @@
+"""Confidence intervals the studies share: the mean of a few paired differences (over seeds in the Countdown study,
+over problems in the math study) with its 95% Student t-interval."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+# two-sided 95% Student t quantiles by degrees of freedom (values - 1); a normal 1.96 beyond the table
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t975(df: int) -> float:
+    """The two-sided 95% Student t quantile for ``df`` degrees of freedom (the table's nearest lower entry)."""
+    return T975.get(df, 1.96 if df > 30 else T975[max(k for k in T975 if k <= df)])
+
+
+def mean_ci(values: Sequence[float]) -> dict:
+    """Mean and its 95% t-interval over the values (seeds, problems): {"mean", "lo", "hi", "n"} (no interval from
+    one value)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return {"mean": mean, "lo": None, "hi": None, "n": n}
+    half = t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
