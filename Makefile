@@ -55,7 +55,8 @@ docs: $(VENV)/.deps-docs
 bench: $(VENV)/.deps-test
 	$(PY) -m setpo.cli bench
 
-# Runs notebooks 01, 02, 03 and 05 in full: writes figures/ and saves each notebook back with its outputs.
+# Runs every notebook in full: writes figures/ and saves each notebook back with its outputs. 04's CPU study takes
+# about 6 hours the first time (resumable, cached in runs/qwen_math_cpu); after that it only draws.
 figures: $(VENV)/.deps-lab
 	$(PY) -m setpo.cli figures
 

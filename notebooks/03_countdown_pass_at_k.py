@@ -78,7 +78,7 @@ else:
     require_pinned("notebook 03's Countdown study")  # its parts were made on the pinned path: resume on it
     if not (Path(RUN_DIR) / "config.json").exists():
         raise FileNotFoundError(f"{RUN_DIR} holds no Countdown study: start it with `make countdown` (hours on 2 "
-                                "cores, resumable, README 'Countdown on a laptop'), then run this notebook")
+                                "cores, resumable, docs/studies/countdown.md), then run this notebook")
     cfg = replace(load_config(RUN_DIR), out=RUN_DIR)  # its own settings (make countdown's headline seeds too)
 out = Path(cfg.out)
 t0 = time.time()
@@ -180,6 +180,6 @@ show(fig, png)
 #   with the 2-thread study is identical. On the pinned kernels at this size the thread count changes nothing,
 #   so it shows that the command gives its record again; the 12 seeds carry the variation.
 #
-# The README has the whole reading. Every row, seed and setting is in `fig3_countdown_results.json` beside the
+# docs/studies/countdown.md has the whole reading. Every row, seed and setting is in `fig3_countdown_results.json` beside the
 # figures (and `results/countdown/config.json`, `selection.json`, `diagnostics.json`); nothing was tuned on the
 # test split.
