@@ -135,12 +135,13 @@ def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str 
 
 def sample_responses(model, tokenizer, questions: Sequence[str], n: int, temperature: float, top_p: float,
                      max_new_tokens: int, seed: int = 0, batch_sequences: int = 64, progress=None,
-                     first_index: int = 0, share_prompt: bool = False) -> list[list[str]]:
+                     first_index: int = 0, share_prompt: bool = False, fast_nucleus: bool = False) -> list[list[str]]:
     """n responses per question, prompted with the Qwen-Math template (``setpo.studies.sampling.sample_completions``;
-    progress: called with the prompts each batch finished; first_index, share_prompt: see there)."""
+    progress: called with the prompts each batch finished; first_index, share_prompt, fast_nucleus: see there)."""
     return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions), n, temperature, top_p,
                               max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False,
-                              progress=progress, first_index=first_index, share_prompt=share_prompt)
+                              progress=progress, first_index=first_index, share_prompt=share_prompt,
+                              fast_nucleus=fast_nucleus)
 
 
 def probe_sampler(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
@@ -252,7 +253,8 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     when ``use_vllm`` resolves true (in a fresh process), else ``generate``, batch by batch. partial: a JSONL file
     that keeps each finished batch, so that an evaluation stopped part-way resumes at its next batch with the
     same samples (seeds follow the problem's position; ``setpo.studies.sampling``). Each prompt is run through the
-    model once for all its samples (``share_prompt``). With ``log``, a line at most
+    model once for all its samples (``share_prompt``) and top-p takes no sort of the vocabulary (``fast_nucleus``).
+    With ``log``, a line at most
     every 10 s (sequences sampled so far, and a heartbeat inside a long batch)."""
     tokenizer = load_tokenizer(model_dir)
     if uses_vllm(cfg):
@@ -283,7 +285,7 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
             done[first] = sample_responses(model, tokenizer, questions[first:first + step], cfg.eval_k,
                                            cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length,
                                            seed=cfg.seed + 1, batch_sequences=EVAL_BATCH_SEQUENCES,
-                                           first_index=first, share_prompt=True)
+                                           first_index=first, share_prompt=True, fast_nucleus=True)
             if partial:
                 append_record(Path(partial), {"first": first, "texts": done[first]})
             progress.step(len(done[first]) * cfg.eval_k)
