@@ -262,6 +262,30 @@ def test_trainer_lookup_returns_setpo_subclass_of_verls_choice(monkeypatch):
     assert fake_v1.get_trainer_cls is original
 
 
+def test_importing_the_plugin_hooks_verls_trainer_lookup_when_verl_imports_it():
+    """verl's own main_ppo trains SetPO given VERL_USE_EXTERNAL_MODULES=setpo.verl: importing the plug-in hooks
+    verl's trainer lookup, without importing verl's trainer module itself (its engines ask for the device platform
+    at import, before a platform plug-in listed after setpo.verl has registered it). A fresh interpreter: this
+    process has long imported both."""
+    import subprocess
+
+    code = """
+import sys, setpo.verl
+assert "verl.trainer.ppo.v1" not in sys.modules
+from verl.trainer.ppo.v1 import get_trainer_cls  # what verl's TaskRunnerV1.run does
+from setpo.verl import SetPOTrainerMixin, install_trainer_hook
+cls = get_trainer_cls("sync")
+assert issubclass(cls, SetPOTrainerMixin) and cls.__mro__[2].__name__ == "PPOTrainerSync", cls.__mro__
+install_trainer_hook()  # idempotent: no second wrapper, no class with the mixin twice
+import verl.trainer.ppo.v1 as v1
+assert v1.get_trainer_cls("sync") is cls
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    assert sv.setpo_trainer_class(sv.setpo_trainer_class(object)) is sv.setpo_trainer_class(object)
+
+
 # --------------------------------------------------------------------------------- launcher configuration
 
 

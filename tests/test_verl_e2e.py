@@ -4,6 +4,9 @@ policy, the real Countdown verifier, the reference model and KL, verl's logger a
 
 Two runs of the same experiment (about 2 x 2 min on 2 cores, most of it Ray and its processes importing verl):
 3 steps at λ = 0.5 that end in verl's checkpoint, then a rerun that resumes from it and trains step 4 at λ = 0.
+The first runs through verl's own ``python -m verl.trainer.main_ppo`` with the overrides ``python -m setpo.verl
+print-config`` prints and ``VERL_USE_EXTERNAL_MODULES`` (the README's "Add SetPO to your verl job"), the rerun
+through the launcher (``python -m setpo.verl train``): both paths train SetPO, and one resumes the other.
 Each step's advantages (the trainer's audit, ``SETPO_VERL_AUDIT``) are checked against verl's own ``"grpo"`` on
 the same batch: bit for bit at λ = 0, plus λ·s with s recomputed here by ``setpo.diversity_marginals`` at λ > 0.
 Every process a run starts (its own session) is gone when the test ends, pass or fail.
@@ -31,7 +34,9 @@ LAM = 0.5
 G = 4
 
 
-def _train(demo: dict, out: Path, audit: Path, lam: float, steps: int, timeout: float) -> subprocess.CompletedProcess:
+def _train(demo: dict, out: Path, audit: Path, lam: float, steps: int, timeout: float,
+           main_ppo: bool = False) -> subprocess.CompletedProcess:
+    """One run by the launcher, or (main_ppo) by verl's own entry point with the launcher's printed overrides."""
     cmd = [sys.executable, "-m", "setpo.verl", "train", "--device", "cpu", "--task", "countdown",
            "--model-path", demo["model"], "--tokenizer-path", demo["tokenizer"], "--train-file", demo["train"],
            "--val-file", demo["val"], "--embedding-model", "hash", "--lam", str(lam), "--rollout-n", str(G),
@@ -42,6 +47,15 @@ def _train(demo: dict, out: Path, audit: Path, lam: float, steps: int, timeout: 
            f"+ray_kwargs.ray_init.runtime_env.env_vars.SETPO_VERL_AUDIT={audit}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "RAY_DEDUP_LOGS": "1", "PYTHONUNBUFFERED": "1"}
+    if main_ppo:
+        printed = subprocess.run([*cmd[:3], "print-config", *cmd[4:]], cwd=ROOT, env=env, capture_output=True,
+                                 text=True, timeout=120)
+        assert printed.returncode == 0, printed.stderr[-3000:]
+        overrides = [line for line in printed.stdout.splitlines() if "=" in line and not line.startswith("[")]
+        assert "algorithm.adv_estimator=setpo" in overrides
+        cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+        # the driver imports the plug-in (and the CPU platform) too; the overrides carry it to every worker
+        env.update(VERL_USE_EXTERNAL_MODULES="setpo.verl,setpo.verl.cpu", VERL_PLATFORM="cpu")
     status, output, left = run_in_session(cmd, timeout, cwd=ROOT, env=env)
     assert status is not None, f"the CPU run did not finish in {timeout:.0f} s:\n{output[-4000:]}"
     assert not left, f"processes of the run still alive after it ended: {left}"
@@ -73,7 +87,7 @@ def runs(tmp_path_factory):
     demo = write_countdown_demo(tmp / "demo")
     out = tmp / "runs"
     t0 = time.perf_counter()
-    first = _train(demo, out, tmp / "audit1", lam=LAM, steps=3, timeout=280)
+    first = _train(demo, out, tmp / "audit1", lam=LAM, steps=3, timeout=280, main_ppo=True)
     t1 = time.perf_counter()
     assert first.returncode == 0, first.stdout[-6000:]
     metrics1 = _metrics(out / "e2e" / "metrics.jsonl")
@@ -93,7 +107,8 @@ def test_cpu_run_finishes_writes_verls_checkpoint_and_resumes(runs):
     assert sorted(runs["metrics1"]) == [1, 2, 3]
     assert sorted(runs["metrics2"]) == [4]  # resumed at step 4: steps 1-3 were not trained again
     assert "global_step_3" in runs["second"].stdout  # verl's checkpoint manager loaded it
-    assert "[setpo.verl]" in runs["first"].stdout  # the heartbeat
+    assert "[setpo.verl]" in runs["second"].stdout  # the launcher's heartbeat
+    assert "verl.trainer.main_ppo" in runs["first"].args  # the first run was verl's own entry point
     print(f"verl CPU runs: {runs['seconds'][0]:.0f} s (3 steps) + {runs['seconds'][1]:.0f} s (resume, 1 step)")
 
 

@@ -49,10 +49,12 @@ Ray job's ``runtime_env.env_vars`` (``ray_kwargs.ray_init.runtime_env``, which v
 ``ray.init``), so every worker of the job (task runner, FSDP actor/ref, vLLM servers, reward workers), on
 every node, registers ``"setpo"`` as it imports verl. ``setpo`` itself must be installed in the Python
 environment on every node (verl sets ``working_dir=None``, so Ray ships no code). The trainer subclass is
-chosen in the task runner process by ``SetPOTaskRunner``, a subclass of verl's ``TaskRunnerV1``: verl picks
-the trainer class by the name in ``trainer.v1.trainer_mode``, and that name also selects its replay buffer
-(sync or async), so we keep verl's name and, for the duration of ``run``, have verl's lookup return our
-subclass of the class it would have picked.
+chosen in the task runner process: verl picks the trainer class by the name in ``trainer.v1.trainer_mode``,
+and that name also selects its replay buffer (sync or async), so we keep verl's name and have verl's lookup
+return our subclass of the class it would have picked. ``import setpo.verl`` installs that
+(``install_trainer_hook``), so verl's own ``python -m verl.trainer.main_ppo`` trains SetPO when
+``VERL_USE_EXTERNAL_MODULES=setpo.verl`` is set for the driver and, through ``runtime_env.env_vars``, for every
+worker; the launcher's ``SetPOTaskRunner`` (a subclass of verl's ``TaskRunnerV1``) selects it as well.
 
 Presets
 -------
@@ -116,10 +118,14 @@ from setpo.verl.launch import (
 )
 from setpo.verl.trainer import (
     SetPOTrainerMixin,
+    install_trainer_hook,
     setpo_task_runner,
     setpo_trainer_class,
     setpo_trainers_selected,
 )
+
+# verl's own `python -m verl.trainer.main_ppo`, given VERL_USE_EXTERNAL_MODULES=setpo.verl, trains SetPO too
+install_trainer_hook()
 
 __all__ = [
     "EMBEDDINGS_KEY",
@@ -137,6 +143,7 @@ __all__ = [
     "compute_setpo_outcome_advantage",
     "embedder_from_settings",
     "embeddings_from_batch",
+    "install_trainer_hook",
     "launch_config_from_args",
     "main",
     "prepare_data",

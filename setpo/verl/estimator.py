@@ -249,7 +249,10 @@ def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_
     if record is None and settings.lam != 0:
         raise ValueError(
             "the 'setpo' estimator found no response embeddings. verl passes only rewards, mask, uid and config, "
-            "so run training through `python -m setpo.verl train` (its trainer embeds the responses), or call "
+            "and the trainer embeds the responses only where `setpo.verl` was imported before it was built: set "
+            "VERL_USE_EXTERNAL_MODULES=setpo.verl for the driver and "
+            "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=setpo.verl with trainer.use_v1=true, "
+            "or run training through `python -m setpo.verl train`, or call "
             f"setpo.verl.compute_advantage(data, ...) with data.non_tensor_batch[{EMBEDDINGS_KEY!r}] or "
             f"[{TEXTS_KEY!r}], or wrap the call in setpo.verl.batch_embeddings(emb, uids)")
     if record is None:

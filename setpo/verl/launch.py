@@ -508,11 +508,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     overrides = build_overrides(cfg) + list(args.overrides)
     config = compose_config(overrides)
     validate(config)
+    # the run folder exists for print-config too: its overrides point verl's file logger into it, so a
+    # `python -m verl.trainer.main_ppo` given them can start
+    run_dir = Path(cfg.output_dir) / cfg.run_name
+    run_dir.mkdir(parents=True, exist_ok=True)
     if args.cmd == "print-config":
         print("\n".join(overrides))
         return
-    run_dir = Path(cfg.output_dir) / cfg.run_name
-    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "overrides.txt").write_text("\n".join(overrides) + "\n")  # the run's record of its config
     run(config, device=cfg.device, progress_file=run_dir / PROGRESS_FILE)
 

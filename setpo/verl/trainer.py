@@ -5,8 +5,11 @@ own advantage step, and the task runner that selects it (see ``setpo.verl``)."""
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 
@@ -153,7 +156,10 @@ _TRAINER_CLASSES: dict[type, type] = {}
 
 
 def setpo_trainer_class(base: type) -> type:
-    """``SetPOTrainerMixin`` + a verl v1 trainer class (cached, so each base gets one subclass)."""
+    """``SetPOTrainerMixin`` + a verl v1 trainer class (cached, so each base gets one subclass; a class that
+    already has the mixin is returned as it is)."""
+    if issubclass(base, SetPOTrainerMixin):
+        return base
     if base not in _TRAINER_CLASSES:
         _TRAINER_CLASSES[base] = type(f"SetPO{base.__name__}", (SetPOTrainerMixin, base),
                                       {"__module__": __name__, "__doc__": SetPOTrainerMixin.__doc__})
@@ -175,6 +181,58 @@ def setpo_trainers_selected() -> Iterator[None]:
         yield
     finally:
         v1.get_trainer_cls = original
+
+
+TRAINER_MODULE = "verl.trainer.ppo.v1"
+
+
+def _hook_get_trainer_cls(v1) -> None:
+    if getattr(v1.get_trainer_cls, "setpo_hook", False):
+        return
+    original = v1.get_trainer_cls
+
+    def get_trainer_cls(name: str) -> type:
+        return setpo_trainer_class(original(name))
+
+    get_trainer_cls.setpo_hook = True
+    get_trainer_cls.__doc__ = original.__doc__
+    v1.get_trainer_cls = get_trainer_cls
+
+
+class _HookOnImport(importlib.abc.MetaPathFinder):
+    """Finds ``TRAINER_MODULE`` with the other finders and hooks it right after it has run (once)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != TRAINER_MODULE:
+            return None
+        sys.meta_path.remove(self)  # one shot; and the real spec comes from the finders after this one
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            _hook_get_trainer_cls(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install_trainer_hook() -> None:
+    """Make verl's ``get_trainer_cls(mode)`` return the SetPO subclass of the class it names, in this process
+    (idempotent). ``import setpo.verl`` calls it, so that verl's own ``python -m verl.trainer.main_ppo`` trains
+    SetPO when ``VERL_USE_EXTERNAL_MODULES=setpo.verl`` makes its task runner import the plug-in. The subclass
+    changes nothing for any other estimator: ``_compute_advantage`` hands those to verl as they are.
+
+    verl's trainer module is hooked when it is imported, not imported here: it pulls in verl's engines, which ask
+    for the device platform at import, before a platform plug-in listed after ``setpo.verl`` (the CPU one) has
+    registered it; and most of verl's processes never need it.
+    """
+    if TRAINER_MODULE in sys.modules:
+        _hook_get_trainer_cls(sys.modules[TRAINER_MODULE])
+    elif not any(isinstance(f, _HookOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _HookOnImport())
 
 
 _TASK_RUNNER = None
