@@ -53,7 +53,8 @@ def _train(demo: dict, out: Path, audit: Path, lam: float, steps: int, timeout: 
         assert printed.returncode == 0, printed.stderr[-3000:]
         overrides = [line for line in printed.stdout.splitlines() if "=" in line and not line.startswith("[")]
         assert "algorithm.adv_estimator=setpo" in overrides
-        cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+        # Hydra's own run folder (outputs/<date>/<time> of the working directory by default) goes beside the run
+        cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, f"hydra.run.dir={out / 'hydra'}"]
         # the driver imports the plug-in (and the CPU platform) too; the overrides carry it to every worker
         env.update(VERL_USE_EXTERNAL_MODULES="setpo.verl,setpo.verl.cpu", VERL_PLATFORM="cpu")
     status, output, left = run_in_session(cmd, timeout, cwd=ROOT, env=env)
