@@ -5,21 +5,25 @@
   samples on its own, with prompts of different lengths in one left-padded batch;
 - an evaluation stopped part-way resumes from its kept batches with the same samples, and its time adds up;
 - the heartbeat logs while a long call runs and its clock adds up sittings;
+- a model folder's identity ignores what a trainer rewrites without changing the model, and a model an
+  evaluation already sampled alike (a run whose training never moved it) is not sampled again;
 - the paired comparison over problems and the reading written from it.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from dataclasses import replace
 
 import pytest
 import torch
-from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import AutoModelForCausalLM, TemperatureLogitsWarper, TopPLogitsWarper
 
 from setpo.studies import math as ml
 from setpo.studies import math_results as mr
-from setpo.studies.sampling import NucleusMask, sample_completions, stop_token_ids
+from setpo.studies.sampling import NucleusMask, model_identity, sample_completions, stop_token_ids
 from setpo.studies.stages import heartbeat, sittings_seconds
 from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
 
@@ -102,6 +106,71 @@ def test_heartbeat_logs_while_a_call_runs_and_its_clock_adds_up_sittings(tmp_pat
     assert sittings_seconds(tmp_path / "absent.json") == 0.0
 
 
+def _trainer_copy(model_dir, to):
+    """``model_dir`` as a trainer saves a model it never changed: the same weight bytes, rewritten configs."""
+    shutil.copytree(model_dir, to)
+    for name, edit in (("config.json", {"use_cache": False}), ("tokenizer_config.json", {"local_files_only": True})):
+        path = to / name
+        path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
+    generation = to / "generation_config.json"
+    if generation.is_file():
+        config = json.loads(generation.read_text())
+        if isinstance(config.get("eos_token_id"), int):
+            config["eos_token_id"] = [config["eos_token_id"]]
+        generation.write_text(json.dumps(config))
+    return to
+
+
+def test_a_model_folder_s_identity_is_its_weights_tokenizer_and_stop_ids(tmp_path):
+    cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path / "run"))
+    model_dir = ml.resolve_model_path(cfg)
+    same = _trainer_copy(model_dir, tmp_path / "copy")
+    assert model_identity(same) == model_identity(model_dir) is not None
+    moved = _trainer_copy(model_dir, tmp_path / "moved")
+    model = AutoModelForCausalLM.from_pretrained(moved)
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] += 1e-3
+    model.save_pretrained(moved)
+    assert model_identity(moved) != model_identity(model_dir)
+    stops = _trainer_copy(model_dir, tmp_path / "stops")
+    (stops / "generation_config.json").write_text(json.dumps({"eos_token_id": [0, 5], "pad_token_id": 0}))
+    assert model_identity(stops) != model_identity(model_dir)
+    (tmp_path / "empty").mkdir()
+    assert model_identity(tmp_path / "empty") is None
+
+
+def test_a_model_already_evaluated_alike_is_not_sampled_again(tmp_path, monkeypatch):
+    cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path / "run"), eval_k=8)
+    _, val = ml.load_study_problems(cfg)
+    problems, model_dir = val[:3], ml.resolve_model_path(cfg)
+    base = ml.evaluate_model(cfg, model_dir, problems, cache=tmp_path / "run" / "passk_base.json", label="base model")
+    untrained = _trainer_copy(model_dir, tmp_path / "GRPO_final")
+    # sampled from scratch, the copy gives the base model's samples: what reusing them claims
+    fresh = ml.evaluate_model(cfg, untrained, problems, cache=tmp_path / "elsewhere" / "passk_grpo.json")
+    assert fresh["correct"] == base["correct"] and fresh["examples"] == base["examples"]
+    (tmp_path / "run" / "passk_grpo.partial.jsonl").write_text("")  # a stopped try's leftovers go too
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("sampled a model that was already evaluated")
+
+    monkeypatch.setattr(ml, "sample_eval_texts", no_sampling)
+    lines = []
+    grpo = ml.evaluate_model(cfg, untrained, problems, cache=tmp_path / "run" / "passk_grpo.json", label="GRPO",
+                             log=lines.append)
+    assert grpo["same_model_as"] == "base model" and grpo["seconds"] == 0.0 and grpo["label"] == "GRPO"
+    assert grpo["correct"] == base["correct"] and grpo["sampled"] == base["sampled"]
+    assert any("the same model as 'base model'" in line for line in lines)
+    assert not (tmp_path / "run" / "passk_grpo.partial.jsonl").exists()
+    with pytest.raises(AssertionError, match="already evaluated"):  # other settings: sampled again
+        ml.evaluate_model(replace(cfg, eval_temperature=0.7), untrained, problems,
+                          cache=tmp_path / "run" / "passk_hot.json")
+    # an evaluation kept before evaluations recorded what they sampled gets the record when it is read
+    old = tmp_path / "run" / "passk_old.json"
+    old.write_text(json.dumps({k: v for k, v in base.items() if k not in ("sampled", "label")}))
+    kept = ml.evaluate_model(cfg, model_dir, problems, cache=old, label="old")
+    assert kept["sampled"] == base["sampled"] and json.loads(old.read_text())["label"] == "old"
+
+
 def _evaluation(correct, n):
     return {"k": n, "n_problems": len(correct), "correct": correct,
             "pass_at_k": [0.0] * n, "seconds": 60.0}
@@ -126,3 +195,9 @@ def test_paired_differences_over_problems_and_the_reading_written_from_them():
                       {"GRPO": {0: 0.9, 6: 0.95}}, {"GRPO": 3.0})
     assert "no detectable change" in text and "2 of 4 problems solved at least once" in text
     assert "0.900 at step 0, 0.950 at step 6 (+0.050)" in text and "GRPO 3 min" in text
+    same = mr.reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]},
+                            "GRPO": {**base, "same_model_as": "base model"}}, [], {}, {"GRPO": 3.0},
+                      {"GRPO": [0.0, 0.0, 0.0], "SetPO+GRPO": [0.0, 0.125]})
+    assert "**GRPO** in training: mean reward 0.000; 0 of 3 steps had a right rollout (with every reward 0" in same
+    assert "**SetPO+GRPO** in training: mean reward 0.062; 1 of 2 steps had a right rollout." in same
+    assert "**GRPO** after training is the base model, bit for bit" in same

@@ -17,6 +17,8 @@ inside the functions that use them: importing this module (for its config or its
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
 import sys
 import time
@@ -36,7 +38,7 @@ from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_
 from setpo.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
 from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_checks/training.py's names)
 from setpo.studies.math_results import write_results
-from setpo.studies.sampling import batch_prompts, sample_completions
+from setpo.studies.sampling import batch_prompts, model_identity, sample_completions
 from setpo.studies.stages import (Progress, chosen_stages, claim_folder, heartbeat, print_flushed, sittings_seconds,
                                  stage_done)
 from setpo.trl.tiny_models import make_tiny_model
@@ -292,6 +294,44 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     return [texts for first in sorted(done) for texts in done[first]]
 
 
+def sampling_record(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem]) -> dict:
+    """Everything an evaluation's samples depend on (``sample_eval_texts``): the model (``model_identity``;
+    None for a folder without weight files), the questions, and the settings, batch size and seed included."""
+    questions = json.dumps([p.question for p in problems]).encode()
+    return {"model": model_identity(model_dir), "questions_sha256": hashlib.sha256(questions).hexdigest(),
+            "k": cfg.eval_k, "temperature": cfg.eval_temperature, "top_p": cfg.eval_top_p,
+            "max_new_tokens": cfg.max_completion_length, "seed": cfg.seed + 1,
+            "engine": "vllm" if uses_vllm(cfg) else "generate", "batch_sequences": EVAL_BATCH_SEQUENCES}
+
+
+def evaluation_of_same_model(cache: Path, sampled: Mapping) -> dict | None:
+    """A finished evaluation kept beside ``cache`` that sampled what ``sampled`` (``sampling_record``) says this
+    one would: the same model, questions and settings, so the same responses (seeds follow each problem's
+    position). A run that never changed its model (with rewards all 0, GRPO's advantages are all 0 and so is
+    its update) is then not sampled again. None when there is none, or the model has no identity."""
+    if sampled.get("model") is None:
+        return None
+    for path in sorted(cache.parent.glob("*.json")):
+        if path == cache or path.name.endswith(".clock.json"):
+            continue
+        record = read_json(path, "delete it and rerun to evaluate again")
+        if isinstance(record, dict) and record.get("sampled") == sampled and "label" in record:
+            return record
+    return None
+
+
+def record_sampling(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], cache: Path,
+                    result: dict, label: str) -> dict:
+    """An evaluation kept before evaluations recorded ``sampled`` and ``label`` gets them, written back, when its
+    k, temperature, top-p and problem count are the present settings' (else it is returned as it is)."""
+    if (result.get("k"), result.get("temperature"), result.get("top_p"), result.get("n_problems")) != (
+            cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p, len(problems)):
+        return result
+    result = {**result, "label": label, "sampled": sampling_record(cfg, model_dir, problems)}
+    write_json(cache, result)
+    return result
+
+
 def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
                    cache: str | Path | None = None, texts_file: str | Path | None = None, log=None,
                    label: str = "eval") -> dict:
@@ -300,13 +340,30 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
     Also the unbiased pass@j curve for j = 1..k (``setpo.pass_at_k``) and avg@k per data source
     (``sample_eval_texts`` samples; ``log``/``label``: its progress lines). Cached as JSON in ``cache`` when given;
     texts_file: a JSON file that keeps the sampled responses (for the judge, ``judging.texts_path``; None keeps none).
-    Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds"}.
+    A model that an evaluation kept beside ``cache`` already sampled alike (``evaluation_of_same_model``) gets that
+    evaluation, marked ``same_model_as`` its label, with 0 s of sampling.
+    Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds", "label",
+    "sampled"} (``sampling_record``).
     """
     if cache is not None and Path(cache).is_file():
-        return read_json(Path(cache), "delete it and rerun to evaluate again")
+        result = read_json(Path(cache), "delete it and rerun to evaluate again")
+        if "sampled" not in result:  # kept before evaluations recorded what they sampled
+            result = record_sampling(cfg, model_dir, evaluated_problems(cfg, problems), Path(cache), result, label)
+        return result
     problems = evaluated_problems(cfg, problems)
-    t0 = time.time()
+    sampled = sampling_record(cfg, model_dir, problems)
     partial = None if cache is None else Path(cache).with_suffix(".partial.jsonl")
+    same = None if cache is None or texts_file is not None else evaluation_of_same_model(Path(cache), sampled)
+    if same is not None:
+        if log:
+            log(f"[{label}] the same model as {same['label']!r} (weights, tokenizer and stop ids), sampled alike: "
+                "its evaluation is that one's")
+        result = {**same, "label": label, "same_model_as": same["label"], "seconds": 0.0}
+        write_json(Path(cache), result)
+        for leftover in (partial, partial.with_suffix(".clock.json")):
+            leftover.unlink(missing_ok=True)
+        return result
+    t0 = time.time()
     texts = sample_eval_texts(cfg, model_dir, problems, log=log, label=label, partial=partial)
     if texts_file is not None:
         write_json(Path(texts_file), texts)
@@ -325,6 +382,7 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
         "pass_at_k": [sum(pass_at_k(k, int(c), j) for c in correct) / len(correct) for j in range(1, k + 1)],
         "correct": correct, "n_problems": len(problems), "temperature": cfg.eval_temperature,
         "top_p": cfg.eval_top_p, "examples": [ts[:2] for ts in texts[:3]], "seconds": seconds,
+        "label": label, "sampled": sampled,
     }
     if cache is not None:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
+
+from setpo.trl.training import weights_sha256
+
+# tokenizer_config.json keys that say how a folder was loaded, not how it tokenizes (a trainer's copy differs in them)
+LOADING_ONLY_KEYS = ("local_files_only", "name_or_path", "_name_or_path", "transformers_version")
 
 
 class NucleusMask:
@@ -50,6 +58,35 @@ def stop_token_ids(model, tokenizer) -> list[int]:
     extra = getattr(config, "eos_token_id", None)
     ids += extra if isinstance(extra, (list, tuple)) else [extra]
     return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def model_identity(model_dir: str | Path) -> str | None:
+    """What fixes the responses a model folder samples, given the seed and the sampling settings: its weight
+    files (``setpo.trl.training.weights_sha256``, byte for byte), its tokenizer and chat template, and the stop
+    and pad ids of its generation config. SHA-256; None for a folder without weight files. Two folders with one
+    identity are one model: e.g. a trainer's copy of a model it never changed (every advantage 0) has its base
+    model's identity, although the trainer rewrites the configs (``use_cache``, a list for ``eos_token_id``)."""
+    folder = Path(model_dir)
+    weights = weights_sha256(folder)
+    if weights is None:
+        return None
+
+    def config(name: str) -> dict:
+        path = folder / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def ids(value) -> list | None:
+        return None if value is None else sorted(value if isinstance(value, list) else [value])
+
+    tokenizer_config = {k: v for k, v in config("tokenizer_config.json").items() if k not in LOADING_ONLY_KEYS}
+    generation = config("generation_config.json")
+    digest = hashlib.sha256(weights.encode())
+    for name in ("tokenizer.json", "chat_template.jinja"):
+        if (folder / name).is_file():
+            digest.update(hashlib.sha256((folder / name).read_bytes()).digest())
+    digest.update(json.dumps([tokenizer_config, ids(generation.get("eos_token_id")),
+                              ids(generation.get("pad_token_id"))], sort_keys=True).encode())
+    return digest.hexdigest()
 
 
 def prompt_cache(model, enc, n: int) -> dict:
