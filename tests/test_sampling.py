@@ -112,6 +112,8 @@ def _trainer_copy(model_dir, to):
     for name, edit in (("config.json", {"use_cache": False}), ("tokenizer_config.json", {"local_files_only": True})):
         path = to / name
         path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
+    tokenizer = to / "tokenizer.json"
+    tokenizer.write_text(json.dumps({**json.loads(tokenizer.read_text()), "padding": {"direction": "Left"}}))
     generation = to / "generation_config.json"
     if generation.is_file():
         config = json.loads(generation.read_text())

@@ -65,7 +65,8 @@ def model_identity(model_dir: str | Path) -> str | None:
     files (``setpo.trl.training.weights_sha256``, byte for byte), its tokenizer and chat template, and the stop
     and pad ids of its generation config. SHA-256; None for a folder without weight files. Two folders with one
     identity are one model: e.g. a trainer's copy of a model it never changed (every advantage 0) has its base
-    model's identity, although the trainer rewrites the configs (``use_cache``, a list for ``eos_token_id``)."""
+    model's identity, although the trainer rewrites the configs (``use_cache``, a list for ``eos_token_id``, the
+    tokenizer's last padding)."""
     folder = Path(model_dir)
     weights = weights_sha256(folder)
     if weights is None:
@@ -80,12 +81,13 @@ def model_identity(model_dir: str | Path) -> str | None:
 
     tokenizer_config = {k: v for k, v in config("tokenizer_config.json").items() if k not in LOADING_ONLY_KEYS}
     generation = config("generation_config.json")
+    # padding and truncation in tokenizer.json are the last call's settings; every call sets its own
+    tokenizer = {k: v for k, v in config("tokenizer.json").items() if k not in ("padding", "truncation")}
+    template = folder / "chat_template.jinja"
     digest = hashlib.sha256(weights.encode())
-    for name in ("tokenizer.json", "chat_template.jinja"):
-        if (folder / name).is_file():
-            digest.update(hashlib.sha256((folder / name).read_bytes()).digest())
-    digest.update(json.dumps([tokenizer_config, ids(generation.get("eos_token_id")),
-                              ids(generation.get("pad_token_id"))], sort_keys=True).encode())
+    digest.update(json.dumps([tokenizer, tokenizer_config, template.read_text() if template.is_file() else None,
+                              ids(generation.get("eos_token_id")), ids(generation.get("pad_token_id"))],
+                             sort_keys=True).encode())
     return digest.hexdigest()
 
 
