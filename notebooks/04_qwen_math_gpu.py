@@ -200,4 +200,4 @@ show_table(mr.similarity_table(similarity))
 # large k, the quantity RL with verifiable rewards is said to shrink.
 
 # %%
-display(Markdown(mr.reading(cfg, passk, diffs, similarity, train_minutes, mr.training_rewards(run_dirs))))
+display(Markdown(mr.reading(cfg, passk, diffs, similarity, train_minutes, mr.training_signal(run_dirs))))

@@ -179,7 +179,7 @@ def _evaluation(correct, n):
             "pass_at_k": [0.0] * n, "seconds": 60.0}
 
 
-def test_paired_differences_over_problems_and_the_reading_written_from_them():
+def test_paired_differences_over_problems_and_the_reading_written_from_them(tmp_path):
     n = 4
     base = _evaluation([0, 1, 2, 0], n)
     run = _evaluation([1, 2, 3, 1], n)  # one more right sample on every problem: +25 points of pass@1 each
@@ -200,7 +200,13 @@ def test_paired_differences_over_problems_and_the_reading_written_from_them():
     assert "0.900 at step 0, 0.950 at step 6 (+0.050)" in text and "GRPO 3 min" in text
     same = mr.reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]},
                             "GRPO": {**base, "same_model_as": "base model"}}, [], {}, {"GRPO": 3.0},
-                      {"GRPO": [0.0, 0.0, 0.0], "SetPO+GRPO": [0.0, 0.125]})
+                      {"GRPO": {"reward": [0.0, 0.0, 0.0], "clipped": [0.5, 1.0, 0.75]},
+                       "SetPO+GRPO": {"reward": [0.0, 0.125]}})
     assert "**GRPO** in training: mean reward 0.000; 0 of 3 steps had a right rollout (with every reward 0" in same
+    assert f"; 75% of rollouts were cut at {cfg.max_completion_length} tokens." in same
     assert "**SetPO+GRPO** in training: mean reward 0.062; 1 of 2 steps had a right rollout." in same
     assert "**GRPO** after training is the base model, bit for bit" in same
+    (tmp_path / "log_history.json").write_text(json.dumps([
+        {"step": 1, "reward": 0.0, "completions/clipped_ratio": 0.875}, {"step": 2, "reward": 0.25},
+        {"train_runtime": 9.0}]))
+    assert mr.training_signal({"GRPO": tmp_path}) == {"GRPO": {"reward": [0.0, 0.25], "clipped": [0.875]}}

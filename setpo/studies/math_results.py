@@ -204,19 +204,26 @@ def _moved(d: dict) -> str:
     return f"no detectable change, {_interval_text(d)}"
 
 
-def training_rewards(run_dirs: Mapping[str, str | Path]) -> dict[str, list[float]]:
-    """Each run's mean reward per training step, as ``SetPOTrainer`` logged it (``log_history.json``)."""
-    return {label: [h["reward"] for h in read_json(Path(d) / "log_history.json",
-                                                   "delete the run folder and rerun to train it again")
-                    if h.get("reward") is not None]
-            for label, d in run_dirs.items()}
+TRAINING_SIGNAL_KEYS = {"reward": "reward", "clipped": "completions/clipped_ratio"}
+
+
+def training_signal(run_dirs: Mapping[str, str | Path]) -> dict[str, dict[str, list[float]]]:
+    """Each run's mean reward and fraction of rollouts cut at the length limit, per training step, as
+    ``SetPOTrainer`` logged them (``log_history.json``): label -> {"reward": [...], "clipped": [...]}."""
+    out = {}
+    for label, d in run_dirs.items():
+        history = read_json(Path(d) / "log_history.json", "delete the run folder and rerun to train it again")
+        out[label] = {name: [h[key] for h in history if h.get(key) is not None]
+                      for name, key in TRAINING_SIGNAL_KEYS.items()}
+    return out
 
 
 def reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[dict],
             similarity: Mapping[str, Mapping[int, float]], train_minutes: Mapping[str, float],
-            rewards: Mapping[str, Sequence[float]] | None = None) -> str:
+            training: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> str:
     """Notebook 04's closing text, written from its numbers: the base model's coverage at small and large k, how
-    much reward each run saw in training (``training_rewards``) and whether its model moved at all (an
+    much reward each run saw in training and how many rollouts the length limit cut (``training_signal``), whether
+    its model moved at all (an
     evaluation ``same_model_as`` another), what each run did to pass@1 and pass@n against the base model and
     against the baseline (``paired_differences``), what the probe similarities did, and what the run cost.
     Markdown."""
@@ -230,12 +237,15 @@ def reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[dict]
                  f"{100 * base['pass_at_k'][0]:.1f}%, pass@{mid} {100 * base['pass_at_k'][mid - 1]:.1f}%, "
                  f"pass@{n} {100 * base['pass_at_k'][n - 1]:.1f}%: "
                  f"{sum(c > 0 for c in base['correct'])} of {problems} problems solved at least once.")
-    for label, per_step in (rewards or {}).items():
-        rewarded = sum(r > 0 for r in per_step)
-        lines.append(f"- **{label}** in training: mean reward {sum(per_step) / max(len(per_step), 1):.3f}; "
-                     f"{rewarded} of {len(per_step)} steps had a right rollout"
+    for label, signal in (training or {}).items():
+        rewards, clipped = signal["reward"], signal.get("clipped") or []
+        rewarded = sum(r > 0 for r in rewards)
+        lines.append(f"- **{label}** in training: mean reward {sum(rewards) / max(len(rewards), 1):.3f}; "
+                     f"{rewarded} of {len(rewards)} steps had a right rollout"
                      + (" (with every reward 0 every group advantage is 0: only a SetPO term, where there is one, "
-                        "moves the model)" if not rewarded else "") + ".")
+                        "moves the model)" if not rewarded else "")
+                     + (f"; {100 * sum(clipped) / len(clipped):.0f}% of rollouts were cut at "
+                        f"{cfg.max_completion_length} tokens" if clipped else "") + ".")
     for label, r in passk.items():
         if r.get("same_model_as"):
             lines.append(f"- **{label}** after training is the {r['same_model_as']}, bit for bit (weights, tokenizer "
