@@ -79,7 +79,8 @@ def test_an_evaluation_stopped_part_way_resumes_with_the_same_samples(tmp_path):
     _, val = ml.load_study_problems(cfg)
     problems = val[:5]
     model_dir = ml.resolve_model_path(cfg)
-    whole = ml.evaluate_model(cfg, model_dir, problems, cache=tmp_path / "whole.json")
+    # in its own folder: an evaluation kept beside another of the same model would be reused, not resumed
+    whole = ml.evaluate_model(cfg, model_dir, problems, cache=tmp_path / "whole" / "passk.json")
     # a run that kept only its first batch before it was stopped: the partial file, with a last line cut short
     first_batch = ml.sample_eval_texts(cfg, model_dir, problems[:2], partial=tmp_path / "cut.partial.jsonl")
     assert [texts[:2] for texts in first_batch] == whole["examples"][:2]  # the examples: 2 samples each
