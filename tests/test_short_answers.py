@@ -1,0 +1,86 @@
+"""The short-answer task family (envs.short_answers) and the base-model table's arithmetic."""
+
+import pytest
+
+from envs.short_answers import (EXAMPLES, KINDS, MAX_DIGITS, SPLITS, parse_answer, right_answer, sample_tasks,
+                                score_answer, short_answer_reward, split_of, task_from_id, task_messages, tasks_of,
+                                to_trl_records)
+from setpo.studies.short_answers import BaseTableConfig, kind_row, mixed_share
+
+
+def test_splits_are_disjoint_by_prompt_and_cover_every_kind():
+    for kind in KINDS:
+        seen = {split: {t.question for t in tasks_of(kind, split)} for split in SPLITS}
+        assert all(seen.values()), kind
+        assert not (seen["train"] & seen["val"] or seen["train"] & seen["test"] or seen["val"] & seen["test"])
+        for split, questions in seen.items():
+            assert all(split_of(q) == split for q in questions)
+        assert EXAMPLES[kind][0] not in set().union(*seen.values())  # the worked example is never asked
+
+
+def test_right_answers_and_task_ids_round_trip():
+    for kind in KINDS:
+        for task in tasks_of(kind, "val")[:20]:
+            assert task_from_id(task.task_id) == task
+            rights = [v for v in range(-5, 200) if task.is_right(v)]
+            assert len(rights) == task.right_answers >= 1
+            assert (task.right_answers > 1) == task.many_answers
+    t = task_from_id("add_2x1:23:4")
+    assert t.question == "What is 23 + 4?" and t.is_right(27) and not t.is_right(28)
+    m = task_from_id("multiple:5:12:55")
+    assert [v for v in range(100) if m.is_right(v)] == [15, 20, 25, 30, 35, 40, 45, 50, 55]
+
+
+@pytest.mark.parametrize("bad", ["", "between", "between:1", "between:10:20:30", "nope:1:2", "between:a:b",
+                                 "between:10:" + "9" * 5000, "between:1:2", "add_2x1:23:-4", 17, None])
+def test_malformed_task_ids_are_refused(bad):
+    with pytest.raises(ValueError):
+        task_from_id(bad)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("Answer: 42", 42), ("answer:42.", 42), ("  Answer: -3  \nmore text", -3), ("ANSWER : +7", 7),
+    ("", None), ("42", None), ("Answer:", None), ("Answer: 4 2", None), ("Answer: 3 + 4", None),
+    ("Answer: forty", None), ("The answer is 5", None), ("Answer: 1e5", None), ("Answer: 3.5", None),
+    ("Answer: " + "9" * MAX_DIGITS, int("9" * MAX_DIGITS)), ("Answer: " + "9" * 100_000, None),
+    ("\n\nAnswer: 5", 5), ("x\nAnswer: 5", None), (None, None), (b"Answer: 5", None), (["Answer: 5"], None),
+])
+def test_parse_answer_reads_only_one_answer_line(text, value):
+    assert parse_answer(text) == value
+
+
+def test_score_and_reward_function():
+    task = task_from_id("between:10:28")
+    assert score_answer("Answer: 10", task) == 1.0 and score_answer("Answer: 29", task) == 0.0
+    assert right_answer("Answer: 12", task) == 12 and right_answer("Answer: 2", task) is None
+    rows = to_trl_records([task, task_from_id("add_1x1:1:1")])
+    assert rows[0]["prompt"] == task_messages(task) and rows[0]["prompt"][-1]["content"] == task.question
+    completions = [[{"role": "assistant", "content": "Answer: 11"}], "Answer: 2"]
+    assert short_answer_reward(completions, task_id=[r["task_id"] for r in rows]) == [1.0, 1.0]
+    with pytest.raises(ValueError):
+        short_answer_reward(["Answer: 1"], task_id=["between:1:1"])
+
+
+def test_sample_tasks_is_reproducible_and_bounded():
+    a = sample_tasks(KINDS, "train", 3, seed=1)
+    assert a == sample_tasks(KINDS, "train", 3, seed=1) != sample_tasks(KINDS, "train", 3, seed=2)
+    assert [t.kind for t in a] == [k for k in KINDS for _ in range(3)]
+    with pytest.raises(ValueError, match="only"):
+        sample_tasks(["add_1x1"], "val", 1000)
+    with pytest.raises(ValueError, match="kind"):
+        sample_tasks(["bogus"], "train", 1)
+    with pytest.raises(ValueError, match="split"):
+        tasks_of("between", "dev")
+
+
+def test_mixed_share_and_kind_row():
+    assert mixed_share(16, 0, 8) == 0.0 and mixed_share(16, 16, 8) == 0.0
+    assert mixed_share(16, 1, 8) == pytest.approx(0.5)  # the one right sample is drawn half the time
+    with pytest.raises(ValueError):
+        mixed_share(4, 1, 8)
+    cfg = BaseTableConfig(n=4, group_size=2, max_new_tokens=5)
+    tasks = [task_from_id("between:10:28"), task_from_id("add_1x1:1:1")]
+    samples = [["Answer: 11", "Answer: 11", "Answer: 12", "no"], ["Answer: 2", "Answer: 3", "x", "y"]]
+    row = kind_row(tasks, samples, [[3, 3, 3, 5], [3, 3, 1, 1]], cfg)
+    assert row["reward"] == 4 / 8 and row["distinct_right"] == (2 + 1) / 2
+    assert row["answer_line"] == 5 / 8 and row["truncated"] == 1 / 8
