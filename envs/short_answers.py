@@ -6,7 +6,7 @@ rates are measured by ``python -m setpo.studies.short_answers base``; see docs/s
 
 - **many right answers per prompt**, where mode collapse shows as the number of *distinct* right answers a
   policy still gives to one prompt:
-  ``between`` ("Name a number between 23 and 41.") and ``multiple`` ("Name a multiple of 5 between 12 and 55.");
+  ``between`` ("Name a number between 23 and 41.") and ``multiple`` ("Name a multiple of 5 between 12 and 45.");
 - **one right answer per prompt**, in graded difficulty, where pass@k against the base model applies:
   ``add_1x1`` (3 + 4), ``add_2x1`` (23 + 4), ``add_2x2`` (23 + 41) and ``times_1x1`` (3 times 4).
 
@@ -51,8 +51,8 @@ SPLITS = ("train", "val", "test")
 
 #: the one-shot example shown before each question of a kind: (question, its assistant turn); never a task
 EXAMPLES = {
-    "between": ("Name a number between 5 and 9.", "Answer: 7"),
-    "multiple": ("Name a multiple of 4 between 10 and 30.", "Answer: 16"),
+    "between": ("Name a number between 10 and 20.", "Answer: 14"),
+    "multiple": ("Name a multiple of 5 between 10 and 40.", "Answer: 25"),
     "add_1x1": ("What is 2 + 3?", "Answer: 5"),
     "add_2x1": ("What is 60 + 3?", "Answer: 63"),
     "add_2x2": ("What is 61 + 13?", "Answer: 74"),
@@ -127,9 +127,9 @@ def _product(a: int, b: int) -> TaskSpec:
 def _universe(kind: str) -> tuple[TaskSpec, ...]:
     """Every prompt of ``kind``, in a fixed order."""
     if kind == "between":
-        specs = [_between(a, a + w) for a in range(10, 81) for w in range(10, 31)]
+        specs = [_between(a, a + w) for a in range(5, 41) for w in range(10, 31)]
     elif kind == "multiple":
-        specs = [_multiple(c, a, a + w) for c in (2, 5, 10) for a in range(10, 51) for w in range(30, 51)]
+        specs = [_multiple(c, a, a + w) for c in (2, 3, 5, 10) for a in range(5, 41) for w in range(20, 41)]
     elif kind == "add_1x1":
         specs = [_sum(kind, a, b) for a in range(1, 10) for b in range(1, 10)]
     elif kind == "add_2x1":
