@@ -22,7 +22,7 @@ Split. Every kind enumerates all its prompts; each prompt's split is fixed by a 
 (``split_of``): 70% train, 10% validation, 20% test, so the splits are disjoint by prompt and do not depend on
 which kinds or how many prompts a study draws.
 
-Task ids (``TaskSpec.task_id``, e.g. ``"between:23:41"``, ``"multiple:5:12:55"``, ``"add_2x1:23:4"``) carry all a
+Task ids (``TaskSpec.task_id``, e.g. ``"between:23:41"``, ``"multiple:5:12:45"``, ``"add_2x1:23:4"``) carry all a
 checker needs, so a trainer's dataset column can rebuild the task (``task_from_id``).
 """
 
