@@ -2,6 +2,9 @@
 
 - ``setpo/MultiModalBandit-v0``: the paper's Figure 1 world (``envs.bandit``).
 - ``setpo/Countdown-v0``: the Countdown arithmetic task over text (``envs.countdown``).
+
+Also here without an environment: ``envs.math`` (GSM8K-style problems), ``envs.short_answers`` (generated
+short-answer number tasks), ``envs.rubric``.
 """
 
 import gymnasium as gym

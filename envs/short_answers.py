@@ -38,18 +38,22 @@ from functools import lru_cache
 from envs._checks import whole_number
 
 SYSTEM_PROMPT = "You are a helpful assistant. Reply with one line: 'Answer: ' followed by the answer."
+"""The system message of every prompt."""
 
-#: longest number an answer may hold: a right answer here has at most 3 digits, and a bound keeps int() cheap
 MAX_DIGITS = 9
+"""Most digits an answer may have: a right answer here has at most 3, and the bound keeps ``int()`` cheap."""
 #: characters of a completion's first line that are read at all (the answer line is short)
 MAX_LINE_CHARS = 200
 
 MANY_ANSWER_KINDS = ("between", "multiple")
+"""Kinds with many right answers per prompt."""
 ONE_ANSWER_KINDS = ("add_1x1", "add_2x1", "add_2x2", "times_1x1")
+"""Kinds with one right answer per prompt, easiest first by operand size."""
 KINDS = MANY_ANSWER_KINDS + ONE_ANSWER_KINDS
+"""Every task kind."""
 SPLITS = ("train", "val", "test")
+"""The splits, disjoint by prompt (``split_of``)."""
 
-#: the one-shot example shown before each question of a kind: (question, its assistant turn); never a task
 EXAMPLES = {
     "between": ("Name a number between 10 and 20.", "Answer: 14"),
     "multiple": ("Name a multiple of 5 between 10 and 40.", "Answer: 25"),
@@ -58,6 +62,7 @@ EXAMPLES = {
     "add_2x2": ("What is 61 + 13?", "Answer: 74"),
     "times_1x1": ("What is 1 times 3?", "Answer: 3"),
 }
+"""The worked example shown before each question of a kind: (question, assistant turn); never itself a task."""
 
 _ANSWER_LINE = re.compile(r"\s*answer\s*:\s*([+-]?\d{1,%d})\s*\.?\s*" % MAX_DIGITS, re.IGNORECASE)
 

@@ -33,6 +33,7 @@ API_MODULES = {
     "envs.math": "api/envs",
     "envs.math_answers": "api/envs",
     "envs.rubric": "api/envs",
+    "envs.short_answers": "api/envs",
 }
 
 _FENCE = re.compile(r"^```(\w*)\s*$")
