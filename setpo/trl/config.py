@@ -70,12 +70,6 @@ class SetPOConfig(GRPOConfig):
         ("grpo", "rloo", "dr_grpo", "pass@K" for Pass@k Training's closed-form group advantage, Chen et al.
         2025, arXiv 2508.10751) whose advantages of the weighted total reward replace TRL's (its
         ``scale_rewards`` then does not apply); "pass@K" needs K <= num_generations.
-    setpo_share_prompt_pass: run each distinct prompt through the model once in the loss's forward passes
-        instead of once per rollout (``setpo.trl.shared_prefix``): the same log-probs and gradients up to
-        floating-point rounding, and G times fewer prompt tokens, which is most of a step when answers are
-        short. Off by default: a run's numbers then differ from plain TRL's in the last bits, so a study opts in
-        (and keeps one setting). It pays when a micro-batch holds several rollouts of a prompt: TRL shuffles the
-        generation batch before splitting it, so use one micro-batch per generation batch where memory allows.
     """
 
     learning_rate: float = field(default=_GRPO["learning_rate"], metadata={"help": "AdamW learning rate."})
@@ -98,8 +92,6 @@ class SetPOConfig(GRPOConfig):
                                          metadata={"help": "'none' or 'dra' (DRA-GRPO's reward rescaling)."})
     setpo_estimator: str = field(default="trl",
                                  metadata={"help": "'trl' (TRL's advantages) or a setpo estimator, e.g. 'pass@4'."})
-    setpo_share_prompt_pass: bool = field(default=False,
-                                          metadata={"help": "One forward pass per distinct prompt in the loss."})
 
     def __post_init__(self):
         super().__post_init__()
