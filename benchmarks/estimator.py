@@ -3,9 +3,11 @@
 For (B groups, G, d) on the CPU in float32, one thread, timed side by side in one run (medians over
 interleaved repeats, so machine noise hits every candidate alike; one thread, because on a shared machine
 a second OpenMP thread waiting for a busy core makes a 40 µs matmul take milliseconds):
-  setpo_advantages     the closed form, contiguous groups (group_size)
+  setpo_advantages     the closed form, contiguous groups (group_size), as the toy trainer calls it
+  as TRL calls it      the same with TRL's Ā given (base=), its unscorable rows (without_term) and s returned
   uid blocks           the same through a verl-style index whose groups sit side by side
   shuffled uids        the same through a shuffled index (groups gathered a cache-sized chunk at a time)
+  as verl calls it     shuffled object uids (verl's uid column) with verl's small-group rules and s returned
   matmul floor         the one batched matmul that forms the Gram matrix, which any exact method needs
   at d = 1             setpo_advantages on one feature: all it costs besides the matmul (per-call work,
                        the eager tensor operations on (B, G, G), the input checks)
@@ -13,7 +15,9 @@ a second OpenMP thread waiting for a busy core makes a 40 µs matmul take millis
                        groups of a shuffled index can cost
   definition           recompute D on every reduced set (O(G³) per group, a Python loop)
 and the peak extra memory of setpo_advantages (peak RSS of a fresh process above what holds the inputs),
-in units of one B·G² float32 matrix. The targets (issue 13), each printed with its measured value and PASS / FAIL:
+in units of one B·G² float32 matrix. Every engine assembles Â in ``setpo.setpo_advantages`` (the two "as ... calls
+it" rows are the keywords the TRL trainer and the verl estimator pass). The targets, each printed with its
+measured value and PASS / FAIL:
 setpo / floor <= 1.5 at (512, 16, 1024); setpo / floor <= 3 at (64, 8, 384) (TRL's usual size, where fixed
 per-operation costs dominate); shuffled / contiguous <= 1.5 at every shape; definition / setpo >= 50 at
 G = 16; peak extra memory <= 8 B·G² float32 matrices at G >= 16. Writes runs/bench/estimator.md (and .json).
@@ -142,10 +146,16 @@ def main(argv=None) -> None:
         index = blocks[perm.numpy()]
         r_perm, e_perm = rewards[perm], emb[perm]
         one_feature, copy_buffer = emb[:, :1].contiguous(), torch.empty_like(emb)
+        trl_base, unscorable = setpo.group_advantages(rewards, group_size=g), torch.zeros(b * g, dtype=torch.bool)
+        uids = np.array([f"uid-{k}" for k in index], dtype=object)  # verl's uid column: strings in an object array
         fns = {
             "setpo_advantages": lambda: setpo.setpo_advantages(rewards, emb, group_size=g),
+            "as TRL calls it": lambda: setpo.setpo_advantages(None, emb, group_size=g, base=trl_base, lam=0.05,
+                                                              without_term=unscorable, return_marginals=True),
             "uid blocks": lambda: setpo.setpo_advantages(rewards, emb, blocks),
             "shuffled uids": lambda: setpo.setpo_advantages(r_perm, e_perm, index),
+            "as verl calls it": lambda: setpo.setpo_advantages(r_perm, e_perm, uids, lam=0.05, small_groups="verl",
+                                                               return_marginals=True),
             "matmul floor": lambda: torch.bmm(grouped, grouped.transpose(1, 2)),
             "at d = 1": lambda: setpo.setpo_advantages(rewards, one_feature, group_size=g),
             "copy of the input": lambda: copy_buffer.copy_(emb),
@@ -166,6 +176,8 @@ def main(argv=None) -> None:
             "tensor ops per call": tensor_ops(fns["setpo_advantages"]),
             "setpo / floor": round(t["setpo_advantages"] / t["matmul floor"], 2),
             "shuffled / contiguous": round(t["shuffled uids"] / t["setpo_advantages"], 2),
+            "TRL's call / contiguous": round(t["as TRL calls it"] / t["setpo_advantages"], 2),
+            "verl's call / shuffled": round(t["as verl calls it"] / t["shuffled uids"], 2),
             "at d = 1 / floor": round(t["at d = 1"] / t["matmul floor"], 2),
             "(shuffled - contiguous) / copy": round((t["shuffled uids"] - t["setpo_advantages"]) / t["copy of the input"], 2),
             "copy / contiguous": round(t["copy of the input"] / t["setpo_advantages"], 2),

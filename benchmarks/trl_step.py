@@ -15,7 +15,7 @@ round), ``COUNTDOWN.rounds`` times, in one process; the ratio is median SetPO st
 Target: <= 1.05. Embedders: all-MiniLM-L6-v2 (the default; a 22M-parameter transformer, 20x this policy, so
 here it is a visible share of a step, unlike next to a 1.5B-7B policy) and the hashed n-gram embedder.
 
-The paper's size ratios (issue 13). The rows above put a ~1M-parameter policy next to a 22M-parameter
+The paper's size ratios. The rows above put a ~1M-parameter policy next to a 22M-parameter
 embedder, the opposite of the paper (Qwen2.5-Math-1.5B or 7B policy, Qwen3-Embedding-0.6B embedder: 2.6:1 and
 12.8:1 in parameters, nominally 2.5:1 and 11.7:1). Two more rows keep those ratios with randomly initialised
 models scaled down to what two CPU cores run in minutes (``benchmarks/paper_shapes.py``: the paper's configs'

@@ -1,4 +1,4 @@
-"""SetPO's share of a verl training step, on verl's own v1 trainer on the CPU (issue 19).
+"""SetPO's share of a verl training step, on verl's own v1 trainer on the CPU.
 
 The run of ``python -m setpo.verl cpu-demo``: a tiny random Qwen2 (~80K parameters) on Countdown, 2 FSDP2
 workers over gloo, transformers rollouts, 4 prompts x G = 4 per step, 24-token responses, reference model and

@@ -38,7 +38,6 @@ template; ``smoke OUT_DIR`` writes a generated train/val pair.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from envs._checks import whole_number
+from envs.arguments import Parser, positive_int
 # the answer checker lives in envs.math_answers; these names are the math task's API, here as before
 from envs.math_answers import (LOG_CHARS, MAX_ANSWER_CHARS, UNBOXED_TAIL_CHARS, answer_too_costly,  # noqa: F401
                                clean_answer, extract_boxed, final_answer, math_reward, normalize_answer,
@@ -309,7 +309,7 @@ def write_smoke_files(out_dir: str | Path, *, n_train: int = 256, n_val: int = 6
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = _Parser(prog="python -m envs.math", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="python -m envs.math", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("prepare", help="a GSM8K/MATH500/AIME/AMC file -> verl parquet with the Qwen-Math template")
     pr.add_argument("input")
@@ -318,8 +318,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     pr.add_argument("--split", default="train")
     sm = sub.add_parser("smoke", help="write a generated train.jsonl / val.jsonl pair")
     sm.add_argument("out_dir")
-    sm.add_argument("--n-train", type=_count, default=256)
-    sm.add_argument("--n-val", type=_count, default=64)
+    sm.add_argument("--n-train", type=positive_int, default=256)
+    sm.add_argument("--n-val", type=positive_int, default=64)
     sm.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     # bad input (a missing or unreadable file, an output that is a folder): one line, exit status 2
@@ -335,23 +335,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(p)
     except (ValueError, FileNotFoundError) as err:
         ap.exit(2, f"{ap.prog}: error: {' '.join(str(err).split())}\n")
-
-
-class _Parser(argparse.ArgumentParser):
-    """Errors as one line (``prog: error: ...``), exit status 2, like the ``setpo`` commands."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
 
 
 if __name__ == "__main__":

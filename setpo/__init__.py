@@ -1,13 +1,12 @@
 """setpo: set-level policy optimization (SetPO) for diversity-preserving RL of language models.
 
-The estimator in one line, Â_i = Ā_i + λ · s_i, lives in ``setpo.advantages.combine_advantages`` (called by
-``setpo_advantages`` and the verl estimator); the leave-one-out diversity marginal s_i in
+The estimator in one line, Â_i = Ā_i + λ · s_i, is assembled in ``setpo_advantages`` alone (every engine calls
+it: the toy trainer, the TRL trainer, the verl estimator, SetGRPO); the leave-one-out diversity marginal s_i in
 ``setpo.diversity.kernel_marginals``.
 """
 
 from setpo.advantages import (
     ADVANTAGE_ESTIMATORS,
-    combine_advantages,
     group_advantages,
     groups_with_signal,
     register_estimator,
@@ -43,7 +42,6 @@ __all__ = [
     "diversity_width_and_average_modes",
     "mean_pairwise_similarity",
     "mode_coverage",
-    "combine_advantages",
     "cosine_kernel",
     "diversity_marginals",
     "diversity_term",

@@ -2,8 +2,10 @@
 
     Â_i = Ā_i + λ · s_i        (SetPO, arXiv 2602.01062)
 
-Ā_i is a base group estimator's advantage and s_i the leave-one-out diversity marginal of
-``setpo.diversity``; s_i is added as is, neither centred nor rescaled, for every rollout, correct or not.
+Ā_i is a base group estimator's advantage (or one an engine computed itself) and s_i the leave-one-out
+diversity marginal of ``setpo.diversity``; s_i is added as is, neither centred nor rescaled, for every rollout,
+correct or not (``lam_units="term_std"`` opts into λ in units of s's spread). ``setpo_advantages`` is the one
+place Â is assembled: every engine calls it.
 
 Every estimator is a pure function over a padded ``(B, G_max)`` reward matrix and its validity mask
 (``None`` when all groups are full), returning advantages in the same layout.
@@ -28,6 +30,7 @@ import torch
 
 from setpo.diversity import DIVERSITY_TERMS, as_embeddings, group_dra_rewards, rewards_and_embeddings
 from setpo.groups import Groups, as_tensor, check_finite, check_real, const
+from setpo.presets import LAMBDA_UNITS
 from setpo.registry import lookup, registrar
 
 #: A base group estimator: fn(rewards (B, G), valid (B, G) bool | None, eps) -> advantages (B, G).
@@ -220,49 +223,158 @@ def base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float)
     return groups.unpad(adv if valid is None else adv * valid)
 
 
+#: ``setpo_advantages(small_groups=...)``: what happens to groups too small for s (fewer than 3 rollouts) or for
+#: Ā (one rollout). "raise": a ValueError naming the group. "verl": verl's GRPO conventions (its trainer hands
+#: over whatever groups a batch holds, and a dropped session must not stop training).
+SMALL_GROUP_RULES = ("raise", "verl")
+
+#: Below this standard deviation a batch's term has no spread, and λ in "term_std" units adds nothing.
+TERM_STD_FLOOR = 1e-6
+
+
 def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None, lam: float = 0.05,
                      estimator: str = "grpo", eps: float = 1e-6, return_marginals: bool = False,
-                     diversity: str = "setpo"):
-    """SetPO advantages Â_i = Ā_i + λ · s_i.
+                     diversity: str = "setpo", base=None, lam_units: str = "absolute",
+                     small_groups: str = "raise", without_term=None):
+    """SetPO advantages Â_i = Ā_i + λ · s_i: the one place Â is assembled, for every engine (the toy trainer,
+    ``setpo.trl.SetPOTrainer``, the verl estimator and SetGRPO's composition call it).
 
+    rewards: (N,) rewards, from which ``estimator`` computes Ā; or None when ``base`` is given.
+    emb: (N, d) embeddings of the complete responses (rows aligned with rewards); may be None when λ = 0
+        (then s = 0 and no embedding is needed).
+    index, group_size: the groups, as in ``group_advantages`` (neither: one group).
+    lam: the marginal weight λ, finite and >= 0 (the paper's value for each algorithm is in
+        ``setpo.presets.PRESETS``; 0 gives Ā exactly).
+    estimator, eps: the base estimator Ā of ``rewards`` (a name in ``ADVANTAGE_ESTIMATORS`` or "pass@K") and
+        its ε, finite and > 0.
     diversity: which term s_i is, by name in ``setpo.diversity.DIVERSITY_TERMS``: "setpo" (the paper's
         leave-one-out marginal, the default) or "pairwise" (the local baseline: minus the mean similarity to
         the rest of the group), for comparisons.
+    base: (N,) a precomputed Ā, for an engine that normalises rewards itself (TRL adds λ·s to its own
+        advantages); ``rewards`` must then be None, and Â keeps base's dtype and device (s is cast to them
+        before λ·s is formed), so an engine's advantages keep the dtype it trains with.
+    lam_units: "absolute" (the paper: λ·s as is) or "term_std": s divided by its standard deviation over all
+        N rows, so that λ is in units of the term's own spread in this batch (``term_in_lambda_units``; a
+        batch whose s has no spread, std < ``TERM_STD_FLOOR``, adds nothing).
+    small_groups: "raise" (the default: every group needs the rollouts its parts need, >= 2 for Ā and >= 3
+        for the "setpo" term, else a ValueError) or "verl", verl's GRPO conventions: a group of one response
+        gets Ā = r / (1 + eps) under "grpo" (verl sets a lone response's mean to 0 and its std to 1) and
+        Ā = r under any other estimator; groups of one or two get s = 0 (leave-one-out needs three). Ā and s
+        of the other groups are computed over those groups alone, exactly as if the small ones were absent.
+    without_term: (N,) bool, rows whose s is set to 0 before anything else uses it (TRL's rows that no
+        reward function could score); None: none.
 
-    rewards: (N,), emb: (N, d) embeddings of the complete responses (rows aligned with rewards).
-    lam: the marginal weight λ, finite and >= 0 (the paper's value for each algorithm is in
-        ``setpo.presets.PRESETS``; 0 gives the base estimator exactly).
-    Returns (N,) on emb's device, in the wider of float32, the rewards' and the embeddings' float dtype (the
-    rewards and Ā never drop to half precision); with ``return_marginals``, the pair (Â, s) for logging.
+    Returns Â (N,) on emb's device (base's, when given), in the wider of float32, the rewards' and the
+    embeddings' float dtype (the rewards and Ā never drop to half precision); with ``return_marginals`` the
+    pair (Â, s), s the term per row after ``without_term`` and before ``lam_units`` (in the embeddings'
+    dtype; 0 in Ā's dtype when no row has a term), for logging.
+    λ·s is rounded, then added (two correctly rounded operations, not one fused multiply-add): the same bits
+    on every processor, whatever kernels torch picks.
     """
     lam = check_real(lam, "lam", minimum=0.0)
     check_estimator(estimator)
     eps = check_real(eps, "eps", minimum=0.0, strict=True)
     term = lookup(DIVERSITY_TERMS, diversity, "diversity term")
-    e = as_embeddings(emb)
-    groups = Groups.build(e.shape[0], index, group_size, device=e.device)  # once, for s and for Ā
-    s = term(e, groups)
-    r = as_tensor(rewards, name="rewards", device=s.device)
-    if r.ndim != 1 or r.shape[0] != s.shape[0]:
-        raise ValueError(f"rewards has shape {tuple(r.shape)} but emb has {s.shape[0]} rows; expected ({s.shape[0]},)")
-    adv = combine_advantages(base_advantages(r, groups, estimator, eps), s, lam)
+    _check_choice(lam_units, LAMBDA_UNITS, "lam_units")
+    _check_choice(small_groups, SMALL_GROUP_RULES, "small_groups")
+    if (rewards is None) == (base is None):
+        raise ValueError("give exactly one of rewards (the estimator computes Ā from them) and base (Ā itself)")
+    if emb is None:
+        if lam != 0:
+            raise ValueError("lam > 0 needs the response embeddings emb")
+        e = None
+        name = "rewards" if base is None else "base"
+        first = as_tensor(rewards if base is None else base, name=name)
+        if first.ndim != 1:
+            raise ValueError(f"{name} must have shape (N,), got {tuple(first.shape)}")
+        n, device = first.shape[0], first.device
+    else:
+        e = as_embeddings(emb)
+        n, device = e.shape[0], e.device
+    groups = Groups.build(n, index, group_size, device=device)  # once, for s and for Ā
+    lenient = small_groups == "verl" and groups.min_size < 3
+    s = None
+    if e is not None and base is None:  # s first: its errors (bad embeddings) come before the rewards'
+        s = _lenient_term(term, e, groups) if lenient else term(e, groups)
+        device = e.device if s is None else s.device
+    if base is None:
+        r = as_tensor(rewards, name="rewards", device=device)
+        if r.ndim != 1 or r.shape[0] != n:
+            raise ValueError(f"rewards has shape {tuple(r.shape)} but emb has {n} rows; expected ({n},)")
+        bar = _lenient_base(r, groups, estimator, eps) if lenient else base_advantages(r, groups, estimator, eps)
+        dtype = None
+    else:
+        bar = as_tensor(base, name="base")
+        if bar.ndim != 1 or bar.shape[0] != n:
+            raise ValueError(f"base has shape {tuple(bar.shape)} but there are {n} rows; expected ({n},)")
+        check_finite(bar, "base")
+        dtype = bar.dtype
+        if e is not None:
+            s = _lenient_term(term, e, groups) if lenient else term(e, groups)
+    if s is None:
+        s = torch.zeros_like(bar)
+    if without_term is not None:
+        mask = as_tensor(without_term, name="without_term", dtype=torch.bool, device=s.device)
+        if mask.shape != s.shape:
+            raise ValueError(f"without_term has shape {tuple(mask.shape)}; expected ({n},)")
+        s = s.masked_fill(mask, 0.0)
+    adv = _combine(bar, term_in_lambda_units(s, lam_units), lam, dtype)
     return (adv, s) if return_marginals else adv
 
 
-def combine_advantages(base: torch.Tensor, s: torch.Tensor, lam: float) -> torch.Tensor:
-    """Â = Ā + λ · s, the paper's combination, written once: ``setpo_advantages``, the verl estimator, the toy
-    trainer, SetGRPO's SetPO composition and the TRL trainer (on TRL's own normalised advantages) call it.
+def _check_choice(value, choices: tuple, name: str) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
-    base: (N,) Ā; s: (N,) the diversity term; lam: λ (checked by the callers). Returns (N,) in the wider of
-    the two dtypes; at λ = 0 exactly Ā (same values, no arithmetic). ``base`` is not modified.
-    λ·s is rounded, then added (two correctly rounded operations, not one fused multiply-add): the same bits
-    on every processor, whatever kernels torch picks, and the bits every trainer recorded with.
-    """
-    dtype = torch.promote_types(base.dtype, s.dtype)
+
+def term_in_lambda_units(s: torch.Tensor, lam_units: str) -> torch.Tensor:
+    """The term that λ multiplies: s (N,) as is ("absolute"), or divided by its standard deviation over the
+    N rows ("term_std"; all 0 when that is below ``TERM_STD_FLOOR`` or N = 1). Same dtype and device."""
+    _check_choice(lam_units, LAMBDA_UNITS, "lam_units")
+    if lam_units == "absolute":
+        return s
+    s_std = float(s.std()) if s.numel() > 1 else 0.0
+    return s / s_std if s_std >= TERM_STD_FLOOR else torch.zeros_like(s)
+
+
+def _combine(base: torch.Tensor, term: torch.Tensor, lam: float, dtype: torch.dtype | None) -> torch.Tensor:
+    """Â = Ā + λ · term in ``dtype`` (None: the wider of the two), on base's device; at λ = 0 exactly Ā (no
+    arithmetic). λ·term is rounded, then added: the bits every trainer recorded with. base is not modified."""
+    dtype = torch.promote_types(base.dtype, term.dtype) if dtype is None else dtype
     adv = base.to(dtype)
     if not lam:
         return adv
-    return adv + lam * s.to(dtype)
+    return adv + lam * term.to(device=adv.device, dtype=dtype)
+
+
+def _subgroups(groups: Groups, rows: torch.Tensor) -> Groups:
+    """The groups of the rows where ``rows`` (N,) bool is True, numbered by first appearance as before."""
+    return Groups.build(int(rows.sum()), groups.group_id[rows].cpu().numpy(), device=groups.device)
+
+
+def _lenient_base(r: torch.Tensor, groups: Groups, estimator: str, eps: float) -> torch.Tensor:
+    """Ā under ``small_groups="verl"``: groups of >= 2 as ``base_advantages`` over those groups alone; a lone
+    response r / (1 + eps) under "grpo" and r otherwise (verl: mean 0, std 1)."""
+    if groups.min_size >= 2:
+        return base_advantages(r, groups, estimator, eps)
+    check_finite(r, "rewards")
+    multi = (groups.sizes >= 2)[groups.group_id]
+    out = r / (1 + eps) if estimator == "grpo" else r.clone()
+    if bool(multi.any()):
+        out[multi] = base_advantages(r[multi], _subgroups(groups, multi), estimator, eps).to(r.dtype)
+    return out
+
+
+def _lenient_term(term, e: torch.Tensor, groups: Groups) -> torch.Tensor | None:
+    """s under ``small_groups="verl"``: the term over the groups of >= 3 alone, 0 for the others; None when no
+    group has 3 rollouts (s is then 0 in Ā's dtype)."""
+    big = (groups.sizes >= 3)[groups.group_id]
+    if not bool(big.any()):
+        return None
+    s_big = term(e[big], _subgroups(groups, big))
+    s = torch.zeros(groups.num_rows, dtype=s_big.dtype, device=s_big.device)
+    s[big] = s_big
+    return s
 
 
 def dra_advantages(rewards, emb, index=None, *, group_size: int | None = None, estimator: str = "grpo",

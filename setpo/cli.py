@@ -18,7 +18,7 @@ from pathlib import Path
 
 from setpo.repro.arithmetic import pinned_children, pinned_environment
 from setpo.repro.records import ROOT
-from setpo.studies.arguments import Parser, nonnegative_float, positive_int
+from envs.arguments import Parser, nonnegative_float, positive_int
 
 # Notebooks whose full run regenerates committed figures. 04 runs its CPU study (hours on 2 cores the first time;
 # resumable, cached in runs/qwen_math_cpu: `python -m setpo.studies.math --cpu-real` runs the same study from a

@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The packages and modules the API reference covers (issue 34), each with the API page that documents it.
+# The packages and modules the API reference covers, each with the API page that documents it.
 API_MODULES = {
     "setpo": "api/setpo",
     "setpo.trl": "api/trl",

@@ -184,26 +184,84 @@ def test_huge_rewards_are_not_silently_zeroed(estimator):
         group_advantages(torch.tensor([1e200, 0.0, 1.0], dtype=torch.float64), estimator=estimator)
 
 
-def test_combine_advantages_is_the_one_sum():
-    from setpo.advantages import combine_advantages
-
+def test_setpo_advantages_is_the_one_sum():
+    """Â = Ā + λ·s, with Ā from the estimator or given (as an engine that normalises rewards itself gives it)."""
     gen = torch.Generator().manual_seed(5)
+    r = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    emb = torch.randn(9, 4, generator=gen, dtype=torch.float64)
+    adv, marg = setpo_advantages(r, emb, group_size=3, lam=0.25, return_marginals=True)
+    bar = group_advantages(r, group_size=3)
+    assert adv.dtype == torch.float64                                     # the wider of Ā's and s's dtypes
+    assert torch.equal(adv, bar.double() + 0.25 * marg)  # λ·s rounded, then added: the bits every engine records
+    # a given Ā: used as is, not modified, and Â keeps its dtype (s is cast to it first)
     base = torch.randn(9, generator=gen)
-    s = torch.randn(9, generator=gen, dtype=torch.float64)
     before = base.clone()
-    out = combine_advantages(base, s, 0.25)
-    assert out.dtype == torch.float64 and torch.equal(base, before)       # wider dtype; Ā untouched
-    assert torch.equal(out, base.double() + 0.25 * s)  # λ·s rounded, then added: the bits every engine records
+    given = setpo_advantages(None, emb, group_size=3, base=base, lam=0.25)
+    assert given.dtype == torch.float32 and torch.equal(base, before)
+    assert torch.equal(given, base + 0.25 * marg.float())
+    assert torch.equal(setpo_advantages(None, emb, group_size=3, base=base, lam=0.0), base)  # λ = 0: Ā exactly
+    assert torch.equal(setpo_advantages(None, None, group_size=3, base=base, lam=0.0), base)  # no emb needed
     # not a fused multiply-add, whose bits depend on the kernels the processor gets (they differ here)
     for dtype in (torch.float32, torch.float64):
-        a, b = torch.randn(4096, generator=gen, dtype=dtype), torch.randn(4096, generator=gen, dtype=dtype)
-        assert torch.equal(combine_advantages(a, b, 0.05), a + 0.05 * b)
-    assert torch.equal(combine_advantages(base, s, 0.0), base.double())    # λ = 0: Ā exactly
-    # setpo_advantages is this sum over the core's Ā and s
-    r = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
-    emb = torch.randn(9, 4, generator=gen)
-    adv, marg = setpo_advantages(r, emb, group_size=3, lam=0.4, return_marginals=True)
-    assert torch.equal(adv, combine_advantages(group_advantages(r, group_size=3), marg, 0.4))
+        a = torch.randn(4096, generator=gen, dtype=dtype)
+        e = torch.randn(4096, 3, generator=gen, dtype=dtype)
+        out, s = setpo_advantages(None, e, group_size=8, base=a, lam=0.05, return_marginals=True)
+        assert torch.equal(out, a + 0.05 * s)
+    with pytest.raises(ValueError, match="exactly one of rewards"):
+        setpo_advantages(r, emb, group_size=3, base=base)
+    with pytest.raises(ValueError, match="exactly one of rewards"):
+        setpo_advantages(None, emb, group_size=3)
+    with pytest.raises(ValueError, match="embeddings"):
+        setpo_advantages(r, None, group_size=3, lam=0.1)
+    with pytest.raises(ValueError, match="base"):
+        setpo_advantages(None, emb, group_size=3, base=base[:6])
+
+
+def test_lambda_in_units_of_the_terms_spread_and_rows_without_term():
+    gen = torch.Generator().manual_seed(8)
+    r = torch.randint(0, 2, (12,), generator=gen).float()
+    emb = torch.randn(12, 5, generator=gen)
+    no_term = torch.tensor([True, False, False] * 4)
+    adv, s = setpo_advantages(r, emb, group_size=4, lam=0.3, lam_units="term_std", without_term=no_term,
+                              return_marginals=True)
+    raw = setpo.diversity_marginals(emb, group_size=4)
+    assert torch.equal(s, raw.masked_fill(no_term, 0.0))                 # s after without_term, before the units
+    assert torch.equal(adv, group_advantages(r, group_size=4) + 0.3 * (s / float(s.std())))
+    # no spread: the term adds nothing in these units
+    same = torch.ones(6, 3)
+    flat_r = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0])
+    assert torch.equal(setpo_advantages(flat_r, same, group_size=3, lam=2.0, lam_units="term_std"),
+                       group_advantages(flat_r, group_size=3))
+    with pytest.raises(ValueError, match="lam_units"):
+        setpo_advantages(r, emb, group_size=4, lam_units="sigma")
+    with pytest.raises(ValueError, match="without_term"):
+        setpo_advantages(r, emb, group_size=4, without_term=no_term[:6])
+
+
+def test_small_groups_follow_verls_conventions_when_asked():
+    """small_groups="verl": a lone response gets r / (1 + eps) under GRPO (mean 0, std 1), r otherwise; groups
+    of one or two get s = 0; the other groups' Ā and s are those of the same call without the small groups."""
+    gen = torch.Generator().manual_seed(9)
+    index = ["a", "b", "b", "c", "c", "c", "d", "d", "d", "d"]
+    r = torch.tensor([0.7, 1.0, 0.0, 1.0, 0.0, 0.5, 1.0, 1.0, 0.0, 0.25])
+    emb = torch.randn(10, 6, generator=gen)
+    with pytest.raises(ValueError, match="at least"):
+        setpo_advantages(r, emb, index, lam=0.2)                          # the default refuses them
+    for estimator in ("grpo", "rloo"):
+        adv, s = setpo_advantages(r, emb, index, lam=0.2, estimator=estimator, small_groups="verl",
+                                  return_marginals=True)
+        lone = r[0] / (1 + 1e-6) if estimator == "grpo" else r[0]
+        assert torch.equal(adv[0], lone) and torch.equal(s[:3], torch.zeros(3))
+        torch.testing.assert_close(adv[1:3], group_advantages(r[1:3], estimator=estimator))
+        rest = setpo_advantages(r[3:], emb[3:], index[3:], lam=0.2, estimator=estimator, return_marginals=True)
+        torch.testing.assert_close(adv[3:], rest[0])
+        assert torch.equal(s[3:], rest[1])
+    # no group of three: s is 0 in Ā's dtype, and λ = 0 needs no embeddings
+    adv, s = setpo_advantages(r[:3], emb[:3], index[:3], lam=0.2, small_groups="verl", return_marginals=True)
+    assert torch.equal(s, torch.zeros(3)) and adv.dtype == torch.float32
+    assert torch.equal(setpo_advantages(r[:3], None, index[:3], lam=0.0, small_groups="verl"), adv)
+    with pytest.raises(ValueError, match="small_groups"):
+        setpo_advantages(r, emb, index, small_groups="drop")
 
 
 def test_group_level_api_and_a_registered_diversity_term():

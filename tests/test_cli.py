@@ -44,7 +44,7 @@ def no_work(monkeypatch):
     (["sweep", "--lams", "-1", "nan"], "--lams"),
     (["sweep", "--lams", "0.1", "inf"], "--lams"),
     (["sweep", "--algo", "ppo"], "--algo"),
-    # issue 21: the issue's own command line, and every other option of `setpo` the same way
+    # a bad value among good ones, and every other option of `setpo` the same way
     (["sweep", "--lams", "-1", "nan", "0.5"], "--lams"),
     (["sweep", "--lams", "0.5", "-inf"], "--lams: expected a finite number >= 0, got -inf"),
     (["sweep", "--lams", "-1e3"], "--lams: expected a finite number >= 0, got -1e3"),

@@ -1,4 +1,4 @@
-"""Hostile inputs, the rest (issue 21): the verl Countdown scorer's ground truth, every reset option and step
+"""Hostile inputs, the rest: the verl Countdown scorer's ground truth, every reset option and step
 action of both gymnasium environments, the embedders' constructor arguments, the reward adapters' columns.
 Each bad input is a ValueError whose one line names the argument (or key) and what it accepts; each good one
 still works."""

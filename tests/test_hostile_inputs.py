@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 14): bad input is a ValueError that names the problem, valid extreme input gets the
+"""Hostile inputs: bad input is a ValueError that names the problem, valid extreme input gets the
 right answer, and nothing hangs. One section per part of the package: estimator, metrics, answer checking,
 environments, embedders, SetGRPO."""
 
@@ -389,8 +389,8 @@ def test_hashed_embedder_on_odd_texts():
 
 
 def test_setgrpo_flat_group_is_never_accepted_whatever_the_scale():
-    """Six equal scores: the float mean can be one rounding step off, which used to leave ~1e-10 coefficients
-    that the gate accepted at threshold 0 for r and rejected for 3r + 1 (issue 14). A flat group carries no signal."""
+    """Six equal scores: the float mean can be one rounding step off, which would leave ~1e-10 coefficients
+    that the gate accepts at threshold 0 for r and rejects for 3r + 1. A flat group carries no signal."""
     f = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     gram = (f @ f.T)[None]
     for a, b in ((1, 0), (3, 1), (0.01, 5), (100, -2)):

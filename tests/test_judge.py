@@ -1,4 +1,4 @@
-"""setpo.judge (issue 22): the versioned rubric, the parser of untrusted replies (hypothesis), the per-method
+"""setpo.judge: the versioned rubric, the parser of untrusted replies (hypothesis), the per-method
 summary, the cache, and both backends end to end against real HTTP servers on 127.0.0.1: a scripted
 OpenAI-compatible server (tests/judge_server.py: hostile replies, errors, slowness, a death mid-run) and
 transformers' own ``transformers serve`` with the tiny random Qwen2 (the protocol, not the judgement)."""
@@ -450,7 +450,7 @@ def test_cli_server_down_is_one_line_and_exit_1(tmp_path, capsys):
     assert code == 1 and err.count("\n") == 1 and "is down or too slow" in err and "run again to resume" in err
 
 
-# ------------------------------------------- external input never shows a traceback (issue 33): replies, files, env
+# ------------------------------------------- external input never shows a traceback: replies, files, env
 
 def _judge_cli(args, env_extra=None, timeout=120) -> subprocess.CompletedProcess:
     """``python -m setpo.judge ARGS`` as a user runs it, in its own process."""

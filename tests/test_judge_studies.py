@@ -1,4 +1,4 @@
-"""Issue 22 item 4: the math and Countdown studies take an optional judge (``--judge-url/--judge-model`` or
+"""The math and Countdown studies take an optional judge (``--judge-url/--judge-model`` or
 ``--judge-path``). The math study at smoke size, judged by the scripted OpenAI-compatible server of
 tests/judge_server.py on 127.0.0.1 (and by a local model in-process): the record and the table hold the judged
 score per method with the prompt version, a rerun asks the judge nothing again, a judge that is down is one

@@ -2,10 +2,12 @@
 a quiet dry run, and help text for every option."""
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +71,21 @@ def test_missing_paths_are_one_line_not_a_traceback(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no data file" in r.stderr, r.stderr
     r = _run(["bash", "scripts/run_setpo.sh"], env={k: "" for k in ("MODEL_PATH",)})
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "MODEL_PATH" in r.stderr, r.stderr
+
+
+def test_the_launchers_options_are_the_config_fields(monkeypatch):
+    """Options not given take the config's own defaults: the command line restates none of them."""
+    monkeypatch.setattr(launch, "prepare_data", lambda path, *a: path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    args = launch.build_parser().parse_args(["train", "--model-path", "m", "--train-file", "t.parquet,u.parquet",
+                                             "--val-file", "v.parquet"])
+    expected = launch.VerlLaunchConfig(model_path="m", train_files=["t.parquet", "u.parquet"], val_files=["v.parquet"])
+    got = launch.launch_config_from_args(args)
+    assert got == dataclasses.replace(expected, output_dir=str(Path(expected.output_dir).resolve()))
+    options = {a.dest for a in _options(launch.build_parser())}
+    with_help = {f.name for f in dataclasses.fields(launch.VerlLaunchConfig) if "help" in f.metadata}
+    assert with_help <= options and len(with_help) >= 25
+    flags = launch.build_parser().parse_args(["train", "--model-path", "m", "--train-file", "t", "--val-file", "v",
+                                              "--no-setpo", "--total-steps", "3", "--device", "cpu"])
+    cfg = launch.launch_config_from_args(flags)
+    assert (cfg.setpo, cfg.total_training_steps, cfg.n_gpus_per_node) == (False, 3, launch.CPU_WORKERS_PER_NODE)

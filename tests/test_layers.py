@@ -12,7 +12,11 @@
     setpo/trl, setpo/verl engine adapters (with setpo/verl_plugin.py, setpo/embed.py and setpo/judge, below): may use
                           the core, the machinery and envs, never the studies or the command lines
     setpo/studies         whole studies: anything below, never the command lines
-    setpo/cli.py, python -m setpo.judge   the command lines: anything
+    setpo/cli.py          the command line: anything
+
+A package's ``__main__`` (``python -m setpo.judge``, ``python -m setpo.verl``) sits in its package's layer: the
+judge's command line is an adapter's, so it may not import a study (the argument helpers every command shares are
+``envs.arguments``, the one place both ``setpo`` and ``envs`` may import).
 
 Which top-level modules are not core, and why (the rule: a top-level module is core unless it is named here):
 - setpo/cli.py is the command line (top layer).
@@ -21,7 +25,7 @@ Which top-level modules are not core, and why (the rule: a top-level module is c
 - setpo/embed.py turns text into embeddings with sentence-transformers models it loads from folders: an adapter
   at the top because ``setpo.embed.load_embedder`` is a public import path.
 - setpo/judge talks to a judge server or an in-process model and keeps a file cache: an adapter package
-  (``python -m setpo.judge``, its __main__, is a command line).
+  (its __main__ included).
 
 and, across all of them: no import circle (imports inside functions count: they only delay one), no relative
 import that names a module which does not exist, and no module importing another module's underscore names
@@ -64,7 +68,7 @@ def files(*patterns: str) -> list[Path]:
 
 
 # The layers (module docstring). Top-level modules that are not core are named; every other one is core.
-COMMAND_LINES = files("setpo/cli.py", "setpo/judge/__main__.py")
+COMMAND_LINES = files("setpo/cli.py")
 NOT_CORE_AT_TOP = {"setpo/cli.py": "command line", "setpo/verl_plugin.py": "verl's entry point (adapter)",
                    "setpo/embed.py": "loads sentence-transformers models from folders (adapter)"}
 ENGINE_ADAPTERS = [p for p in files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py", "setpo/embed.py",
@@ -286,3 +290,12 @@ def test_relative_imports_resolve(path):
 def test_no_module_imports_another_modules_private_names(path):
     private = imports_of(path)[2]
     assert not private, f"{_rel(path)} imports underscore names {private}: make them public (documented) instead"
+
+
+def test_the_one_line_error_parser_is_defined_once():
+    """Every command's parser is ``envs.arguments.Parser``: no module keeps a copy of it."""
+    subclasses = sorted({_rel(p) for p in files("setpo/**/*.py", "envs/**/*.py", "scripts/**/*.py", "benchmarks/*.py")
+                         for node in ast.walk(ast.parse(p.read_text(), filename=str(p)))
+                         if isinstance(node, ast.ClassDef)
+                         and any(ast.unparse(base).endswith("ArgumentParser") for base in node.bases)})
+    assert subclasses == ["envs/arguments.py"]

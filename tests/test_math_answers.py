@@ -1,4 +1,4 @@
-"""The final answer of a response and its reward, on the formats real models write (issue 31): the first 20
+"""The final answer of a response and its reward, on the formats real models write: the first 20
 responses of SmolLM2-135M-Instruct on GSM8K test (results/math/real_responses.md) never box an answer; they state
 it ("The final answer is 20.", "So, the answer is 18 years."). Each case below is a format seen there or one of
 the usual GSM8K decorations (currency, thousands separators, units, a trailing period, a percent sign)."""
@@ -81,4 +81,4 @@ def test_the_committed_table_of_real_responses_is_what_the_checker_says_now():
     kept = json.loads((folder / "real_responses.json").read_text())
     rows, table = score_table(kept["responses"], kept["settings"]["n"])
     assert len(rows) == 20 and table in (folder / "real_responses.md").read_text()
-    assert sum(r["extracted"] != "—" for r in rows) >= 8  # stated answers are read (none were before issue 31)
+    assert sum(r["extracted"] != "—" for r in rows) >= 8  # stated answers are read

@@ -1,4 +1,4 @@
-"""Issue 21, item 1: meta tensors (shapes without values) are refused with a ValueError naming the device,
+"""Meta tensors (shapes without values) are refused with a ValueError naming the device,
 by every public entry point of the core that reads tensors."""
 
 import pytest

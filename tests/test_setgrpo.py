@@ -291,7 +291,7 @@ def test_setpo_composition_adds_diversity_on_accepted_groups_only():
     sg.config.lam = 0.1
     mixed = sg.coefficients(scores, feats, group_size=G, emb=emb)
     s = setpo.diversity_marginals(emb, group_size=G)
-    assert torch.equal(mixed.coef, plain.coef + 0.1 * s * plain.row_accepted)  # the bits it always had
+    assert torch.equal(mixed.coef, plain.coef + 0.1 * s * plain.row_accepted)  # Â = Ā + λ·s on accepted groups
     assert bool(plain.accepted.any()) and not bool(plain.accepted.all())
     with pytest.raises(ValueError, match="embeddings"):
         sg.coefficients(scores, feats, group_size=G)

@@ -7,6 +7,7 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+import setpo
 from setpo import PRESETS, diversity_marginals
 from setpo.completions import completion_text
 from setpo.embed import HashedNgramEmbedder
@@ -116,7 +117,7 @@ def test_lambda_adds_exactly_lambda_times_marginals(tiny, tmp_path):
 
 @pytest.mark.parametrize("term,units", [("pairwise", "absolute"), ("setpo", "term_std")])
 def test_diversity_term_and_lambda_units(tiny, tmp_path, term, units):
-    from setpo.advantages import combine_advantages, flat_groups
+    from setpo.advantages import flat_groups
     from setpo.diversity import diversity_term
 
     lam = 0.3
@@ -124,8 +125,11 @@ def test_diversity_term_and_lambda_units(tiny, tmp_path, term, units):
     d = diversity_term(term, HashedNgramEmbedder(64)(texts), group_size=G)
     if units == "term_std":
         d = d / d.std()
-    # the trainer adds λ·s to TRL's advantages through the core's Â = Ā + λ·s, bit for bit
-    assert torch.equal(b["advantages"], combine_advantages(a["advantages"], d.to(a["advantages"].dtype), lam))
+    # the trainer adds λ·s to TRL's advantages: Ā + λ·d, λ·d rounded then added, bit for bit
+    assert torch.equal(b["advantages"], a["advantages"] + lam * d.to(a["advantages"].dtype))
+    emb = HashedNgramEmbedder(64)(texts)
+    assert torch.equal(b["advantages"], setpo.setpo_advantages(None, emb, group_size=G, base=a["advantages"],
+                                                               lam=lam, diversity=term, lam_units=units))
     rewards = torch.tensor(digit_reward(texts), dtype=torch.float64)
     expect_flat = float(flat_groups(rewards, group_size=G).double().mean())
     assert tr._metrics["train"]["setpo/flat_group_fraction"][-1] == pytest.approx(expect_flat)
@@ -198,6 +202,8 @@ def test_bad_settings_raise(tiny, tmp_path):
                     per_device_train_batch_size=2, setpo_lambda=0.5)
     with pytest.raises(ValueError, match="finite"):
         SetPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, setpo_lambda=float("nan"))
+    with pytest.raises(ValueError, match=">= 0"):
+        SetPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, setpo_lambda=-0.1)
     with pytest.raises(ValueError, match="SetPOConfig"):
         SetPOTrainer(model=copy.deepcopy(model), reward_funcs=digit_reward, args=GRPOConfig(**_common(tmp_path)),
                      train_dataset=_dataset(), processing_class=tok)

@@ -1,4 +1,4 @@
-"""verl builds its models in setpo's own install (issue 19): verl 0.9.1's ``apply_monkey_patch`` imports TRL's
+"""verl builds its models in setpo's own install: verl 0.9.1's ``apply_monkey_patch`` imports TRL's
 value-head model, gone since TRL 1.13, and setpo's ``verl.plugins`` entry point (``setpo.verl_plugin``) guards it
 in every process that imports verl."""
 

@@ -1,4 +1,4 @@
-"""setpo.verl.cpu piece by piece, without Ray (issue 19): verl's FSDP2 actor model built by verl's own engine on
+"""setpo.verl.cpu piece by piece, without Ray: verl's FSDP2 actor model built by verl's own engine on
 the CPU platform over gloo, the transformers rollout server (its log-probabilities are the model's, its weights
 are the ones synced to it), the launcher's CPU configuration accepted by verl, and the version guard."""
 

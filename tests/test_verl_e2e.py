@@ -1,4 +1,4 @@
-"""verl's own v1 trainer, end to end on the CPU (issue 19): ``python -m setpo.verl train --device cpu`` trains the
+"""verl's own v1 trainer, end to end on the CPU: ``python -m setpo.verl train --device cpu`` trains the
 tiny Countdown Qwen2 with SetPO+GRPO on 2 FSDP2 workers over gloo, with transformers rollouts from the current
 policy, the real Countdown verifier, the reference model and KL, verl's logger and checkpoint manager.
 

@@ -19,7 +19,7 @@ chosen by measurement on 2 CPU cores over the other packaged candidate, Gemma 3 
 - load time: about 20 s to read and dequantise the GGUF to float32 (Gemma: 72 s); the saved folder then loads
   in about 2 s;
 - accuracy: about 3% of samples right on GSM8K test (``results/math/real_responses.md`` shows 20 scored real
-  responses; issue 31 measured 2 of 64 on 8 problems, and 4 of 128 on SVAMP): low, but not zero, so GRPO has
+  responses; docs/studies/math.md gives the larger counts): low, but not zero, so GRPO has
   non-zero reward variance in some groups, which is all a short CPU run needs to move. It is far from
   Qwen2.5-Math-1.5B, and the numbers it produces say so.
 

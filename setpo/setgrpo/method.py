@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from setpo.advantages import combine_advantages
-from setpo.diversity import diversity_marginals
+from setpo.advantages import setpo_advantages
 from setpo.setgrpo.calibration import (
     SCALES,
     conformal_quantile,
@@ -245,6 +244,7 @@ class SetGRPO:
         if cfg.lam > 0:
             if emb is None:
                 raise ValueError("config.lam > 0 needs response embeddings emb (N, e) for SetPO's diversity term")
-            div = diversity_marginals(emb, index, group_size=group_size).to(coef)
-            coef = combine_advantages(coef, div * row_acc, cfg.lam)  # rejected groups: no term either
+            # Â = coefficient + λ·s; rejected groups get no term either
+            coef = setpo_advantages(None, emb, index, group_size=group_size, base=coef, lam=cfg.lam,
+                                    without_term=~row_acc)
         return SetGRPOOutput(coef, accepted, row_acc, rec_eta, rho, centre, sigma, per, cal.tau, cal.q)

@@ -1,4 +1,4 @@
-"""The studies' optional LLM judge (issue 22): the judged diversity (``setpo.judge``, 1-10, the paper's
+"""The studies' optional LLM judge: the judged diversity (``setpo.judge``, 1-10, the paper's
 LLM-based score) of the responses each method sampled at evaluation, one step shared by the math study and
 the Countdown study (their stage "judge").
 

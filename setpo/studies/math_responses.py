@@ -1,5 +1,5 @@
 """Real responses of a real model, scored: the check of ``envs.math``'s answer extraction and ``math_reward`` on
-what a model actually writes (issue 31), as a committed table.
+what a model actually writes, as a committed table.
 
 ``python -m setpo.studies.math_responses --model-path DIR`` samples one response to each of the first ``n``
 GSM8K test problems (``data/gsm8k/test.parquet``) with the Qwen-Math prompt through the model's chat template,

@@ -24,8 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from envs.bandit import MultiModalBandit
-from setpo.advantages import combine_advantages, group_advantages, groups_with_signal
-from setpo.diversity import diversity_marginals
+from setpo.advantages import groups_with_signal, setpo_advantages
 from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity
 from setpo.presets import get_preset
@@ -202,11 +201,11 @@ def _train(cfg: ToyConfig, bar) -> ToyRun:
             prompts, tokens, rewards = _sample_batch(policy, world, cfg, gen)
         emb = world.embeddings(prompts, tokens)
 
-        # 2. Advantages: the base group estimator, plus λ·s_i for SetPO.
-        s = diversity_marginals(emb, group_size=G) if len(rewards) else rewards
-        adv = group_advantages(rewards, group_size=G, estimator=cfg.estimator) if len(rewards) else rewards
-        if cfg.setpo:
-            adv = combine_advantages(adv, s, cfg.lam)
+        # 2. Advantages: the base group estimator, plus λ·s_i for SetPO (s is logged either way).
+        adv, s = rewards, rewards  # DAPO's dynamic sampling can leave no group with signal: nothing to learn
+        if len(rewards):
+            adv, s = setpo_advantages(rewards, emb, group_size=G, lam=cfg.lam if cfg.setpo else 0.0,
+                                      estimator=cfg.estimator, return_marginals=True)
 
         # 3. Clipped policy-gradient updates on this batch.
         mask = torch.ones_like(tokens, dtype=torch.float32)

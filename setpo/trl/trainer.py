@@ -16,9 +16,11 @@ scores, normalises and slices to this process's rows in one method. ``SetPOTrain
   completions and gather the embeddings (``accelerator.gather``; groups may span processes), once per batch,
   and with ``setpo_reward_adjustment="dra"`` return DRA-GRPO's rescaled rewards
   r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j)) (Chen et al. 2025, arXiv 2505.09655), which TRL then normalises;
-- ``_generate_and_score_completions``: after TRL returns, optionally replace its advantages by a
-  ``setpo.advantages`` estimator's (``setpo_estimator``, e.g. "pass@4", Pass@k Training, arXiv 2508.10751),
-  compute s for every group from the same embeddings, and add λ·s to this process's slice of the advantages.
+- ``_generate_and_score_completions``: after TRL returns, ``_setpo_advantages`` computes Â: optionally TRL's
+  advantages replaced by a ``setpo.advantages`` estimator's (``setpo_estimator``, e.g. "pass@4", Pass@k
+  Training, arXiv 2508.10751), then ``setpo.setpo_advantages`` with that Ā given (``base=``), s of every group
+  from the same embeddings and λ in ``setpo_lambda_units``; this process's slice replaces TRL's advantages.
+  ``_log_setpo_batch`` then logs the metrics below.
 
 Embedding locally and gathering vectors (rather than gathering texts and embedding everything everywhere)
 spreads the embedding work over the processes; the result is the same. With ``setpo_lambda = 0`` the
@@ -56,9 +58,9 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from setpo.advantages import base_advantages, combine_advantages, flat_groups
+from setpo.advantages import base_advantages, flat_groups, setpo_advantages, term_in_lambda_units
 from setpo.completions import completion_text
-from setpo.diversity import diversity_term, dra_rewards
+from setpo.diversity import dra_rewards
 from setpo.embed import Embedder, load_embedder
 from setpo.groups import Groups
 from setpo.metrics import mean_pairwise_similarity
@@ -267,64 +269,77 @@ class SetPOTrainer(GRPOTrainer):
             raise RuntimeError("SetPOTrainer: TRL did not score completions through _calculate_rewards; "
                                "this TRL version is not supported")
         stash, self._setpo_stash = self._setpo_stash, None
-        rewards_per_func = stash["rewards_per_func"]          # original, gathered (N_all, F)
-        used = stash["rewards_used"]                          # what TRL normalised: r̃ under DRA, else the same
         mode, group_size = self._group_size()
+        rewards_per_func = stash["rewards_per_func"]          # original, gathered (N_all, F)
         weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
         unscorable = torch.isnan(rewards_per_func).all(dim=1)
         total = (rewards_per_func * weights).nansum(dim=1)    # original weighted total
-        total_used = (used * weights).nansum(dim=1)
+        total_used = (stash["rewards_used"] * weights).nansum(dim=1)  # what TRL normalised: r̃ under DRA
         if self.setpo_dra:
             self._restore_logged_rewards(rewards_per_func, unscorable, mode)
+        adv = self._setpo_advantages(output["advantages"], stash["emb"], total_used, unscorable, group_size)
+        output["advantages"] = adv["local"]
+        if adv["changed"]:
+            self._replace_logged_advantages(adv["all"].cpu())
+        if adv["s"] is not None:
+            self._log_setpo_batch(stash, adv, total, total_used, unscorable, mode, group_size)
+        elif stash["emb"] is not None and self.setpo_dra:
+            self._dra_metrics(stash, mode)
+        return output
 
-        adv = output["advantages"]
-        n_local = adv.shape[0]
+    def _setpo_advantages(self, trl_advantages: torch.Tensor, emb: torch.Tensor | None, total_used: torch.Tensor,
+                          unscorable: torch.Tensor, group_size: int) -> dict[str, Any]:
+        """Â of this generation batch: ``setpo.setpo_advantages`` with Ā = TRL's own normalised advantages (or
+        the ``setpo_estimator``'s, replacing them), gathered from every process, and λ·s added.
+
+        trl_advantages: (n_local,) TRL's advantages of this process's rows; emb: (N_all, d) gathered, or None;
+        total_used, unscorable: (N_all,) the total reward TRL normalised and the rows no reward function scored
+        (they get s = 0, as TRL gives them no advantage). Returns {"local": (n_local,) Â of this process,
+        "all": (N_all,) Â, "base": (N_all,) Ā, "s": (N_all,) the raw term or None when there is none (no
+        embeddings, or groups < 3), "local_rows": this process's slice, "changed": whether Â differs from
+        what TRL logged}. With no term and no replacing estimator this is TRL's tensor itself; elementwise
+        arithmetic, so this process's slice and the gathered batch agree bit for bit."""
+        n_local = trl_advantages.shape[0]
         pi = self.accelerator.process_index
         local = slice(pi * n_local, (pi + 1) * n_local)
         replaced = None
         if self.args.setpo_estimator != "trl" and group_size >= estimator_group_minimum(self.args.setpo_estimator):
-            replaced = self._estimator_advantages(total_used, unscorable, group_size).to(adv.device, adv.dtype)
-            adv = replaced[local]
-            output["advantages"] = adv
-
-        emb, texts = stash["emb"], stash["texts"]
+            replaced = self._estimator_advantages(total_used, unscorable, group_size).to(trl_advantages.device,
+                                                                                          trl_advantages.dtype)
+        out = {"local": trl_advantages, "all": replaced, "base": replaced, "s": None, "local_rows": local,
+               "changed": replaced is not None}
+        if replaced is not None:
+            out["local"] = replaced[local]
         if emb is None or group_size < 3:
-            if replaced is not None:
-                self._replace_logged_advantages(replaced.cpu())
-            if emb is not None and self.setpo_dra:
-                self._dra_metrics(stash, mode)
-            return output  # no SetPO term: eval with groups < 3, or only the estimator replaced
-
-        s = diversity_term(self.args.setpo_diversity, emb, group_size=group_size)   # (N_all,)
-        # Rows no reward function could score get no advantage from TRL; keep them that way.
-        s = s.masked_fill(unscorable.to(s.device), 0.0)
-        s_std = float(s.std()) if s.numel() > 1 else 0.0  # the spread for "term_std", and a metric
-        term = s
-        if self.args.setpo_lambda_units == "term_std":  # opt-in: λ in units of the term's spread in this batch
-            term = s / s_std if s_std >= 1e-6 else torch.zeros_like(s)
-
+            return out  # no SetPO term: eval with groups < 3, or only the estimator replaced
+        base = replaced if replaced is not None else self.accelerator.gather(trl_advantages)
         lam = self.args.setpo_lambda
-        base_abs = adv.abs().mean()
+        adv_all, s = setpo_advantages(None, emb, group_size=group_size, base=base, lam=lam,
+                                      diversity=self.args.setpo_diversity, lam_units=self.args.setpo_lambda_units,
+                                      without_term=unscorable, return_marginals=True)
+        out.update(all=adv_all, base=base, s=s, changed=out["changed"] or lam != 0)
         if lam != 0:
-            # The core's Â = Ā + λ·s with Ā = TRL's own normalised advantages (or the replacing estimator's), in
-            # their dtype. Elementwise, so this process's slice and the completions table's gathered batch
-            # agree bit for bit; at λ = 0 TRL's advantages are untouched.
-            output["advantages"] = combine_advantages(adv, term[local].to(adv.dtype), lam)
-            base_all = replaced if replaced is not None else self.accelerator.gather(adv)
-            self._replace_logged_advantages(combine_advantages(base_all.cpu(), term.cpu().to(base_all.dtype), lam))
-        elif replaced is not None:
-            self._replace_logged_advantages(replaced.cpu())
+            out["local"] = adv_all[local]
+        return out
 
-        # Metrics, computed on the gathered batch (identical on every process); "correct" is of the original rewards.
+    def _log_setpo_batch(self, stash: dict[str, Any], adv: dict[str, Any], total: torch.Tensor,
+                         total_used: torch.Tensor, unscorable: torch.Tensor, mode: str, group_size: int) -> None:
+        """The ``setpo/*`` metrics of one generation batch (computed on the gathered batch, identical on every
+        process; "correct" is of the original rewards) and ``last_setpo_batch``."""
+        s, emb, local = adv["s"], stash["emb"], adv["local_rows"]
+        lam = self.args.setpo_lambda
         correct = (total >= self.args.setpo_correct_reward) & ~unscorable.to(total.device)
-        all_texts = gather_object(texts)
+        all_texts = gather_object(stash["texts"])
         keys = [self.solution_key(t) for t in all_texts]
         stats = group_diversity_stats(emb.float(), correct.tolist(), keys, group_size)
         m = self._metrics[mode]
         m["setpo/s_mean"].append(float(s.mean()))
-        m["setpo/s_std"].append(s_std)
-        lam_s_local = lam * term[local].to(adv.dtype)  # the size of the added term, for the metric
-        ratio = self.accelerator.gather(torch.stack([lam_s_local.abs().mean(), base_abs]).reshape(1, 2)).mean(0)
+        m["setpo/s_std"].append(float(s.std()) if s.numel() > 1 else 0.0)
+        # mean |λ·s| over mean |Ā|, each first averaged over this process's rows, then over the processes
+        base_local = adv["base"][local]
+        lam_s_local = lam * term_in_lambda_units(s, self.args.setpo_lambda_units)[local].to(base_local.dtype)
+        ratio = self.accelerator.gather(torch.stack([lam_s_local.abs().mean(), base_local.abs().mean()])
+                                        .reshape(1, 2)).mean(0)
         m["setpo/lambda_s_over_adv"].append(float(ratio[0] / ratio[1]) if float(ratio[1]) > 0 else float("nan"))
         m["setpo/pairwise_similarity"].append(stats["pairwise_similarity"])
         m["setpo/distinct_correct"].append(stats["distinct_correct"])
@@ -337,7 +352,6 @@ class SetPOTrainer(GRPOTrainer):
         if self.setpo_dra:
             self._dra_metrics(stash, mode)
             self.last_setpo_batch.update(rewards_adjusted=total_used.cpu(), dra_scale=stash["dra_scale"].cpu())
-        return output
 
     def _dra_metrics(self, stash: dict[str, Any], mode: str) -> None:
         if "dra_scale" in stash:

@@ -8,7 +8,7 @@ At λ = 0 "setpo" equals verl's own ``"grpo"`` on every path verl 0.9 offers:
   argument of ``compute_advantage`` (verl passes it to its GRPO only, so our wrapper forwards it). With a
   base estimator other than "grpo" the flag does not apply.
 - Groups of one response: verl sets mean 0 and std 1, so Ā = r/(1 + 1e-6) (r without std normalisation);
-  so do we. They and groups of two get no diversity marginal (s = 0: leave-one-out needs 3 rollouts), and
+  so do we (``setpo.setpo_advantages(small_groups="verl")``, where Â is assembled). They and groups of two get no diversity marginal (s = 0: leave-one-out needs 3 rollouts), and
   ``setpo/groups_without_marginal`` counts them, so that a dropped session does not stop training.
 - Multi-output sessions (agent loops in verl's v1 trainer): rows are keyed ``{uid}_{session_id}_{index}``
   and verl's GRPO lets only the final output (largest index) of each session enter the group statistics,
@@ -33,8 +33,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from setpo.advantages import base_advantages, check_estimator, combine_advantages, group_advantages
-from setpo.diversity import as_embeddings, diversity_marginals, group_marginals
+from setpo.advantages import check_estimator, setpo_advantages
 from setpo.groups import Groups, as_tensor, check_finite
 
 ESTIMATOR_NAME = "setpo"
@@ -192,45 +191,25 @@ def _id_array(index) -> np.ndarray:
 def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index, *, lam: float,
                           estimator: str = "grpo", norm_adv_by_std_in_grpo: bool = True
                           ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Â = Ā + λ·s with verl's GRPO conventions (module docstring): returns (Â, s, groups without marginal).
+    """``setpo.setpo_advantages`` with verl's GRPO conventions (module docstring; ``small_groups="verl"``):
+    returns (Â, s, groups without marginal).
 
-    rewards: (N,) outcome rewards; emb: (N, d) or None when λ = 0; index: (N,) group ids.
+    rewards: (N,) outcome rewards; emb: (N, d), unused (may be None) when λ = 0; index: (N,) group ids.
+    norm_adv_by_std_in_grpo=False turns "grpo" into verl's Dr.GRPO ("dr_grpo"). Â and s are on the rewards'
+    device; s is in the wider of the rewards' and the embeddings' dtype, and 0 when λ = 0.
     """
     r = as_tensor(rewards, name="rewards")
     if r.ndim != 1 or r.shape[0] == 0:
         raise ValueError(f"rewards must have shape (N,) with N >= 1, got {tuple(r.shape)}")
     check_finite(r, "rewards")
     ids = _id_array(index)
-    groups = Groups.build(r.shape[0], ids, device=r.device)
-    size = groups.sizes[groups.group_id]
+    if lam > 0 and emb is None:
+        raise ValueError("lam > 0 needs the response embeddings")
     base_name = "dr_grpo" if estimator == "grpo" and not norm_adv_by_std_in_grpo else estimator
-    multi = size >= 2
-    if bool(multi.all()):  # the usual case: no masked copies, and the groups built above are reused
-        check_estimator(base_name)
-        base = base_advantages(r, groups, base_name, VERL_GRPO_EPS).to(r.dtype)
-    else:
-        base = r.clone()
-        if estimator == "grpo" and norm_adv_by_std_in_grpo:
-            base = base / (1 + VERL_GRPO_EPS)  # verl: a lone response has mean 0 and std 1
-        if bool(multi.any()):
-            rows = multi.cpu().numpy()
-            base[multi] = group_advantages(r[multi], ids[rows], estimator=base_name,
-                                           eps=VERL_GRPO_EPS).to(r.dtype)
-    s = torch.zeros_like(r)
-    too_small = int((groups.sizes < 3).sum()) if lam > 0 else 0
-    if lam > 0:
-        if emb is None:
-            raise ValueError("lam > 0 needs the response embeddings")
-        big = size >= 3
-        if bool(big.all()):  # the usual case: no masked copy of the embeddings (it costs as much as the matmul)
-            s_all = group_marginals(as_embeddings(emb.to(r.device)), groups)
-            s = s_all.to(torch.promote_types(r.dtype, s_all.dtype))
-        elif bool(big.any()):
-            rows = big.cpu().numpy()
-            s_big = diversity_marginals(emb.to(r.device)[big], ids[rows])
-            s = s.to(torch.promote_types(r.dtype, s_big.dtype))
-            s[big] = s_big.to(s.dtype)
-    return combine_advantages(base, s, lam), s, too_small
+    adv, s = setpo_advantages(r, emb.to(r.device) if lam > 0 else None, ids, lam=lam, estimator=base_name,
+                              eps=VERL_GRPO_EPS, small_groups="verl", return_marginals=True)
+    too_small = int((Groups.build(r.shape[0], ids).sizes < 3).sum()) if lam > 0 else 0
+    return adv, s.to(torch.promote_types(r.dtype, s.dtype)), too_small
 
 
 def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,

@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,18 @@ def verl_preset_overrides(preset: AlgorithmPreset | str) -> list[str]:
     ]
 
 
+#: Workers per node with ``--device cpu`` when ``--n-gpus-per-node`` is not given.
+CPU_WORKERS_PER_NODE = 2
+
+
+def _option(help: str, *, flag: str | None = None, choices=None, cli_default=MISSING) -> dict[str, Any]:
+    """A ``VerlLaunchConfig`` field's metadata that makes it an option of ``python -m setpo.verl train``
+    (``build_parser``): its help text, and where the command line differs from the field: the flag (default
+    --field-name), the choices, and a default of the command line's own (``launch_config_from_args`` turns it
+    into the field's value)."""
+    return {"help": help, "flag": flag, "choices": choices, "cli_default": cli_default}
+
+
 @dataclass
 class VerlLaunchConfig:
     """Everything ``scripts/run_setpo.sh`` sets; defaults are the paper's math settings (docs/studies/math.md).
@@ -87,44 +99,70 @@ class VerlLaunchConfig:
     ``ray.init(address=...)`` refuses ``num_cpus`` / ``num_gpus``.
     """
 
-    model_path: str
-    train_files: list[str]
-    val_files: list[str]
-    embedding_model: str = "default"
-    algo: str = "grpo"
-    lam: float | None = None
-    setpo: bool = True
-    nnodes: int = 1
-    n_gpus_per_node: int = 8
-    rollout_n: int = PAPER_RUN.num_generations
+    model_path: str = field(metadata=_option("local base model directory (MODEL_PATH)"))
+    train_files: list[str] = field(metadata=_option(
+        "training data (TRAIN_FILE): verl parquet or raw GSM8K/MATH parquet/jsonl; comma-separated list allowed",
+        flag="--train-file"))
+    val_files: list[str] = field(metadata=_option("validation data (VAL_FILE), as --train-file", flag="--val-file"))
+    embedding_model: str = field(default="default", metadata=_option(
+        "local sentence-transformers dir (paper: Qwen3-Embedding-0.6B), 'default' or 'hash'"))
+    algo: str = field(default="grpo", metadata=_option(
+        "preset from setpo.presets: loss mode, clip, lr, λ (default: %(default)s)", choices=sorted(PRESETS)))
+    lam: float | None = field(default=None, metadata=_option("λ (default: the preset's)"))
+    setpo: bool = field(default=True, metadata=_option("plain base algorithm (baseline run)", flag="--no-setpo"))
+    nnodes: int = field(default=1, metadata=_option("nodes in the Ray cluster (default: %(default)s)"))
+    n_gpus_per_node: int = field(default=8, metadata=_option(
+        f"GPUs per node; with --device cpu, FSDP workers per node (default: 8, cpu: {CPU_WORKERS_PER_NODE})",
+        cli_default=None))
+    rollout_n: int = field(default=PAPER_RUN.num_generations,
+                           metadata=_option("rollouts per prompt, G (default: %(default)s)"))
     temperature: float = PAPER_RUN.temperature
-    max_prompt_length: int = 512
-    max_response_length: int = PAPER_RUN.max_completion_length
+    max_prompt_length: int = field(default=512, metadata=_option("prompt tokens (default: %(default)s)"))
+    max_response_length: int = field(default=PAPER_RUN.max_completion_length,
+                                     metadata=_option("response tokens (default: %(default)s)"))
     kl_coef: float = PAPER_RUN.beta
-    train_batch_size: int = PAPER_RUN.prompts_per_step
+    train_batch_size: int = field(default=PAPER_RUN.prompts_per_step,
+                                  metadata=_option("prompts per step (default: %(default)s)"))
     ppo_mini_batch_size: int | None = None
-    total_epochs: int = PAPER_RUN.num_train_epochs
-    val_n: int = PAPER_RUN.eval_k
+    total_epochs: int = field(default=PAPER_RUN.num_train_epochs,
+                              metadata=_option("passes over the training data (default: %(default)s)"))
+    val_n: int = field(default=PAPER_RUN.eval_k,
+                       metadata=_option("samples per validation prompt; Pass@1 = avg@N (default: %(default)s)"))
     val_temperature: float = PAPER_RUN.eval_temperature
     val_top_p: float = PAPER_RUN.eval_top_p
-    test_freq: int = 20
-    save_freq: int = 50
+    test_freq: int = field(default=20, metadata=_option("validate every N steps (default: %(default)s)"))
+    save_freq: int = field(default=50, metadata=_option(
+        "checkpoint every N steps; a rerun resumes from the last (default: %(default)s)"))
     rollout_name: str = "vllm"
-    rollout_tp: int = 1
-    gpu_memory_utilization: float = 0.6
-    micro_batch_per_gpu: int = 8
-    embedding_device: str = "auto"
+    rollout_tp: int = field(default=1, metadata=_option("vLLM tensor-parallel size (default: %(default)s)"))
+    gpu_memory_utilization: float = field(default=0.6,
+                                          metadata=_option("vLLM's share of GPU memory (default: %(default)s)"))
+    micro_batch_per_gpu: int = field(default=8, metadata=_option(
+        "sequences per GPU per forward/backward pass (default: %(default)s)"))
+    embedding_device: str = field(default="auto", metadata=_option(
+        "where the SetPO embedder runs: auto (a GPU when visible), cuda or cpu"))
     embedding_batch_size: int = 64
     project_name: str = "setpo"
-    experiment_name: str | None = None
-    output_dir: str = "runs/verl"
-    logger: tuple[str, ...] = ("console",)
-    device: str = "cuda"
-    task: str = "math"
-    total_training_steps: int | None = None
-    seed: int = 0
-    tokenizer_path: str | None = None
-    ray_address: str | None = None
+    experiment_name: str | None = field(default=None,
+                                        metadata=_option("run name (default: from the algorithm and λ)"))
+    output_dir: str = field(default="runs/verl", metadata=_option(
+        "checkpoints and overrides.txt go under OUTPUT_DIR/<experiment> (default: %(default)s)"))
+    logger: tuple[str, ...] = field(default=("console",), metadata=_option(
+        "comma-separated, e.g. console,wandb", cli_default="console"))
+    device: str = field(default="cuda", metadata=_option(
+        "cuda: vLLM rollouts on GPUs; cpu: verl's trainer on the CPU (setpo.verl.cpu: FSDP2 over gloo, "
+        "transformers rollouts), for laptops and CI (default: %(default)s)", choices=DEVICES))
+    task: str = field(default="math", metadata=_option(
+        "which verifier scores the responses: math (envs.math) or countdown (envs.countdown) "
+        "(default: %(default)s)", choices=sorted(TASK_REWARDS)))
+    total_training_steps: int | None = field(default=None, metadata=_option(
+        "stop after this many training steps (default: all epochs)", flag="--total-steps"))
+    seed: int = field(default=0, metadata=_option("data shuffling seed (default: %(default)s)"))
+    tokenizer_path: str | None = field(default=None, metadata=_option(
+        "local tokenizer directory, when not the model's (default: --model-path)"))
+    ray_address: str | None = field(default=None, metadata=_option(
+        "join this running Ray cluster (host:port of its head, as `ray start --head` prints) instead of starting "
+        "one (default: $RAY_ADDRESS, which `ray job submit` sets; else a local cluster)"))
 
     def __post_init__(self):
         get_preset(self.algo)
@@ -377,77 +415,49 @@ def _split_files(value: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m setpo.verl`` (subcommands train, dry-run, cpu-demo); its parsed
-    arguments become a ``VerlLaunchConfig`` through ``launch_config_from_args``."""
-    d = VerlLaunchConfig.__dataclass_fields__
+    """The command line of ``python -m setpo.verl`` (subcommands train, print-config, cpu-demo). The options of
+    train and print-config are ``VerlLaunchConfig``'s fields that carry ``_option`` metadata, with the field's
+    default, type and help; their parsed values become a config through ``launch_config_from_args``."""
     ap = argparse.ArgumentParser(prog="python -m setpo.verl",
                                  description="Train with SetPO on verl (the paper's math settings by default).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, helptext in (("train", "prepare data, compose and validate the config, run verl"),
                            ("print-config", "prepare data, compose and validate, print the overrides; no run")):
         sp = sub.add_parser(name, help=helptext)
-        sp.add_argument("--model-path", required=True, help="local base model directory (MODEL_PATH)")
-        sp.add_argument("--tokenizer-path", default=None,
-                        help="local tokenizer directory, when not the model's (default: --model-path)")
-        sp.add_argument("--train-file", required=True,
-                        help="training data (TRAIN_FILE): verl parquet or raw GSM8K/MATH parquet/jsonl; "
-                             "comma-separated list allowed")
-        sp.add_argument("--val-file", required=True, help="validation data (VAL_FILE), as --train-file")
-        sp.add_argument("--embedding-model", default=d["embedding_model"].default,
-                        help="local sentence-transformers dir (paper: Qwen3-Embedding-0.6B), 'default' or 'hash'")
-        sp.add_argument("--algo", default="grpo", choices=sorted(PRESETS),
-                        help="preset from setpo.presets: loss mode, clip, lr, λ (default: grpo)")
-        sp.add_argument("--lam", type=float, default=None, help="λ (default: the preset's)")
-        sp.add_argument("--no-setpo", action="store_true", help="plain base algorithm (baseline run)")
-        sp.add_argument("--nnodes", type=int, default=1, help="nodes in the Ray cluster (default: 1)")
-        sp.add_argument("--ray-address", default=None,
-                        help="join this running Ray cluster (host:port of its head, as `ray start --head` "
-                             "prints) instead of starting one (default: $RAY_ADDRESS, which `ray job submit` "
-                             "sets; else a local cluster)")
-        sp.add_argument("--n-gpus-per-node", type=int, default=None,
-                        help="GPUs per node; with --device cpu, FSDP workers per node (default: 8, cpu: 2)")
-        sp.add_argument("--device", default="cuda", choices=DEVICES,
-                        help="cuda: vLLM rollouts on GPUs; cpu: verl's trainer on the CPU (setpo.verl.cpu: FSDP2 "
-                             "over gloo, transformers rollouts), for laptops and CI (default: cuda)")
-        sp.add_argument("--task", default="math", choices=sorted(TASK_REWARDS),
-                        help="which verifier scores the responses: math (envs.math) or countdown "
-                             "(envs.countdown) (default: math)")
-        sp.add_argument("--rollout-n", type=int, default=d["rollout_n"].default,
-                        help="rollouts per prompt, G (default: %(default)s)")
-        sp.add_argument("--train-batch-size", type=int, default=d["train_batch_size"].default,
-                        help="prompts per step (default: %(default)s)")
-        sp.add_argument("--max-prompt-length", type=int, default=d["max_prompt_length"].default,
-                        help="prompt tokens (default: %(default)s)")
-        sp.add_argument("--max-response-length", type=int, default=d["max_response_length"].default,
-                        help="response tokens (default: %(default)s)")
-        sp.add_argument("--total-steps", type=int, default=None,
-                        help="stop after this many training steps (default: all epochs)")
-        sp.add_argument("--total-epochs", type=int, default=d["total_epochs"].default,
-                        help="passes over the training data (default: %(default)s)")
-        sp.add_argument("--seed", type=int, default=0, help="data shuffling seed (default: 0)")
-        sp.add_argument("--val-n", type=int, default=d["val_n"].default,
-                        help="samples per validation prompt; Pass@1 = avg@N (default: %(default)s)")
-        sp.add_argument("--test-freq", type=int, default=d["test_freq"].default,
-                        help="validate every N steps (default: %(default)s)")
-        sp.add_argument("--save-freq", type=int, default=d["save_freq"].default,
-                        help="checkpoint every N steps; a rerun resumes from the last (default: %(default)s)")
-        sp.add_argument("--rollout-tp", type=int, default=d["rollout_tp"].default,
-                        help="vLLM tensor-parallel size (default: %(default)s)")
-        sp.add_argument("--gpu-memory-utilization", type=float, default=d["gpu_memory_utilization"].default,
-                        help="vLLM's share of GPU memory (default: %(default)s)")
-        sp.add_argument("--micro-batch-per-gpu", type=int, default=d["micro_batch_per_gpu"].default,
-                        help="sequences per GPU per forward/backward pass (default: %(default)s)")
-        sp.add_argument("--embedding-device", default="auto",
-                        help="where the SetPO embedder runs: auto (a GPU when visible), cuda or cpu")
-        sp.add_argument("--output-dir", default=d["output_dir"].default,
-                        help="checkpoints and overrides.txt go under OUTPUT_DIR/<experiment> (default: %(default)s)")
-        sp.add_argument("--experiment-name", default=None, help="run name (default: from the algorithm and λ)")
-        sp.add_argument("--logger", default="console", help="comma-separated, e.g. console,wandb")
+        _add_config_options(sp)
         sp.add_argument("--data-dir", default=None, help="where converted parquet files go")
         sp.add_argument("overrides", nargs="*", help="extra Hydra overrides for verl, applied last")
     demo = sub.add_parser("cpu-demo", help="write a tiny Qwen2 and Countdown data for a CPU run; print its command")
     demo.add_argument("--out", default="runs/verl_cpu_demo", help="folder for the model and data (default: %(default)s)")
     return ap
+
+
+#: An option's value type, from its field's annotation; lists and tuples are given as comma-separated text.
+_OPTION_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    """One option per ``VerlLaunchConfig`` field with ``_option`` metadata, named and typed as the field: a field
+    without a default is required, a bool that defaults to True is switched off by its flag."""
+    for f in fields(VerlLaunchConfig):
+        meta = f.metadata
+        if "help" not in meta:
+            continue
+        flag = meta["flag"] or "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
+        if f.type == "bool":
+            parser.add_argument(flag, action="store_false" if f.default else "store_true", **kwargs)
+            continue
+        kwargs["type"] = _OPTION_TYPES.get(str(f.type).split(" | ")[0], str)
+        if meta["choices"] is None:
+            kwargs["metavar"] = flag.lstrip("-").replace("-", "_").upper()  # --train-file TRAIN_FILE
+        if f.default is MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = f.default if meta["cli_default"] is MISSING else meta["cli_default"]
+        if meta["choices"] is not None:
+            kwargs["choices"] = meta["choices"]
+        parser.add_argument(flag, **kwargs)
 
 
 def cpu_demo_command(paths: dict[str, str], output_dir: str = "runs/verl") -> list[str]:
@@ -462,22 +472,21 @@ def cpu_demo_command(paths: dict[str, str], output_dir: str = "runs/verl") -> li
 
 
 def launch_config_from_args(args) -> VerlLaunchConfig:
-    return VerlLaunchConfig(
-        model_path=args.model_path,
-        train_files=[prepare_data(f, args.data_dir, "train") for f in _split_files(args.train_file)],
-        val_files=[prepare_data(f, args.data_dir, "test") for f in _split_files(args.val_file)],
-        embedding_model=args.embedding_model, algo=args.algo, lam=args.lam, setpo=not args.no_setpo,
-        nnodes=args.nnodes, n_gpus_per_node=args.n_gpus_per_node or (2 if args.device == "cpu" else 8),
-        val_n=args.val_n, test_freq=args.test_freq, device=args.device, task=args.task, rollout_n=args.rollout_n,
-        train_batch_size=args.train_batch_size, max_prompt_length=args.max_prompt_length,
-        max_response_length=args.max_response_length, total_training_steps=args.total_steps,
-        total_epochs=args.total_epochs, seed=args.seed, tokenizer_path=args.tokenizer_path,
-        save_freq=args.save_freq, rollout_tp=args.rollout_tp, gpu_memory_utilization=args.gpu_memory_utilization,
-        micro_batch_per_gpu=args.micro_batch_per_gpu, embedding_device=args.embedding_device,
-        output_dir=str(Path(args.output_dir).expanduser().resolve()), experiment_name=args.experiment_name,
+    """The ``VerlLaunchConfig`` of parsed train / print-config options (``build_parser``), the command line's
+    own forms turned into the config's: comma-separated data files, each prepared by ``prepare_data``
+    (``--data-dir``); --n-gpus-per-node's default by device; the output folder as an absolute path; the
+    comma-separated loggers; the Ray address from $RAY_ADDRESS when not given."""
+    values = {f.name: getattr(args, f.name) for f in fields(VerlLaunchConfig) if "help" in f.metadata}
+    values.update(
+        train_files=[prepare_data(f, args.data_dir, "train") for f in _split_files(args.train_files)],
+        val_files=[prepare_data(f, args.data_dir, "test") for f in _split_files(args.val_files)],
+        n_gpus_per_node=args.n_gpus_per_node or (CPU_WORKERS_PER_NODE if args.device == "cpu"
+                                                 else VerlLaunchConfig.n_gpus_per_node),
+        output_dir=str(Path(args.output_dir).expanduser().resolve()),
         logger=tuple(_split_files(args.logger)),
         ray_address=args.ray_address or os.environ.get("RAY_ADDRESS") or None,
     )
+    return VerlLaunchConfig(**values)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -499,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from setpo.embed import is_named_embedder
 
     emb = args.embedding_model
-    if not args.no_setpo and not is_named_embedder(emb) and not Path(emb).expanduser().is_dir():
+    if args.setpo and not is_named_embedder(emb) and not Path(emb).expanduser().is_dir():
         raise FileNotFoundError(f"no embedding model directory at {emb!r}; set EMBEDDING_MODEL_PATH to a local "
                                 "copy (`huggingface-cli download Qwen/Qwen3-Embedding-0.6B --local-dir <dir>`) or "
                                 "to 'default' for the packaged all-MiniLM-L6-v2")
