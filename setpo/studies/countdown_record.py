@@ -7,7 +7,7 @@ runs (on the pinned floating-point path):
 
 - no record yet, a record at the current code (by meaning, ``setpo.repro.provenance``: comments, docstrings and
   formatting do not count), one that differs in anything besides the code (threads, package versions,
-  arithmetic), or ``--redo``: the study itself (``countdown.main``), which resumes, refuses naming what differs,
+  arithmetic), or ``--redo``: the study itself (``countdown.run_command``, on the arguments parsed here), which resumes, refuses naming what differs,
   or remakes;
 - otherwise ``check_at_commit``: the commit named in the record's ``identity.json`` runs its own study
   (``setpo.repro.at_commit``: a temporary git worktree) over a copy of the record with ``--stages eval``, which
@@ -161,14 +161,14 @@ def _quoted(arg: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m setpo.studies.countdown_record ARGS`` (the study's own arguments): see the module docstring."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    cfg, _, redo = countdown.parse_args(argv)
+    cfg, stages, redo = countdown.parse_args(argv)  # the one parse of the command line
     try:
         found = None if redo else record_at_other_code(cfg)
     except ValueError as err:
         print(f"python -m setpo.cli countdown: error: {err}", file=sys.stderr)
         return 1
     if found is None:
-        return countdown.main(argv)
+        return countdown.run_command(cfg, stages, redo)
     return 0 if check_at_commit(cfg, argv, *found, log=lambda line: print(line, flush=True)) else 1
 
 
