@@ -65,8 +65,8 @@ figures: $(VENV)/.deps-lab
 # headline_seeds: 7 seeds more for the headline pair (GRPO, chosen SetPO) in the main cell, 12 in all, sized from
 # the noise of its first 5 (docs/studies/countdown.md, "How many seeds").
 # results/countdown/requirements.txt: the package versions the record was made at (a fresh install resolves newer
-# ones, and the study refuses to resume at other versions). A record made at other code is checked by the code of
-# the commit that made it (a temporary git worktree, nothing trained), which prints the command that remakes it.
+# ones, and the study refuses to resume at other versions). A record made at other code is refused, naming the
+# files; one whose code only moved is re-stamped after proof (docs/reproducibility/index.md).
 countdown: $(VENV)/.deps-lab
 	$(PIP) install -q -r results/countdown/requirements.txt
 	$(PY) -m setpo.cli countdown --full --set 'headline_seeds=[5,6,7,8,9,10,11]' --out results/countdown

@@ -147,12 +147,10 @@ def cmd_bench(args) -> None:
 
 
 def cmd_countdown(args) -> None:
-    """The Countdown study on the pinned floating-point path: this process becomes
-    ``python -m setpo.studies.countdown_record ARGS`` with the pin in its environment: the study
-    (``setpo.studies.countdown``, which checks its own arguments), or, for a record made at other code, its check
-    at the commit that made it."""
+    """The Countdown study on the pinned floating-point path: this process becomes ``python -m
+    setpo.studies.countdown ARGS`` with the pin in its environment, and the study parses its own arguments."""
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "setpo.studies.countdown_record", *args.study_args],
+    os.execve(sys.executable, [sys.executable, "-m", "setpo.studies.countdown", *args.study_args],
               pinned_environment())
 
 
@@ -183,8 +181,7 @@ def build_parser() -> Parser:
     b.add_argument("--out", type=out_dir, default=None, help="folder for the reports (default runs/bench/)")
     b.set_defaults(fn=cmd_bench)
     c = sub.add_parser("countdown", help="the Countdown study (python -m setpo.studies.countdown ARGS) on the pinned "
-                                         "floating-point path, so that a study of several sittings is one experiment; "
-                                         "a record made at other code is checked at the commit that made it")
+                                         "floating-point path, so that a study of several sittings is one experiment")
     c.add_argument("study_args", nargs="*", help="the study's own arguments, e.g. --full --out results/countdown "
                                                  "(passed on as they are: the study checks them)")
     c.set_defaults(fn=cmd_countdown)

@@ -73,7 +73,7 @@ def test_setpo_countdown_becomes_the_study_under_the_pin(unpinned, monkeypatch):
     seen = {}
     monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: seen.update(path=path, argv=argv, env=env))
     cli.main(["countdown", "--full", "--out", "results/countdown"])
-    assert seen["argv"][1:] == ["-m", "setpo.studies.countdown_record", "--full", "--out", "results/countdown"]
+    assert seen["argv"][1:] == ["-m", "setpo.studies.countdown", "--full", "--out", "results/countdown"]
     assert pinned(seen["env"])
 
 

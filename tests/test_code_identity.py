@@ -1,7 +1,7 @@
-"""Issue 33 item 3: a run's code identity follows what the code does, not its bytes (a docstring, a comment or a
-reformatting keeps it; a code edit changes it); a record hashed by bytes (issue 23's, such as results/countdown)
-is read back from git at its commit and compared by meaning; and a record made at other code is checked by the
-code of the commit that made it, in a temporary worktree that is always removed."""
+"""A run's code identity follows what the code does, not its bytes (a docstring, a comment or a reformatting
+keeps it; a code edit changes it); a record hashed any other way differs in every file; the committed Countdown
+record is at the study's current code; and re-stamping a record (``setpo.studies.countdown_record``) checks it
+with the code it names, in a temporary worktree that is always removed, and changes only its code stamps."""
 
 import hashlib
 import json
@@ -13,7 +13,8 @@ import pytest
 from setpo.repro.at_commit import changed_since, environment_at, has_commit, temporary_worktree
 from setpo.repro.provenance import (CODE_HASH, code_changes, code_fingerprint, code_identity, identity_differences,
                                     import_closure, recorded_code)
-from setpo.studies.countdown_record import commit_arguments, recorded_time, summary_agreement
+from setpo.studies.countdown_record import (commit_arguments, record_identities, recorded_time, restamped_code,
+                                            summary_agreement)
 
 MODULE = '''"""A module."""
 
@@ -50,13 +51,7 @@ def test_a_code_edit_changes_a_modules_identity(edit):
     assert code_fingerprint(edit(MODULE)) != code_fingerprint(MODULE)
 
 
-def test_a_module_read_under_a_moved_name_is_the_same_code():
-    before = "from setpo.records import read_json\nimport setpo.arithmetic\nfrom setpo import provenance\n"
-    after = "from setpo.repro.records import read_json\nimport setpo.repro.arithmetic\nfrom setpo.repro import provenance\n"
-    moved = {"setpo.records": "setpo.repro.records", "setpo.arithmetic": "setpo.repro.arithmetic",
-             "setpo.provenance": "setpo.repro.provenance"}
-    assert code_fingerprint(before) != code_fingerprint(after)
-    assert code_fingerprint(before, moved) == code_fingerprint(after)
+def test_a_module_that_is_not_python_has_no_fingerprint():
     with pytest.raises(ValueError, match="not Python source"):
         code_fingerprint("def (:\n")
 
@@ -83,42 +78,40 @@ def test_a_docstring_edit_keeps_a_studys_identity_and_a_code_edit_names_the_file
     made = {"threads": 1, "code": code_identity(["setpo.study"], tmp_path)}
     assert made["code"]["hash"] == CODE_HASH and len(made["code"]["files"]) == 3
     (tmp_path / "setpo/diversity.py").write_text(MODULE.replace('"""The area."""', '"""Edited."""'))
-    assert identity_differences(made, {"threads": 1, "code": code_identity(["setpo.study"], tmp_path)}, tmp_path) == {}
+    assert identity_differences(made, {"threads": 1, "code": code_identity(["setpo.study"], tmp_path)}) == {}
     (tmp_path / "setpo/diversity.py").write_text(MODULE.replace("r ** 2", "r ** 3"))
-    differ = identity_differences(made, {"threads": 1, "code": code_identity(["setpo.study"], tmp_path)}, tmp_path)
+    differ = identity_differences(made, {"threads": 1, "code": code_identity(["setpo.study"], tmp_path)})
     assert list(differ) == ["code"] and differ["code"].startswith("setpo/diversity.py differ")
 
 
-def _byte_record(root: Path, modules, commit: str) -> dict:
-    """A code identity the way records were made before issue 33: each file by its bytes' SHA-256."""
-    files = {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-             for p in import_closure(modules, root).values()}
-    return {"files": files, "commit": commit, "dirty": False}
-
-
-def test_a_record_hashed_by_bytes_is_read_back_from_its_commit_and_compared_by_meaning(tmp_path):
-    old = {"setpo/__init__.py": "", "setpo/records.py": "def read_json(p):\n    return p\n",
-           "setpo/study.py": '"""Old words."""\nfrom setpo.records import read_json\n\nX = read_json(1)\n',
-           "setpo/diversity.py": MODULE}
-    commit = _repo(tmp_path, old)
-    saved = _byte_record(tmp_path, ["setpo.study"], commit)
-    # before it moved, the machinery (setpo.records) was part of the code; now it is not, and lives elsewhere
-    assert set(saved["files"]) == {"setpo/__init__.py", "setpo/records.py", "setpo/study.py"}
-    (tmp_path / "setpo/records.py").unlink()
-    _repo(tmp_path, {"setpo/repro/__init__.py": "", "setpo/repro/records.py": "def read_json(p):\n    return [p]\n",
-                     "setpo/study.py": '"""New words."""\nfrom setpo.repro.records import read_json\n\n\nX = read_json(1)\n'})
+def test_a_record_hashed_any_other_way_differs_in_every_file(tmp_path):
+    _repo(tmp_path, {"setpo/__init__.py": "", "setpo/study.py": "X = 1\n"})
     now = code_identity(["setpo.study"], tmp_path)
-    assert set(now["files"]) == {"setpo/__init__.py", "setpo/study.py"}  # the machinery is no study's code
-    assert recorded_code(saved, tmp_path) == (now["files"], [])
-    assert identity_differences({"code": saved}, {"code": now}, tmp_path) == {}
-    # a code edit since then is a difference, named by file
-    (tmp_path / "setpo/study.py").write_text("from setpo.repro.records import read_json\n\nX = read_json(2)\n")
-    assert code_changes(saved, code_identity(["setpo.study"], tmp_path), tmp_path) == ["setpo/study.py"]
-    # bytes git cannot give back (an edit never committed, no commit recorded) differ: nothing vouches for them
-    dirty = {**saved, "files": {**saved["files"], "setpo/__init__.py": "0" * 16}}
-    assert code_changes(dirty, now, tmp_path) == ["setpo/__init__.py"]
-    assert code_changes({**saved, "commit": None}, now, tmp_path) == ["setpo/__init__.py", "setpo/study.py"]
-    assert code_changes({**saved, "commit": "f" * 40}, now, tmp_path) == ["setpo/__init__.py", "setpo/study.py"]
+    by_bytes = {"files": {p: hashlib.sha256((tmp_path / p).read_bytes()).hexdigest()[:16] for p in now["files"]},
+                "commit": now["commit"], "dirty": False}  # no "hash": the scheme records had before fingerprints
+    assert recorded_code(by_bytes) == ({}, ["setpo/study.py"]) and recorded_code(now) == (now["files"], [])
+    assert code_changes(by_bytes, now) == ["setpo/study.py"]
+    assert code_changes({**now, "hash": "other"}, now) == ["setpo/study.py"]
+    assert code_changes({**now, "commit": "f" * 40, "dirty": True, "restamped_at": "e" * 40}, now) == []
+
+
+def test_a_restamp_changes_only_the_code_fingerprints_and_names_the_commit_they_are_of():
+    recorded = {"files": {"setpo/old.py": "ab" * 8}, "commit": "c" * 40, "dirty": True}
+    now = {"hash": CODE_HASH, "files": {"setpo/new.py": "cd" * 8}, "commit": "d" * 40, "dirty": False}
+    assert restamped_code(recorded, now) == {"hash": CODE_HASH, "files": {"setpo/new.py": "cd" * 8},
+                                             "commit": "c" * 40, "dirty": True, "restamped_at": "d" * 40}
+    assert code_changes(restamped_code(recorded, now), now) == []
+
+
+def test_every_identity_of_a_record_is_found_and_the_judges_texts_are_not(tmp_path):
+    (tmp_path / "rl" / "a").mkdir(parents=True)
+    (tmp_path / "eval").mkdir()
+    for path, record in {"identity.json": {"code": {}}, "rl/a/identity.json": {"code": {}},
+                         "eval/a_T1.json": {"correct": [1], "identity": {"code": {}}},
+                         "eval/a_T1.texts.json": [["x"]], "selection.json": {"chosen": "a"}}.items():
+        (tmp_path / path).write_text(json.dumps(record))
+    assert sorted(str(p.relative_to(tmp_path)) for p in record_identities(tmp_path)) == [
+        "eval/a_T1.json", "identity.json", "rl/a/identity.json"]
 
 
 def test_the_temporary_worktree_holds_the_commits_code_and_is_removed_even_on_error(tmp_path):
@@ -165,22 +158,20 @@ def test_the_remake_time_comes_from_the_records_own_stage_timings():
                                              "1 thread;")
 
 
-COMMITTED_RECORD = Path(__file__).resolve().parent.parent / "results" / "countdown" / "identity.json"
+COMMITTED_RECORD = Path(__file__).resolve().parent.parent / "results" / "countdown"
 
 
-@pytest.mark.skipif(not COMMITTED_RECORD.exists(), reason="no committed Countdown record in this checkout")
-def test_the_committed_countdown_record_is_at_the_current_code_or_its_commit_is_named():
-    """The committed record hashed its code by bytes; read back from its commit (when this clone holds it) it is
-    compared by meaning, and the files that differ, if any, are named (make countdown checks those at the commit)."""
+@pytest.mark.skipif(not (COMMITTED_RECORD / "identity.json").exists(), reason="no committed Countdown record here")
+def test_the_committed_countdown_record_is_at_the_studys_current_code():
+    """Every identity of the committed record names the code this checkout's study runs (``make countdown``
+    resumes it; a change that moves code must re-stamp it: docs/reproducibility/index.md)."""
     import setpo.studies.countdown as countdown
 
-    saved = json.loads(COMMITTED_RECORD.read_text())["code"]
     now = code_identity(countdown.IDENTITY_MODULES, exclude=countdown.NOT_IN_IDENTITY)
-    if not has_commit(saved["commit"]):
-        pytest.skip(f"this clone does not hold the record's commit {saved['commit'][:10]} (shallow)")
-    old, lost = recorded_code(saved)
-    assert not lost and len(old) == len(saved["files"]) - 3  # every file read back; the machinery left out
-    assert set(code_changes(saved, now)) <= set(old) | set(now["files"])
+    identities = record_identities(COMMITTED_RECORD)
+    assert len(identities) > 400
+    differ = {str(p.relative_to(COMMITTED_RECORD)): code_changes(i["code"], now) for p, i in identities.items()}
+    assert {p: d for p, d in differ.items() if d} == {}
 
 
 def test_the_record_checker_is_not_part_of_the_studys_code():

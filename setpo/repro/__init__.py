@@ -6,8 +6,8 @@
   pinned arithmetic) as one identity, and what differs between two.
 - ``setpo.repro.arithmetic``: the pinned floating-point path; ``python -m setpo.repro.arithmetic COMMAND`` runs a
   command on it.
-- ``setpo.repro.at_commit``: the code of the commit that made a record, in a temporary git worktree, to check the
-  record when the code has moved on.
+- ``setpo.repro.at_commit``: the code of another commit, in a temporary git worktree: the code a record names,
+  which checks the record before it is re-stamped (``setpo.studies.countdown_record``).
 
 A layer above the core (``setpo/*.py``: pure functions over tensors, no process, git or file system) and below
 the engine adapters and the studies (``tests/test_layers.py``). Nothing here is part of a study's code identity

@@ -1,13 +1,10 @@
-"""The code of another commit, run without touching this checkout: a record kept in git checked by the code that
-made it.
+"""The code of another commit, run without touching this checkout: a record kept in git checked by the code it
+names before it is re-stamped (``setpo.studies.countdown_record``).
 
-A study's record names the commit that made it (its identity's ``code.commit``). When the code has moved on,
-the record cannot be resumed at the new code (its runs were made at the old), but the old code can still check
-it: ``temporary_worktree`` checks that commit out in a temporary folder (``git worktree add --detach``) and
-removes it again when done, on an error or an interrupt too; ``environment_at`` is the environment that runs it
-(the worktree's ``setpo`` and ``envs`` first on the path, all else as in this process, the pinned arithmetic of
-``setpo.repro.arithmetic`` included).
-``changed_since`` names the files that differ from that commit.
+``temporary_worktree`` checks a commit out in a temporary folder (``git worktree add --detach``) and removes it
+again when done, on an error or an interrupt too; ``environment_at`` is the environment that runs it (the
+worktree's ``setpo`` and ``envs`` first on the path, all else as in this process, the pinned arithmetic of
+``setpo.repro.arithmetic`` included). ``changed_since`` names the files that differ from that commit.
 """
 
 from __future__ import annotations

@@ -20,11 +20,10 @@ of any study's code (``MACHINERY``). It computes nothing a result is made of: it
 and its one effect on the arithmetic, the pin, is measured and compared on its own (``arithmetic``). Were it
 part of the code, improving how records are kept or checked would make every record unusable.
 
-Records made before issue 33 hashed each file's bytes (their ``code`` has no ``"hash"`` field). They are
-compared by meaning too (``recorded_code``): each file's bytes come back from git at the commit the record names
-(``git cat-file blob COMMIT:path``), must have the recorded SHA-256, and are then hashed as above, their imports
-of modules moved since then renamed (``MOVED``) and the machinery left out. A file whose bytes git cannot give
-back (no commit recorded, a shallow clone, an edit that was not committed) counts as differing.
+A recorded ``code`` is compared only when it was hashed this way (``code.hash`` is ``CODE_HASH``); one hashed
+any other way counts as differing in every file. A record whose code was re-stamped (``restamped_at``: the
+commit whose code its fingerprints are, beside ``commit``, the one that made it) is compared like any other;
+docs/reproducibility/index.md says when a record may be re-stamped and how.
 """
 
 from __future__ import annotations
@@ -43,10 +42,6 @@ RESULT_PACKAGES = ("torch", "numpy", "transformers", "trl", "accelerate", "datas
                    "sentence-transformers")
 CODE_HASH = "syntax"      # code.hash of an identity: files hashed by code_fingerprint (absent: by their bytes)
 MACHINERY = ("setpo.repro",)  # never part of a study's code (above)
-# Modules that moved, old name -> new name, so that records made before a move compare by meaning.
-MOVED = {"setpo.provenance": "setpo.repro.provenance",      # issue 33: the machinery left the estimator core
-         "setpo.arithmetic": "setpo.repro.arithmetic",
-         "setpo.records": "setpo.repro.records"}
 # Fields of the syntax tree that say nothing about what the code does, or that only newer Pythons write
 IGNORED_FIELDS = frozenset({"ctx", "kind", "type_comment", "type_ignores"})
 
@@ -67,24 +62,9 @@ def _canonical(node) -> str:
     return repr(node)
 
 
-def _rename_imports(tree: ast.AST, renames: Mapping[str, str]) -> None:
-    """Absolute imports of a module in ``renames`` (``import a.b``, ``from a.b import x``, ``from a import b``)
-    rewritten to its new name, in place."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                alias.name = renames.get(alias.name, alias.name)
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            if node.module in renames:
-                node.module = renames[node.module]
-            elif len(node.names) == 1 and f"{node.module}.{node.names[0].name}" in renames:
-                node.module, _, node.names[0].name = renames[f"{node.module}.{node.names[0].name}"].rpartition(".")
-
-
-def code_fingerprint(source: str | bytes, renames: Mapping[str, str] | None = None) -> str:
+def code_fingerprint(source: str | bytes) -> str:
     """What a module's code does, as 16 hex digits: the SHA-256 of its syntax tree without docstrings, comments,
-    formatting or positions (every bare string statement is dropped: it does nothing). ``renames``: module names
-    its imports are read under (``MOVED``, for a file as it was before a move). Not Python: a ValueError."""
+    formatting or positions (every bare string statement is dropped: it does nothing). Not Python: a ValueError."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -94,25 +74,7 @@ def code_fingerprint(source: str | bytes, renames: Mapping[str, str] | None = No
             stmts = getattr(node, field, None)
             if isinstance(stmts, list):
                 setattr(node, field, [s for s in stmts if not _is_bare_string(s)])
-    if renames:
-        _rename_imports(tree, renames)
     return hashlib.sha256(_canonical(tree).encode()).hexdigest()[:16]
-
-
-def is_machinery(module: str) -> bool:
-    """Whether ``module`` belongs to the reproducibility machinery (``MACHINERY``)."""
-    return any(module == m or module.startswith(m + ".") for m in MACHINERY)
-
-
-def module_name(path: str) -> str:
-    """The module a project-relative file path holds: "setpo/repro/records.py" -> "setpo.repro.records"."""
-    parts = list(Path(path).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def module_path(name: str, package: bool = False) -> str:
-    """The project-relative file of module ``name`` (``package``: its ``__init__.py``)."""
-    return "/".join(name.split(".")) + ("/__init__.py" if package else ".py")
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
@@ -194,61 +156,18 @@ def code_identity(modules: Iterable[str], root: Path = ROOT, exclude: Iterable[s
     return {"hash": CODE_HASH, "files": dict(sorted(files.items())), **git_state(root)}
 
 
-def git_blob(root: Path, commit: str, path: str) -> bytes | None:
-    """The bytes of ``path`` at ``commit`` in the repository at ``root``; None when git cannot give them (no such
-    commit or file, no git)."""
-    try:
-        return subprocess.run(["git", "cat-file", "blob", f"{commit}:{path}"], cwd=root, capture_output=True,
-                              check=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-_RECOVERED: dict[tuple[str, str | None, str, str], str | None] = {}  # (root, commit, path, byte hash) -> found
-
-
-def _recorded_fingerprint(root: Path, commit: str | None, path: str, byte_hash: str) -> str | None:
-    """``code_fingerprint`` of the file a byte-hashed record ran (``MOVED`` renames applied), its bytes from git at
-    ``commit`` (asked once per process); None when git cannot give back bytes of that hash there."""
-    key = (str(root), commit, path, byte_hash)
-    if key not in _RECOVERED:
-        blob = git_blob(root, commit, path) if commit else None
-        ok = blob is not None and hashlib.sha256(blob).hexdigest()[: len(byte_hash)] == byte_hash
-        _RECOVERED[key] = code_fingerprint(blob, MOVED) if ok else None
-    return _RECOVERED[key]
-
-
-def recorded_code(code: Mapping, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
-    """A recorded ``code`` identity as ``code_fingerprint``s: ({path: fingerprint}, [paths whose code cannot be
-    recovered]). One recorded by fingerprint is returned as it is; one recorded by bytes (before issue 33) is
-    read back from git at its commit (module docstring), under the names its modules have now, the machinery
-    left out."""
+def recorded_code(code: Mapping) -> tuple[dict[str, str], list[str]]:
+    """A recorded ``code`` identity as ({path: ``code_fingerprint``}, [paths whose code cannot be compared]): its
+    files as they are when hashed by ``CODE_HASH``; otherwise none, every file counted as not comparable."""
     files = dict(code.get("files", {}))
-    if code.get("hash") == CODE_HASH:
-        return files, []
-    if code.get("hash") is not None:
-        return {}, sorted(files)  # a scheme this code does not know
-    out, lost = {}, []
-    for path, byte_hash in files.items():
-        name = module_name(path)
-        moved = next((new + name[len(old):] for old, new in MOVED.items()
-                      if name == old or name.startswith(old + ".")), name)
-        if is_machinery(moved):
-            continue
-        now = module_path(moved, package=Path(path).name == "__init__.py")
-        found = _recorded_fingerprint(root, code.get("commit"), path, byte_hash)
-        if found is None:
-            lost.append(now)
-        else:
-            out[now] = found
-    return out, sorted(lost)
+    return (files, []) if code.get("hash") == CODE_HASH else ({}, sorted(files))
 
 
-def code_changes(saved: Mapping, now: Mapping, root: Path = ROOT) -> list[str]:
-    """The files whose code differs between two ``code`` identities (by meaning; ``recorded_code`` reads an older
-    record's): changed, added or gone, sorted."""
-    old, lost = recorded_code(saved, root)
-    new = recorded_code(now, root)[0]
+def code_changes(saved: Mapping, now: Mapping) -> list[str]:
+    """The files whose code differs between two ``code`` identities (by meaning, ``recorded_code``): changed,
+    added or gone, sorted."""
+    old, lost = recorded_code(saved)
+    new = recorded_code(now)[0]
     return sorted(set(lost) | {f for f in old.keys() | new.keys() if old.get(f) != new.get(f)})
 
 
@@ -296,11 +215,10 @@ def run_identity(threads: int, modules: Iterable[str], exclude: Iterable[str] = 
             "versions": result_versions(), "machine": machine()}
 
 
-def identity_differences(saved: Mapping, now: Mapping, root: Path = ROOT) -> dict[str, str]:
+def identity_differences(saved: Mapping, now: Mapping) -> dict[str, str]:
     """What differs between two identities, by field: "threads", "arithmetic.<setting>", "code" (the files whose
     code changed, was added or is gone: ``code_changes``, and both commits), "versions.<package>". Commit,
-    dirtiness, machine, and edits to comments, docstrings or formatting alone are not a difference. root: the
-    repository an older record's code is read back from."""
+    dirtiness, machine, and edits to comments, docstrings or formatting alone are not a difference."""
     out: dict[str, str] = {}
     if saved.get("threads") != now.get("threads"):
         out["threads"] = f"{saved.get('threads')} then, {now.get('threads')} now"
@@ -308,7 +226,7 @@ def identity_differences(saved: Mapping, now: Mapping, root: Path = ROOT) -> dic
         a, b = saved.get("arithmetic", {}).get(name), now.get("arithmetic", {}).get(name)
         if a != b:
             out[f"arithmetic.{name}"] = f"{a} then, {b} now"
-    changed = code_changes(saved.get("code", {}), now.get("code", {}), root)
+    changed = code_changes(saved.get("code", {}), now.get("code", {}))
     if changed:
         shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
         commits = [str(c)[:10] if c else "?" for c in (saved.get("code", {}).get("commit"),

@@ -124,7 +124,6 @@ from setpo.studies.countdown_train import (  # noqa: F401  (the training drivers
 from setpo.studies.stages import (
     chosen_stages,
     claim_identity,
-    has_model,
     refusal,
     RestoreMismatch,
     stage_done,
@@ -352,15 +351,14 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: C
     embedders: dict = {}
 
     @functools.cache  # once per run and invocation (its evaluations may each ask for it)
-    def train(run: RLRun) -> Path:
+    def trained_model(run: RLRun) -> Path:
+        """Run ``run``'s final model folder: trained, resumed or restored by ``train_rl`` (which claims its folder
+        at the identity), or as it is when done and here."""
         final = out / "rl" / run.name / "final"
-        claim_identity(final.parent, identity, redo)
-        if stage_done(final) and has_model(final):
-            return final
         t = time.time()
-        make = lambda: train_rl(cfg, run, data, warm_start(), final.parent,  # noqa: E731
-                                embedder=resolve_embedder(run.embedder, reference, embedders), log=log,
-                                identity=identity, redo=redo)
+        make = lambda: train_rl(  # noqa: E731
+            cfg, run, data, warm_start, final.parent, log=log, identity=identity, redo=redo,
+            make_embedder=lambda: resolve_embedder(run.embedder, reference, embedders))
         try:
             final = make()
         except RestoreMismatch:
@@ -369,13 +367,12 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: C
             log(f"[rl] {run.name}: its model cannot be restored on this machine; --redo: made again here, with "
                 "its evaluations")
             forget_run(out, run.name)
-            claim_identity(final.parent, identity, redo)
             final = make()
         log(f"[rl] {run.name} ready ({time.time() - t:.0f}s, study {time.time() - t0:.0f}s)")
         return final
 
     def validate(run: RLRun) -> list[dict]:
-        return [evaluate_model(cfg, functools.partial(train, r), data.val, 1.0, out / "val" / f"{r.name}_T1.json",
+        return [evaluate_model(cfg, functools.partial(trained_model, r), data.val, 1.0, out / "val" / f"{r.name}_T1.json",
                                log, identity=identity, redo=redo)
                 for r in (run.with_seed(s) for s in cfg.search_seed_list)]
 
@@ -396,9 +393,9 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: C
         test_split("sft", None, warm_start, chosen)
     for run in runs:
         if test_split is None:
-            train(run)
+            trained_model(run)
         else:  # trained only if an evaluation of it is missing
-            test_split(run.name, run, functools.partial(train, run), chosen)
+            test_split(run.name, run, functools.partial(trained_model, run), chosen)
     return runs, chosen, selection
 
 
@@ -454,14 +451,20 @@ def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str], bool]:
     return cfg, stages, a.redo
 
 
-def main(argv=None) -> int:
-    cfg, stages, redo = parse_args(argv)
+def run_command(cfg: CountdownLMConfig, stages: Sequence[str], redo: bool) -> int:
+    """``run_study`` for a command line already parsed (``parse_args``): exit status 0, or 1 with a refusal
+    (another config's folder, a stage not run, a judge down) as one line on stderr."""
     try:
         run_study(cfg, stages=stages, redo=redo)
-    except ValueError as err:  # a refusal (another config's folder, a stage not run, a judge down): one line
+    except ValueError as err:
         print(f"python -m setpo.studies.countdown: error: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv=None) -> int:
+    """``python -m setpo.studies.countdown ARGS``: the arguments parsed once, then the study."""
+    return run_command(*parse_args(argv))
 
 
 if __name__ == "__main__":

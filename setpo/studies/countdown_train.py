@@ -56,12 +56,12 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=pr
     examples: the study's ``sft_examples``, or a function making them, when at hand (None: made here).
     identity: the run identity (``study_identity``) the folder must have been made at (None: not checked);
     ``redo``: remake it if not."""
-    from datasets import Dataset  # the engine (datasets, TRL, transformers): imported when a stage trains, so
-    from trl import SFTConfig, SFTTrainer  # that reading a finished study (notebook 03) stays light
+    def fit_warm_start(final: Path) -> None:
+        from datasets import Dataset  # the engine (datasets, TRL, transformers): imported when a stage trains,
+        from trl import SFTConfig, SFTTrainer  # so that reading a finished study (notebook 03) stays light
 
-    from setpo.trl import train_resumable
+        from setpo.trl import train_resumable
 
-    def train(final: Path) -> None:
         tokenizer = build_tokenizer()
         model = build_model(tokenizer, cfg.model, seed=cfg.seed)
         rows = examples() if callable(examples) else examples  # the study's, made only when SFT trains
@@ -82,17 +82,17 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=pr
         train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(rows)}, log,
                         f"[sft]: {steps_per_epoch} steps per epoch, {cfg.sft_epochs:g} epochs")
 
-    return train_stage(out_dir, "[sft] the warm start", "the warm start", train, log, identity, redo)
+    return train_stage(out_dir, "[sft] the warm start", "the warm start", fit_warm_start, log, identity, redo)
 
 
-def train_stage(out_dir: Path, label: str, what: str, train: Callable[[Path], None], log, identity: dict | None,
+def train_stage(out_dir: Path, label: str, what: str, fit: Callable[[Path], None], log, identity: dict | None,
                 redo: bool) -> Path:
-    """The frame of every training stage (the warm start, each RL run), around ``train(final)``, which trains
+    """The frame of every training stage (the warm start, each RL run), around ``fit(final)``, which trains
     into ``final = out_dir/final``: claim the folder at ``identity`` (``redo``: remake what was made at
     another); a stage already done is returned untrained; one recorded as done whose model is not here
     (``restore_model``: a study kept in git without its models) is trained again, its records kept, and its
-    new weights checked against the recorded ones (``check_restored``). label: the log's prefix; what: the stage, in refusals.
-    Returns the final model's folder."""
+    new weights checked against the recorded ones (``check_restored``). The one place a stage's folder is claimed
+    at the identity. label: the log's prefix; what: the stage, in refusals. Returns the final model's folder."""
     final = out_dir / "final"
     claim_identity(out_dir, identity, redo)
     recorded = restore_model(final)
@@ -102,7 +102,7 @@ def train_stage(out_dir: Path, label: str, what: str, train: Callable[[Path], No
     if recorded is not None:
         log(f"{label}: its model is not here (a study folder keeps its records, not its models): "
             "training it again, to the recorded weights")
-    train(final)
+    fit(final)
     for ckpt in out_dir.glob("checkpoint-*"):
         shutil.rmtree(ckpt, ignore_errors=True)
     check_restored(final, recorded, what, kept)
@@ -142,28 +142,33 @@ def probe_sampler(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], t
     return sample
 
 
-def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path, out_dir: Path,
-             embedder=None, log=print_flushed, callbacks: Sequence = (), identity: dict | None = None,
-             redo: bool = False) -> Path:
+def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path | Callable[[], Path],
+             out_dir: Path, embedder=None, log=print_flushed, callbacks: Sequence = (), identity: dict | None = None,
+             redo: bool = False, make_embedder: Callable[[], object] | None = None) -> Path:
     """One RL run from the warm start (GRPO, SetPO, the pairwise penalty, DRA-GRPO, Pass@k training, the
     perfect-kernel ceiling); resumes from its last checkpoint. Returns the final model's folder.
 
-    embedder: the Embedder ``run.embedder`` names, shared across runs (None: load it by name; "centered:..."
-    and the ceiling's "verifier" need the study's, see ``resolve_embedder``). The run's seed sets TRL's
+    init_dir: the warm start's final folder, or a function returning it, called only when the run trains (the
+    study's trains the warm start again when its model is not here). embedder: the Embedder ``run.embedder``
+    names, shared across runs (None: load it by name; "centered:..." and the ceiling's "verifier" need the
+    study's, see ``resolve_embedder``); make_embedder: a function returning it instead, called only when the run
+    trains, so that a finished run loads no embedder. The run's seed sets TRL's
     sampling and prompt order. callbacks: extra TrainerCallbacks (the tests use one to interrupt a run).
     identity: the run identity the folder must have been made at (None: not checked); ``redo``: remake it if
     not. Writes ``timings.json`` beside the run: seconds of generation, embedding and update (this invocation's;
     ``resumed`` says whether earlier ones did part of the run).
     """
-    from datasets import Dataset  # the engine, imported when a run trains (see train_sft)
+    def fit_rl_run(final: Path) -> None:
+        from datasets import Dataset  # the engine, imported when a run trains (see train_sft)
 
-    from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
-    from setpo.trl.training import last_checkpoint
+        from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
+        from setpo.trl.training import last_checkpoint
 
-    def train(final: Path) -> None:
+        warm_start = init_dir() if callable(init_dir) else init_dir
+        run_embedder = make_embedder() if make_embedder is not None else embedder
         out_dir.mkdir(parents=True, exist_ok=True)
         resumed = last_checkpoint(out_dir) is not None
-        tokenizer, model = load_trained(init_dir)
+        tokenizer, model = load_trained(warm_start)
         tokenizer.padding_side = "left"
         g = run.group_size
         per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
@@ -177,14 +182,14 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
                                 cfg.probe_every)
         trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
                                train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
-                               embedder=embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
+                               embedder=run_embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
         t0 = time.time()
         train_resumable(trainer, tokenizer, out_dir, final, {"run": asdict(run)}, log,
                         f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
         write_json(out_dir / "timings.json",
                    {**trainer.setpo_seconds, "seconds": time.time() - t0, "resumed": resumed})
 
-    return train_stage(out_dir, f"[rl] {run.name}", f"run {run.name}", train, log, identity, redo)
+    return train_stage(out_dir, f"[rl] {run.name}", f"run {run.name}", fit_rl_run, log, identity, redo)
 
 
 def sample_eval(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
