@@ -167,3 +167,25 @@ def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "paper_shapes.py"), "--out", str(blocker)],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and "is a file, not a folder" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_smoke_real_lm(smoke):
+    md, record = _report(smoke, "real_lm")
+    roof = record["roofline"]
+    for key in ("bandwidth_GBps", "fp32_GFLOPs", "bf16_GFLOPs"):
+        assert positive(roof[key]), (key, roof[key])
+    assert [f["shape"] for f in record["floors"]] == ["short answers", "GSM8K"]
+    for f in record["floors"]:
+        assert all(positive(f[k]) for k in ("decode_step_floor_ms", "rollout_floor_s", "train_floor_s")), f
+    paths = [(r["shape"], r["path"]) for r in record["rollouts"]]
+    assert ("short answers", "(a) TRL default (generate)") in paths
+    assert ("GSM8K", "(b) shared prompt + preallocated KV + grouped attention [trainer default]") in paths
+    for r in record["rollouts"]:
+        assert positive(r["tokens_per_s"]) and positive(r["floor_s"]) and positive(r["speedup"]), r
+        if r["exact"] and "rows_equal_to_trl_default" in r:  # the exact paths sample what TRL's default samples
+            same, rows = r["rows_equal_to_trl_default"].split("/")
+            assert same == rows, r
+    assert [s["trainer"] for s in record["steps"]] == ["GRPO", "SetPO+GRPO (hashed n-grams)"]
+    assert all(positive(s["step_s"]) for s in record["steps"])
+    assert len(record["targets"]) == 3 and {t["met"] for t in record["targets"]} <= {"PASS", "FAIL"}
+    assert "Roofline (measured)" in md and "| shape | path |" in md

@@ -93,16 +93,10 @@ def model_identity(model_dir: str | Path) -> str | None:
 
 def prompt_cache(model, enc, n: int) -> dict:
     """``generate``'s inputs for n samples of each prompt in ``enc`` (left-padded) that reuse one pass over it:
-    the prompts but their last token go through the model once, with the positions ``generate`` gives
-    left-padded rows; the cache is repeated n times per prompt, and ``generate`` then processes only the last
-    prompt token of each copy before sampling."""
-    ids, mask = enc["input_ids"], enc["attention_mask"]
-    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    past = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
-                 use_cache=True).past_key_values
-    past.batch_repeat_interleave(n)
-    return {"input_ids": ids.repeat_interleave(n, dim=0), "attention_mask": mask.repeat_interleave(n, dim=0),
-            "past_key_values": past}
+    ``setpo.trl.rollouts.prompt_cache`` (the trainer's rollouts share it) on the encoding's ids and mask."""
+    from setpo.trl.rollouts import prompt_cache as shared_prompt_cache  # imports transformers: a model is loaded
+
+    return shared_prompt_cache(model, enc["input_ids"], enc["attention_mask"], n)
 
 
 def batch_prompts(n: int, batch_sequences: int) -> int:

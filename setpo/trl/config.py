@@ -70,6 +70,11 @@ class SetPOConfig(GRPOConfig):
         ("grpo", "rloo", "dr_grpo", "pass@K" for Pass@k Training's closed-form group advantage, Chen et al.
         2025, arXiv 2508.10751) whose advantages of the weighted total reward replace TRL's (its
         ``scale_rewards`` then does not apply); "pass@K" needs K <= num_generations.
+    setpo_shared_prompt_rollouts: without vLLM (the CPU), run each prompt through the model once and let its G
+        rollouts continue from copies of that KV cache (``setpo.trl.rollouts``) instead of ``generate``'s G
+        passes over the same prompt: plain ``generate``'s samples up to float rounding, at a fraction of the
+        prompt work (``benchmarks/real_lm.py``). False gives TRL's own ``generate`` call. Ignored with
+        ``use_vllm`` or ``use_transformers_paged``.
     """
 
     learning_rate: float = field(default=_GRPO["learning_rate"], metadata={"help": "AdamW learning rate."})
@@ -92,6 +97,8 @@ class SetPOConfig(GRPOConfig):
                                          metadata={"help": "'none' or 'dra' (DRA-GRPO's reward rescaling)."})
     setpo_estimator: str = field(default="trl",
                                  metadata={"help": "'trl' (TRL's advantages) or a setpo estimator, e.g. 'pass@4'."})
+    setpo_shared_prompt_rollouts: bool = field(
+        default=True, metadata={"help": "Without vLLM, share each prompt's forward pass across its G rollouts."})
 
     def __post_init__(self):
         super().__post_init__()

@@ -24,8 +24,9 @@ scores, normalises and slices to this process's rows in one method. ``SetPOTrain
 
 Embedding locally and gathering vectors (rather than gathering texts and embedding everything everywhere)
 spreads the embedding work over the processes; the result is the same. With ``setpo_lambda = 0`` the
-advantages are TRL's, bit for bit (nothing is added). Generation is untouched, so the same code runs with
-plain ``generate`` on a CPU and with ``use_vllm=True`` on a GPU.
+advantages are TRL's, bit for bit (nothing is added). Generation is TRL's: ``use_vllm=True`` on a GPU, and
+without vLLM ``generate`` with each prompt's forward pass shared by its G rollouts (``_generate_single_turn``,
+``setpo.trl.rollouts``; ``setpo_shared_prompt_rollouts=False`` gives TRL's own call).
 
 Presets. ``SetPOConfig`` (GRPO), ``SetPOGSPOConfig`` and ``SetPODAPOConfig`` are ``GRPOConfig`` subclasses
 whose defaults come from ``setpo.presets.PRESETS``: the clip range, ratio level, loss aggregation, learning
@@ -50,12 +51,15 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import inspect
 import time
 
 import torch
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
+from trl.extras.profiling import profiling_context
+from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import nanstd
 
 from setpo.advantages import base_advantages, flat_groups, setpo_advantages, term_in_lambda_units
@@ -65,6 +69,7 @@ from setpo.embed import Embedder, load_embedder
 from setpo.groups import Groups
 from setpo.metrics import mean_pairwise_similarity
 from setpo.trl.config import SetPOConfig, estimator_group_minimum
+from setpo.trl.rollouts import completion_lists, prompt_runs, shared_prompt_generate
 
 
 def gather_embeddings(accelerator, embedder: Embedder, completions, prompts=None) -> tuple[torch.Tensor, list[str]]:
@@ -226,6 +231,31 @@ class SetPOTrainer(GRPOTrainer):
         nested = self._clock["generation"] + self._clock["embedding"] - nested0
         self.setpo_seconds["update"] += (t1 - t0) - nested
         return output
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
+        """TRL's rollouts, with each prompt's forward pass shared by its G rollouts (``setpo.trl.rollouts``)
+        where TRL would call plain ``generate``: ``setpo_shared_prompt_rollouts`` on, no vLLM, no continuous
+        batching, no images or multimodal inputs, and some prompt repeated. The same samples as TRL's path up to
+        float rounding (the rollouts module says why); anything else goes to TRL."""
+        if not (self.args.setpo_shared_prompt_rollouts and not self.use_vllm and images is None
+                and not multimodal_fields and not getattr(self, "use_transformers_continuous_batching", False)
+                and len(prompt_runs(prompt_ids)[0]) < len(prompt_ids)):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        # TRL >= 1.16 passes the gradient-checkpointing settings, to switch checkpointing off while generating
+        unwrap_options = ({"gradient_checkpointing_kwargs": self.args.gradient_checkpointing_kwargs}
+                          if "gradient_checkpointing_kwargs" in inspect.signature(unwrap_model_for_generation).parameters
+                          else {})
+        with (profiling_context(self, "transformers.generate"),
+              unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                          generation_kwargs=self.generation_kwargs, **unwrap_options) as unwrapped_model,
+              torch.no_grad(),
+              self._dist.summon_full_params(self.model_wrapped, recurse=False)):
+            new_tokens = shared_prompt_generate(unwrapped_model, prompt_ids, self._tokenizer.pad_token_id,
+                                                getattr(self, "pad_to_multiple_of", None),
+                                                generation_config=self.generation_config)
+        eos = getattr(self, "eos_token_ids", None) or [self._tokenizer.eos_token_id]
+        return completion_lists(new_tokens, eos), None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
