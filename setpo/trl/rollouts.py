@@ -149,7 +149,10 @@ class PreallocatedLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+    def get_mask_sizes(self, query_length) -> tuple[int, int]:
+        # transformers >= 5.10 passes the query length; older releases pass the cache positions (a tensor)
+        if isinstance(query_length, torch.Tensor):
+            query_length = query_length.shape[0]
         return self.length + query_length, 0
 
     def get_max_cache_shape(self) -> int:
