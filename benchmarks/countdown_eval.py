@@ -34,9 +34,7 @@ NUCLEUS_OPS = ("aten::sort", "aten::softmax", "aten::_softmax", "aten::cumsum", 
 
 def main(argv=None) -> str:
     args = options(__doc__, argv)
-    from setpo.studies.countdown import load_config
-    from setpo.studies.countdown_data import evaluate_samples, make_data
-    from setpo.studies.countdown_train import sample_eval
+    from setpo.studies.countdown import evaluate_samples, load_config, make_data, sample_eval
 
     model = STUDY / "sft" / "final"
     if not (model / "done.json").exists():

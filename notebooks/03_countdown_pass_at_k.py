@@ -159,8 +159,8 @@ show(fig, png)
 # The paired-differences table is the test of the paper's claim at this scale: the chosen SetPO+GRPO's pass@64
 # against GRPO's of the same seed, with an interval that should exclude 0; pass@1 within two points; higher
 # average modes and width. "What the record says", at the top of the table, answers each of these by fixed rules
-# (`countdown_verdict`). For the committed record (`make countdown`: the main study at 2 threads, replicated at 1)
-# it says:
+# (`countdown_results.verdict`). For the committed record (`make countdown`: the main study at 2 threads,
+# replicated at 1) it says:
 #
 # - **The headline misses the bar on pass@1.** Chosen SetPO+GRPO (hashed n-grams, λ = 0.15σ) minus GRPO over 12
 #   paired seeds: pass@64 +8.0 points [+5.4, +10.7], pass@1 −3.0 [−3.9, −2.0], more than the 2 points allowed.

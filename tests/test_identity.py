@@ -20,7 +20,7 @@ def test_the_code_is_every_module_the_study_can_import_but_not_what_only_draws()
     closure = import_closure(countdown.IDENTITY_MODULES, exclude=countdown.NOT_IN_IDENTITY)
     # through the lazy package export (``from setpo.trl import SetPOTrainer``) and imports inside functions
     assert {"setpo.trl.trainer", "setpo.trl.config", "setpo.diversity", "envs.countdown.verifier",
-            "setpo.studies.countdown_data", "setpo.embed"} <= set(closure)
+            "setpo.studies.countdown_config", "setpo.embed"} <= set(closure)
     assert not {"setpo.studies.figures", "setpo.studies.countdown_results", "setpo.judge.client",
                 "setpo.verl.launch"} & set(closure)
 

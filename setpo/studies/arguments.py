@@ -1,6 +1,5 @@
 """A study command's arguments, checked before any work: ``--stages`` and ``--set FIELD=JSON``, with one-line
-errors and exit status 2. The parser and the number types every command shares are ``envs.arguments``'s
-(re-exported here for the study commands)."""
+errors and exit status 2. The parser and the number types every command shares are ``envs.arguments``'s."""
 
 from __future__ import annotations
 
@@ -8,11 +7,7 @@ import argparse
 import json
 from collections.abc import Collection, Sequence
 
-from envs.arguments import Parser, nonnegative_float, positive_int
 from setpo.studies.stages import chosen_stages
-
-__all__ = ["Parser", "add_stage_and_set_arguments", "nonnegative_float", "parsed_stages", "positive_int",
-           "set_overrides"]
 
 
 def add_stage_and_set_arguments(p: argparse.ArgumentParser, stages: Sequence[str], set_example: str,

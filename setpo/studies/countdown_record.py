@@ -164,9 +164,9 @@ def same_study_at(commit: str, threads: int, log: Callable[[str], object] = prin
     """Whether the code of ``commit`` and the code of this checkout make the same study: each makes the smoke
     study (``--smoke``: every stage, every kind of run, at toy size) at ``threads`` threads in a folder of its
     own, and every model (final-weights SHA-256) and every evaluation (per-problem counts) they both make is
-    identical bit for bit (``countdown_provenance.bitwise_agreement``), at the same configuration and with the
+    identical bit for bit (``countdown_results.bitwise_agreement``), at the same configuration and with the
     same summary."""
-    from setpo.studies.countdown_provenance import bitwise_agreement  # what a study and its replication share
+    from setpo.studies.countdown_results import bitwise_agreement  # what a study and its replication share
 
     args = ["--smoke", "--set", f"threads={threads}"]
     with tempfile.TemporaryDirectory(prefix="setpo-same-study-") as tmp, temporary_worktree(commit, root) as tree:

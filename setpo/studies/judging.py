@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from envs.arguments import positive_int
 from setpo.judge import PROMPT_VERSION, SCALE, JudgeUnavailable, judge_items, summarize
 from setpo.judge.client import check_url, redact_url
 from setpo.repro.records import read_json, write_json
-from setpo.studies.arguments import positive_int
 from setpo.studies.stages import refusal
 
 @dataclass

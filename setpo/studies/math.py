@@ -29,12 +29,13 @@ from pathlib import Path
 
 import torch
 
+from envs.arguments import Parser
 from envs.math import (MathProblem, gsm8k_file, load_math_problems, math_reward, qwen_math_messages, smoke_problems,
                        to_trl_records)
 from setpo.metrics import pass_at_k
 from setpo.repro.records import append_record, read_json, read_records, write_json
 from setpo.studies import judging
-from setpo.studies.arguments import Parser, add_stage_and_set_arguments, parsed_stages, set_overrides
+from setpo.studies.arguments import add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
 from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_checks/training.py's names)
 from setpo.studies.math_results import write_results

@@ -26,6 +26,7 @@ from dataclasses import asdict, replace
 
 import torch
 
+from envs.arguments import Parser, positive_int
 from envs.rubric import RubricTask, RubricToyConfig
 from setpo.advantages import group_advantages
 from setpo.groups import Groups
@@ -40,7 +41,6 @@ from setpo.setgrpo import (
     reversal_indicators,
     safe_recovery,
 )
-from setpo.studies.arguments import Parser, positive_int
 from setpo.studies.rubric_config import RubricStudyConfig, TrainConfig
 from setpo.studies.rubric_results import format_table
 from setpo.studies.stages import chosen_stages, print_flushed
