@@ -86,7 +86,7 @@ t0 = time.time()
 # the record names the commit that made it); otherwise the study resumes where it stopped.
 summary = None if SMOKE else cr.finished_summary(cfg.out)
 if summary is None:
-    summary = run_study(cfg, log=print)
+    summary = run_study(cfg, log=print).summary
     study_seconds = time.time() - t0
     print(f"study: {study_seconds / 60:.1f} min of training and evaluation in this session")
 else:

@@ -123,9 +123,13 @@ def test_the_replication_is_the_whole_study_again_at_another_thread_count(tmp_pa
     try:
         cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"), threads=1, replication_threads=2, other_cells=(),
                                       rl_seeds=(0, 1), eval_temperatures=(1.0,))
-        summary = run_study(cfg, log=lambda *_: None)
+        result = run_study(cfg, log=lambda *_: None)
     finally:
         torch.set_num_threads(before)
+    summary = result.summary
+    assert result.study == "countdown" and result.out == tmp_path / "study" and result.seconds > 0
+    assert set(result.runs) == {r["name"] for r in summary["runs"]}  # its rows by run, a row per temperature
+    assert all(row["name"] == name for name, rows in result.runs.items() for row in rows)
     rep = tmp_path / "study" / "replication"
     assert json.loads((rep / "config.json").read_text())["threads"] == 2
     assert json.loads((rep / "identity.json").read_text())["threads"] == 2

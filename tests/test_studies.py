@@ -164,10 +164,12 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
     monkeypatch.setattr(ml, "resolve_model_path", lambda cfg: "base")
     cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path))
     out = ml.run_study(cfg, log=lambda *_: None, stages=["rl"])
-    assert calls == [("train", cfg.n_probe)] and set(out) == {"finals"}
+    assert calls == [("train", cfg.n_probe)] and out.runs == {"GRPO": "g", "SetPO+GRPO": "s"} and out.summary == {}
+    assert out.study == "math" and out.out == tmp_path
     calls.clear()
     out = ml.run_study(cfg, log=lambda *_: None, stages=["base"])
-    assert calls == [("passk", ["base model"])] and set(out) == {"finals", "pass_at_k"}
+    assert calls == [("passk", ["base model"])] and set(out.summary) == {"pass_at_k"}
+    assert set(out.runs) == {"GRPO", "SetPO+GRPO"}  # their final folders, whether or not trained yet
     calls.clear()
     out = ml.run_study(cfg, log=lambda *_: None, stages=["eval"])
     assert calls == [("passk", ["base model"]), ("passk", ["GRPO", "SetPO+GRPO"]),
@@ -179,7 +181,8 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
         ml.run_study(cfg, stages=["judge"])
     calls.clear()
     out = ml.run_study(cfg, log=lambda *_: None)  # every stage; without a judge, "judge" does nothing
-    assert [c[0] for c in calls] == ["passk", "train", "passk", "eval", "eval"] and "judged" not in out
+    assert [c[0] for c in calls] == ["passk", "train", "passk", "eval", "eval"]
+    assert set(out.summary) == {"pass_at_k", "results"}  # without a judge, nothing judged
 
 
 def test_every_study_has_one_run_study_shape():
@@ -197,6 +200,7 @@ def test_every_study_has_one_run_study_shape():
         assert params[2].name == "log" and params[2].default is stages.print_flushed, study.__name__
         assert {p.name for p in params[3:]} <= {"redo"}, study.__name__
         assert stages.chosen_stages(None, study.STAGES) == list(study.STAGES)
+        assert inspect.signature(study.run_study).return_annotation == "StudyResult", study.__name__
         with pytest.raises(ValueError, match="valid stages: " + ", ".join(study.STAGES)):
             study.run_study(None, stages=["nonsense"])
 
@@ -210,8 +214,21 @@ def test_toy_study_stages(tmp_path):
     with pytest.raises(ValueError, match="'report' needs stage 'train'"):
         run_study(cfg, stages=["report"])
     lines = []
-    runs = run_study(cfg, stages=["train"], log=lines.append)
-    assert set(runs) == {"GRPO", "SetPO+GRPO"} and not lines and not (tmp_path / "demo").exists()
+    result = run_study(cfg, stages=["train"], log=lines.append)
+    assert set(result.runs) == {"GRPO", "SetPO+GRPO"} and not lines and not (tmp_path / "demo").exists()
+    assert result.summary == {} and result.study == "toy" and [len(r) for r in result.runs.values()] == [1, 1]
+
+
+def test_rubric_study_returns_each_seeds_row_and_the_table():
+    """The rubric study keeps nothing on disk: its StudyResult holds each seed's row by seed and the table logged."""
+    from setpo.studies.rubric import run_study
+    from setpo.studies.rubric_config import RubricStudyConfig, TrainConfig
+
+    lines = []
+    result = run_study(RubricStudyConfig(seeds=2, train=TrainConfig(steps=2, n_cal_groups=48)), log=lines.append)
+    assert result.study == "rubric" and result.out is None and list(result.runs) == ["seed 0", "seed 1"]
+    assert [row["seed"] for row in result.runs.values()] == [0, 1] and result.summary["table"] in lines
+    assert result.seconds > 0
 
 
 def test_a_countdown_run_reaches_the_trainer_with_every_setting(tmp_path):

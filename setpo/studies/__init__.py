@@ -2,7 +2,8 @@
 
 Every study has one shape, resumable from what it has already written: ``<study>_config`` (one config
 dataclass), ``<study>`` (its named stages ``STAGES`` and ``run_study(cfg, stages=None, *, log=print_flushed)``,
-None running every stage, Countdown's with ``redo`` besides; the command line where it has one) and
+None running every stage, Countdown's with ``redo`` besides, returning a ``stages.StudyResult``: the study's
+folder, its runs by name, the report's summary and the seconds it took; the command line where it has one) and
 ``<study>_results`` (reading what the stages wrote: tables, figures, records). Stages call results, results
 read configs, never the other way round.
 

@@ -117,6 +117,7 @@ from setpo.studies.sampling import sample_completions
 from setpo.studies.stages import (
     Progress,
     RestoreMismatch,
+    StudyResult,
     check_restored,
     chosen_stages,
     claim_identity,
@@ -561,23 +562,27 @@ def select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
 
 
 def run_study(cfg: CountdownLMConfig, stages: Sequence[str] | None = None, *, log=print_flushed,
-              redo: bool = False) -> dict:
+              redo: bool = False) -> StudyResult:
     """The whole study, resumable: data, warm start (stage "sft"), embedder diagnostics, the validation searches
     and every RL run (seeds, cells; stage "rl"), the test split (each model once, after every search is settled)
     and the record (stage "eval"); then
     the same again as the replication (``replication_config``). Runs exactly the ``stages`` named (None: all); a
     stage whose input another stage makes refuses to start until that one has finished. Every output is made at the
     study's identity (``study_identity``): one made at another is refused naming what differs, or with ``redo``
-    made again. Returns the summary (``results.json``, the replication's inside; {} without "eval")."""
+    made again. Returns (``StudyResult``) the summary (``results.json``, the replication's inside; {} without
+    "eval") and its rows by run name."""
+    t0 = time.time()
     summary = _run_one(cfg, log, stages, redo)
     replica = replication_config(cfg)
-    if replica is None:
-        return summary
-    log(f"[replication] the whole study again at {replica.threads} thread(s) in {replica.out}")
-    replicated = _run_one(replica, log, stages, redo)
-    if not summary:
-        return {}
-    return _write_summary(Path(cfg.out), with_replication(summary, replicated), log)
+    if replica is not None:
+        log(f"[replication] the whole study again at {replica.threads} thread(s) in {replica.out}")
+        replicated = _run_one(replica, log, stages, redo)
+        if summary:
+            summary = _write_summary(Path(cfg.out), with_replication(summary, replicated), log)
+    runs: dict[str, list[dict]] = {}
+    for row in summary.get("runs", []):
+        runs.setdefault(row["name"], []).append(row)
+    return StudyResult("countdown", Path(cfg.out), runs, summary, time.time() - t0)
 
 
 def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bool) -> dict:

@@ -40,8 +40,8 @@ from setpo.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda,
 from setpo.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_checks/training.py's names)
 from setpo.studies.math_results import write_results
 from setpo.studies.sampling import batch_prompts, model_identity, sample_completions
-from setpo.studies.stages import (Progress, chosen_stages, claim_folder, heartbeat, print_flushed, sittings_seconds,
-                                 stage_done)
+from setpo.studies.stages import (Progress, StudyResult, chosen_stages, claim_folder, heartbeat, print_flushed,
+                                 sittings_seconds, stage_done)
 from setpo.trl.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
 
@@ -443,14 +443,16 @@ def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: S
         cfg.run_dir, log, judge)
 
 
-def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> dict:
+def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> StudyResult:
     """The whole study, resumable, as notebook 04 runs it: data; the base model's large-budget pass@k (stage
     "base", first, so that the "base model at large budgets" reading exists before any training); the RL runs
     (stage "rl"); avg@k on the validation problems and pass@k of the trained runs (stage "eval"; everything
     cached beside the runs in ``run_dir``); then, only with a judge configured, the judged diversity of the avg@k
-    responses (stage "judge", ``judge_runs``). Returns {"finals", "results", "pass_at_k", "judged"} (those of
-    the stages run; "pass_at_k" holds the base model from stage "base" and the runs from stage "eval";
-    "judge" reads the cached evaluations into "results")."""
+    responses (stage "judge", ``judge_runs``). Returns (``StudyResult``) each run's final folder by label as
+    ``runs``, and as ``summary`` {"results", "pass_at_k", "judged"}, those of the stages run ("pass_at_k" holds
+    the base model from stage "base" and the runs from stage "eval"; "judge" reads the cached evaluations into
+    "results")."""
+    t0 = time.time()
     stages = chosen_stages(stages, STAGES)
     judge = judging.judge_configured(cfg)
     if stages == ["judge"] and not judge:
@@ -458,22 +460,22 @@ def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=pr
     train, val = load_study_problems(cfg)
     log(f"[data] {len(train)} training and {len(val)} validation problems")
     finals = {label: Path(cfg.run_dir) / run_folder(label) / "final" for label in cfg.runs()}
-    out: dict = {"finals": finals}
+    summary: dict = {}
     if "base" in stages or "eval" in stages:
         passk_problems = load_passk_problems(cfg)
-        out["pass_at_k"] = evaluate_pass_at_k(cfg, {"base model": resolve_model_path(cfg)}, passk_problems,
-                                              cache_dir=cfg.run_dir, log=log)
+        summary["pass_at_k"] = evaluate_pass_at_k(cfg, {"base model": resolve_model_path(cfg)}, passk_problems,
+                                                  cache_dir=cfg.run_dir, log=log)
     if "rl" in stages:
-        finals = out["finals"] = train_runs(cfg, train, val[:cfg.n_probe], log=log)
+        finals = train_runs(cfg, train, val[:cfg.n_probe], log=log)
     if "eval" in stages:
-        out["pass_at_k"].update(evaluate_pass_at_k(cfg, finals, passk_problems, cache_dir=cfg.run_dir, log=log))
-        out["results"] = evaluate_runs(cfg, finals, val, keep_texts=judge and "judge" in stages, log=log)
+        summary["pass_at_k"].update(evaluate_pass_at_k(cfg, finals, passk_problems, cache_dir=cfg.run_dir, log=log))
+        summary["results"] = evaluate_runs(cfg, finals, val, keep_texts=judge and "judge" in stages, log=log)
     if "judge" in stages and judge:
-        out["judged"] = judge_runs(cfg, finals, val, log)
-        if "results" not in out:
-            out["results"] = {label: read_json(eval_file(cfg, label), "delete it and rerun --stages eval")
-                              for label in finals}
-    return out
+        summary["judged"] = judge_runs(cfg, finals, val, log)
+        if "results" not in summary:
+            summary["results"] = {label: read_json(eval_file(cfg, label), "delete it and rerun --stages eval")
+                                  for label in finals}
+    return StudyResult("math", Path(cfg.run_dir), finals, summary, time.time() - t0)
 
 
 def parse_args(argv=None) -> tuple[MathRunConfig, list[str]]:
@@ -534,13 +536,13 @@ def main(argv=None) -> int:
 
     quiet_libraries()
     try:
-        out = run_study(cfg, stages=stages)
+        summary = run_study(cfg, stages=stages).summary
     except ValueError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 1
-    if "results" in out:
+    if "results" in summary:
         command = " ".join([PROG, *judging.redact_command(sys.argv[1:] if argv is None else argv)])
-        table, path = write_results(cfg, out, command)
+        table, path = write_results(cfg, summary, command)
         print(table)
         print(f"results: {path} (record: {path.with_suffix('.json')})")
     return 0

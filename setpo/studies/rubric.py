@@ -43,7 +43,7 @@ from setpo.setgrpo import (
 )
 from setpo.studies.rubric_config import RubricStudyConfig, TrainConfig
 from setpo.studies.rubric_results import format_table
-from setpo.studies.stages import chosen_stages, print_flushed
+from setpo.studies.stages import StudyResult, chosen_stages, print_flushed
 
 __all__ = ["LinearSoftmaxPolicy", "RubricStudyConfig", "TrainConfig", "compare", "coverage_study", "draw_groups",
            "format_table", "invariance_table", "risk_study", "run_study", "train"]
@@ -296,15 +296,18 @@ def invariance_table(transforms=((0.5, -1.0), (1.0, 0.0), (2.0, 1.0), (3.0, -2.0
 STAGES = ("train",)
 
 
-def run_study(cfg: RubricStudyConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> list[dict]:
+def run_study(cfg: RubricStudyConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> StudyResult:
     """The study, one stage "train" (None: it): train the three methods over the seeds (``compare``, which logs
-    a line per seed and the table), on one thread, then the time it took. Returns ``compare``'s rows."""
+    a line per seed and the table), on one thread, then the time it took. Returns ``compare``'s rows by seed and
+    their table (``StudyResult``; nothing is written to disk)."""
     chosen_stages(stages, STAGES)  # checks the names: one stage, nothing kept between calls
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     rows = compare(range(cfg.seeds), task_config=cfg.task, train_config=cfg.train, log=log)
-    log(f"({time.perf_counter() - t0:.0f} s on {torch.get_num_threads()} thread)")
-    return rows
+    seconds = time.perf_counter() - t0
+    log(f"({seconds:.0f} s on {torch.get_num_threads()} thread)")
+    return StudyResult("rubric", None, {f"seed {row['seed']}": row for row in rows}, {"table": format_table(rows)},
+                       seconds)
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,7 @@ claiming a run folder for one configuration, refusals in one shape, and progress
 - ``refusal`` / ``unreadable``: every refusal is one line that *ends* with the file and what to do, so the
   last thing a user reads is not a library's multi-line text.
 - ``chosen_stages``: the stages a command line names, checked against the study's, the valid ones named.
+- ``StudyResult``: what every study's ``run_study`` returns, one shape whichever study ran.
 - ``claim_identity(folder, identity)`` / ``reusable_record(path, identity)``: a folder or record made at another
   identity (thread count, code, package versions: ``setpo.repro.provenance``) is refused with the differing fields
   named, or, where the user asks (``redo``), deleted so that it is made again.
@@ -26,7 +27,9 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from setpo.repro.provenance import identity_differences
 from setpo.repro.records import config_differences, read_json, write_json
@@ -108,6 +111,30 @@ def chosen_stages(stages: Sequence[str] | str | None, valid: Sequence[str]) -> l
         raise ValueError(f"unknown stage(s) {unknown} in {stages!r}; valid stages: {', '.join(valid)}" if unknown
                          else f"no stage named in {stages!r}; valid stages: {', '.join(valid)}")
     return [s for s in valid if s in names]
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    """What every study's ``run_study`` returns: one shape whichever study ran, each field what that study has.
+
+    - ``study``: the study's module name ("toy", "countdown", "math", "rubric").
+    - ``out``: the folder its stages write to; None for a study that writes nothing (rubric).
+    - ``runs``: every run the call made or read, by name, as the study keeps it. toy: each variant's ``ToyRun``
+      of every seed ({"GRPO": [...], "SetPO+GRPO": [...]}); Countdown: the record's rows of each run ("sft",
+      ``RLRun.name``; a row per evaluation temperature); math: each run's final model folder by label;
+      rubric: each seed's row ("seed 0": the three methods' final true-quality rewards and grader calls).
+    - ``summary``: the report the stages made, empty when none did. toy: Figure 1's tables ("coverage",
+      "summary" rows); Countdown: ``results.json`` (the replication's inside); math: the evaluations of the
+      stages run ("pass_at_k", "results", "judged", as ``math_results.write_results`` reads them); rubric: the
+      markdown table ("table").
+    - ``seconds``: the call's wall-clock time.
+    """
+
+    study: str
+    out: Path | None
+    runs: Mapping[str, Any]
+    summary: Mapping[str, Any]
+    seconds: float
 
 
 def refusal(problem: str, path: str | Path, remedy: str) -> ValueError:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity
 from setpo.presets import get_preset
 from setpo.repro.records import markdown_table, progress_bar, write_json
-from setpo.studies.stages import check_same_config, chosen_stages, print_flushed, refusal, unreadable
+from setpo.studies.stages import StudyResult, check_same_config, chosen_stages, print_flushed, refusal, unreadable
 from setpo.studies.toy_config import REUSE_NEUTRAL_FIELDS, ToyConfig, ToyStudyConfig
 from setpo.studies.toy_results import coverage_rows, summary_rows, write_figure1
 
@@ -270,25 +271,27 @@ DEMO_VARIANTS = {"GRPO": {"setpo": False}, "SetPO+GRPO": {"setpo": True}}
 STAGES = ("train", "report")
 
 
-def run_study(cfg: ToyStudyConfig, stages: Sequence[str] | None = None, *,
-              log=print_flushed) -> dict[str, list[ToyRun]]:
+def run_study(cfg: ToyStudyConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> StudyResult:
     """The toy study, in its two stages (None: both): "train" GRPO and SetPO+GRPO from the same seeds
     (``compare``), then "report": the coverage tables logged and Figure 1 written (``toy_results``). The runs
     live in memory only (seconds to make), so "report" needs "train" in the same call. Returns the runs by
-    variant."""
+    variant and, with "report", the two tables (``StudyResult``)."""
     stages = chosen_stages(stages, STAGES)
     if "train" not in stages:
         raise ValueError("the toy study keeps its runs in memory: stage 'report' needs stage 'train' in the same "
                          "call (stages=None runs both)")
+    t0 = time.perf_counter()
     results = compare(cfg.base(), DEMO_VARIANTS, range(cfg.seeds))
+    summary = {}
     if "report" in stages:
-        log(markdown_table(coverage_rows(results)))
+        summary = {"coverage": coverage_rows(results), "summary": summary_rows(results)}
+        log(markdown_table(summary["coverage"]))
         log("")
-        log(markdown_table(summary_rows(results)))
+        log(markdown_table(summary["summary"]))
         _, html, png = write_figure1(results, Path(cfg.out), cfg.figure_projection(),
                                      cfg.command + (" (smoke)" if cfg.smoke else ""))
         log(f"\nwrote {png} and {html}")
-    return results
+    return StudyResult("toy", Path(cfg.out), results, summary, time.perf_counter() - t0)
 
 
 def lambda_sweep(base: ToyConfig, lams, seeds, threshold: float = 0.05) -> list[dict]:
