@@ -1,6 +1,6 @@
 """The pinned floating-point path (``setpo.repro.arithmetic``): a study made over several sittings, on whatever x86 CPU
-each gets, is one experiment only if every part computes on the same kernels (issue 23: a Countdown run
-retrained on an AVX-512 machine gave other weights than its AVX2 record, and the recorded ones under the pin).
+each gets, is one experiment only if every part computes on the same kernels (a Countdown run retrained on an
+AVX-512 machine gives other weights than its AVX2 record, and the recorded ones under the pin).
 These check that every way of running the study gets the pin: `python -m setpo.repro.arithmetic`, `setpo countdown`
 (`make countdown`), `setpo figures` for notebook 03, `make lab`, and that notebook 03 refuses without it."""
 
@@ -51,7 +51,7 @@ def test_require_pinned_names_what_is_missing_and_how_to_run_pinned(unpinned, mo
 
 def test_python_m_setpo_arithmetic_runs_a_command_on_torchs_avx2_kernels(unpinned):
     """The child sees the pin, and torch in it uses at most AVX2 kernels (an AVX-512 machine reports AVX512
-    without the pin: the case issue 23 found)."""
+    without the pin: the case the pin exists for)."""
     code = ("import os, torch; print(torch.backends.cpu.get_cpu_capability()); "
             f"print(' '.join(os.environ[k] for k in {list(PINNED_ARITHMETIC)!r}))")
     out = subprocess.run([sys.executable, "-m", "setpo.repro.arithmetic", sys.executable, "-c", code], cwd=ROOT,

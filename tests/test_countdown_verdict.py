@@ -1,4 +1,4 @@
-"""countdown_results.verdict: issue 23's questions answered from the record by fixed rules (the headline's bar,
+"""countdown_results.verdict: the study's questions answered from the record by fixed rules (the headline's bar,
 the grid, the ceiling, the baselines, the replication), on hand-made records whose answers are known."""
 
 import pytest

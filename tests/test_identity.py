@@ -1,4 +1,4 @@
-"""Issue 23 item 1: a run's identity is its thread count, the code it runs and the packages' versions; a study
+"""A run's identity is its thread count, the code it runs and the packages' versions; a study
 folder, a run folder or a cached evaluation made at another identity is refused with the differing field
 named, or remade when asked (``--redo``); and two runs at the same setting give identical weights and records."""
 

@@ -1,6 +1,6 @@
 """What every study shares (``setpo.studies.stages``): one folder claim that refuses another config naming the
-fields, refusals that end with the file and what to do, exactly the stages asked for, and progress lines while
-data is built. Regression tests for issue 21 items 6-9."""
+fields, refusals that end with the file and what to do, exactly the stages asked for, progress lines while
+data is built, and one run_study shape returning one StudyResult."""
 
 import json
 from dataclasses import asdict, replace
@@ -43,7 +43,7 @@ def test_stage_done_asks_the_trainers_marker(tmp_path):
 
 @pytest.mark.parametrize("content", [b"", b"\x00\x01random bytes\xff" * 50, b"PK\x03\x04" + b"\x00" * 300])
 def test_toy_checkpoint_refusal_ends_with_the_file_and_what_to_do(tmp_path, content):
-    """Issue 21 item 6: torch's (multi-line) text no longer comes last; one line ending with file and remedy."""
+    """A damaged checkpoint is one line ending with the file and the remedy, not torch's multi-line text last."""
     (tmp_path / "checkpoint.pt").write_bytes(content)
     with pytest.raises(ValueError) as err:
         train(ToyConfig(checkpoint_dir=str(tmp_path), **SMALL_TOY), progress=False)
@@ -73,7 +73,7 @@ def _math_folder(tmp_path, cfg, label="SetPO+GRPO", lam=0.05):
 
 
 def test_math_refuses_a_run_folder_made_with_another_config(tmp_path):
-    """Issue 21 item 7: the math study compares the run_config.json it wrote, like the other studies."""
+    """The math study compares the run_config.json it wrote, like the other studies."""
     cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path / "run"))
     run = _math_folder(tmp_path, cfg)
     assert ml.train_rl(cfg, "SetPO+GRPO", 0.05, [], []) == run / "final"  # same config: the finished run
@@ -102,7 +102,7 @@ def test_math_defaults_are_the_papers_run_settings():
 
 
 def test_countdown_runs_exactly_the_stages_named(tmp_path):
-    """Issue 21 item 8: ``--stages sft`` trains the warm start and stops; a stage whose input is missing says
+    """``--stages sft`` trains the warm start and stops; a stage whose input is missing says
     which stage to run first; a typo names the valid stages."""
     cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
     with pytest.raises(ValueError, match=r"stage 'sft' has not finished.*--stages sft"):
@@ -126,7 +126,7 @@ def test_countdown_stage_typo_names_the_valid_stages(capsys):
 
 
 def test_countdown_data_building_prints_progress_at_least_every_10_s(tmp_path, monkeypatch):
-    """Issue 21 item 9: a line within the first seconds, then at least every 10 s while the problems are
+    """A line within the first seconds, then at least every 10 s while the problems are
     solved (a fake clock: each solve takes 1.5 s)."""
     now = [0.0]
     monkeypatch.setattr(stages.time, "monotonic", lambda: now[0])
@@ -186,7 +186,7 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
 
 
 def test_every_study_has_one_run_study_shape():
-    """Issue 33 item 6: ``run_study(cfg, stages=None, *, log=print_flushed)`` in every study (Countdown's also takes
+    """``run_study(cfg, stages=None, *, log=print_flushed) -> StudyResult`` in every study (Countdown's also takes
     ``redo``); None runs every one of the study's ``STAGES``, a wrong name is refused naming them."""
     import inspect
 

@@ -1,7 +1,7 @@
 """A study folder kept in git (``results/``: the records and the warm start's model, no other model) resumes
 in a new checkout: what is evaluated is never trained again, and a model needed again is trained again and
-must match the SHA-256 its done.json recorded, bit for bit, or it is refused (issue 23: a study longer than
-one session)."""
+must match the SHA-256 its done.json recorded, bit for bit, or it is refused (a study longer than one sitting
+goes on from any checkout)."""
 
 import json
 import shutil

@@ -5,12 +5,9 @@ of two widths add in different orders: the same training on two machines drifts 
 first step and ends with other weights. A study that takes several sittings, on whatever machine each sitting
 gets, must therefore fix the path, or its halves are not one experiment.
 
-Measured (issue 23, Countdown, 2 threads): the GRPO run of seed 0, trained again on an AVX-512 machine from the
-committed warm start, gave other weights than the AVX2 machine that recorded it (its first logged entropy
-already differs in the 7th digit); with ``ATEN_CPU_CAPABILITY=avx2`` the same retraining gave the recorded
-SHA-256 bit for bit. On that (AMD) machine torch's own kernels were the whole difference (MKL's and oneDNN's
-settings changed no bit of a forward and backward pass of the model); they are pinned too, because on Intel
-processors MKL and oneDNN choose AVX-512 kernels of their own.
+torch's own kernels are the ones that change a forward and backward pass of the study's models on AMD processors;
+MKL and oneDNN are pinned too, because on Intel processors they choose AVX-512 kernels of their own. What was
+measured, and on which runs, is in docs/reproducibility/index.md ("One floating-point path, whatever the machine").
 
 Every setting is read when the library starts, so the pin must be in the environment before the process
 starts: ``python -m setpo.repro.arithmetic <command ...>`` runs a command under it (``make countdown``, ``make lab``

@@ -23,16 +23,15 @@ Design (ours; the paper's study is Qwen2.5-3B on the public data, see ``setpo.st
   opt-in), plus the paper-faithful run. The one chosen has the highest mean validation pass@``eval_samples``
   among those whose mean pass@1 is at most ``max_pass1_loss`` below GRPO's (none qualifying: the highest
   pass@k, flagged); the seed-to-seed spread is recorded beside it. The test split evaluates a model only after
-  every search is settled. The λ grid is (0.05, 0.15)σ for SetPO, the pairwise penalty and the ceiling: a
-  first attempt at (0.15, 0.5)σ (stopped in its searches, before any test evaluation) had every 0.5σ run
-  collapse to a validation pass@1 of 0.1–3% (GRPO: 23%) and every SetPO 0.15σ one fall 2.2–4.2 points
-  (means over its 2 seeds) below GRPO's, past the 2-point floor, so that search could only pick the
-  paper-faithful run.
+  every search is settled. The λ grid is (0.05, 0.15)σ for SetPO, the pairwise penalty and the ceiling: at
+  0.5σ the runs collapse (validation pass@1 far below GRPO's) and SetPO at 0.15σ is already near the 2-point
+  pass@1 floor, so a larger λ leaves the search only the paper-faithful run to pick
+  (docs/reproducibility/countdown-history.md, "The first search").
 - A run is made by its settings, its thread count (``threads``) and the code (``setpo.repro.provenance``): all are
   part of its identity. The replication (``replication_threads``, 0 for none) runs the whole study again,
   search included, at another thread count, in ``<out>/replication``: another floating-point summation order
-  acts like another seed. Its grid has ``replication_grid_seeds`` seeds a cell (default 1): the budget
-  (≤ 5 h of 2 cores for both) cuts grid seeds first, and the main study keeps ``grid_seeds`` = 3.
+  acts like another seed. Its grid has ``replication_grid_seeds`` seeds a cell (default 1): a compute budget
+  cuts grid seeds first, and the main study keeps ``grid_seeds`` = 3.
 """
 
 from __future__ import annotations
@@ -182,7 +181,7 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
     # validation search (main cell, search_seeds seeds of its own from SEARCH_SEED_BASE, validation split, T = 1)
     search_seeds: int = 2
     search_embedders: tuple[str, ...] = ("default", "centered:default", "hash")
-    search_lambdas: tuple[float, ...] = (0.05, 0.15)  # in σ units; why not 0.5: the module docstring
+    search_lambdas: tuple[float, ...] = (0.05, 0.15)  # in σ units; why no larger: the module docstring
     pairwise_lambdas: tuple[float, ...] = (0.05, 0.15)
     dra_embedders: tuple[str, ...] = ("default", "centered:default", "hash")
     passk_ks: tuple[int, ...] = (2, 4)

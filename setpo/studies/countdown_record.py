@@ -2,7 +2,7 @@
 
 A record is resumed only at the code it names (its identities' code fingerprints, ``setpo.repro.provenance``);
 ``make countdown`` refuses one made at other code, naming the files. When the code changed in form only (a
-refactor, modules folded together) the record is re-stamped instead of remade (5.2 h of 2-core training). ``main``
+refactor, modules folded together) the record is re-stamped instead of remade (hours of training). ``main``
 is the command, run once on a clean checkout of the new code, on the pinned floating-point path, with the
 study's own arguments:
 
@@ -89,8 +89,8 @@ def _duration(seconds: float) -> str:
 
 def recorded_time(summary: Mapping) -> str:
     """The work the record's stage timings measured (``countdown.stage_timings``: the warm start, RL, evaluation;
-    its replication's too), e.g. "5.2 h of recorded work (2.5 h at 2 threads, the replication 2.8 h at 1 thread;
-    ...)"."""
+    its replication's too), as "<total> of recorded work (<main> at <n> threads, the replication <time> at <m>
+    thread; ...)"."""
     parts = [(summary, "")] + ([(summary["replication"], "the replication ")] if "replication" in summary else [])
     spent = [(sum(v or 0.0 for v in (s.get("timings") or {}).get("totals", {}).values()),
               name, (s.get("config") or {}).get("threads")) for s, name in parts]

@@ -671,7 +671,7 @@ def ci_text(d: dict, scale: float = 100.0, digits: int = 1) -> str:
     return f"{scale * d['mean']:+.{digits}f} [{scale * d['lo']:+.{digits}f}, {scale * d['hi']:+.{digits}f}]"
 
 
-PASS1_LOSS_BAR = 0.02  # issue 23's bar: the headline's pass@n interval above 0 with a mean pass@1 loss ≤ 2 points
+PASS1_LOSS_BAR = 0.02  # the headline's bar: its pass@n interval above 0 with a mean pass@1 loss ≤ 2 points
 
 
 def _side(ci: dict | None) -> str:
@@ -682,7 +682,7 @@ def _side(ci: dict | None) -> str:
 
 
 def headline_bar(head: dict | None) -> bool | None:
-    """Whether a headline (chosen SetPO+GRPO − GRPO, a ``paired`` entry) meets issue 23's bar: pass@n interval
+    """Whether a headline (chosen SetPO+GRPO − GRPO, a ``paired`` entry) meets the study's bar: pass@n interval
     above 0 and mean pass@1 at most ``PASS1_LOSS_BAR`` below GRPO's (None: no headline or no interval)."""
     if head is None or _side(head["passn"]) == "no interval":
         return None
@@ -699,7 +699,7 @@ def identical_text(identical: Mapping | None) -> str:
 
 
 def verdict(summary: dict) -> list[dict]:
-    """What the record says on each of issue 23's questions, decided by fixed rules from its numbers, so the
+    """What the record says on each of the study's questions, decided by fixed rules from its numbers, so that
     the docs and notebook 03 state conclusions the record can check: [{"question", "answer", "holds", "evidence"}]
     (holds: True / False, or None where the record cannot tell). The questions: the headline against the bar;
     width and average modes (interval above 0); the grid (holds: every other cell's pass@n interval above 0;
@@ -796,6 +796,8 @@ def verdict_markdown(summary: dict) -> list[str]:
     rows = verdict(summary)
     if not rows:
         return []
+    # The heading names the questions and the rules as the committed record's results.md (and notebook 03's saved
+    # output, figures/fig3_countdown_results.md) print them: other text here would change those records.
     return (["What the record says (issue 23's questions, decided by `countdown_verdict.verdict`'s fixed rules):", "",
              "| question | answer | evidence |", "|---|---|---|"]
             + [f"| {v['question']} | {v['answer']} | {v['evidence']} |" for v in rows] + [""])
