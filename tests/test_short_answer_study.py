@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from setpo.studies.short_answer_results import model_metrics, powers_of_two, results_markdown
+from setpo.studies.short_answer_results import model_metrics, powers_of_two, reading, results_markdown
 from setpo.studies.short_answer_study import STAGES, ShortAnswerStudyConfig, main, run_study
 
 
@@ -38,6 +38,7 @@ def test_smoke_study_trains_evaluates_and_reports_every_paired_run(study):
     assert d["n"] == 2 and len(d["per_seed"]) == 2 and d["lo"] <= d["mean"] <= d["hi"]
     saved = json.loads((Path(cfg.run_dir) / "results.json").read_text())
     assert saved["paired"] == json.loads(json.dumps(rep["paired"]))
+    assert ShortAnswerStudyConfig.from_record(saved["config"]) == cfg
     assert any("[grpo_s0]" in line for line in lines)
 
 
@@ -84,6 +85,8 @@ def test_results_markdown_names_the_command_and_intervals(study):
     _, result, _ = study
     text = results_markdown(result["report"])
     assert "python -m setpo.studies.short_answer_study" in text and "SetPO+GRPO − GRPO" in text
+    said = reading(result["report"])
+    assert "GRPO's training reward" in said and said.count("\n- ") == 4
 
 
 @pytest.mark.parametrize("bad, match", [({"seeds": ()}, "seeds"), ({"seeds": (1, 1)}, "seeds"),

@@ -217,3 +217,34 @@ def write_figures(cfg, record: Mapping, folder: Path, command: str) -> list[Path
            *save_figure(pass_at_k_figure(cfg, record), folder / "04_short_answers_pass_at_k", rec),
            save_table(results_markdown(record), folder / "04_short_answers_results", rec)]
     return out
+
+
+def _paired(record: Mapping, metric: str, a: str, b: str) -> Mapping:
+    return next(p for p in record["paired"] if p["metric"] == metric and p["a"] == a and p["b"] == b)
+
+
+def _verdict(d: Mapping) -> str:
+    """Where a paired difference's 95% interval lies: above 0, below 0, or across it."""
+    if d["lo"] is None:
+        return "one seed, no interval"
+    return "above 0" if d["lo"] > 0 else "below 0" if d["hi"] < 0 else "its interval spans 0"
+
+
+def reading(record: Mapping) -> str:
+    """What the numbers say, as markdown bullets written from the record (so the text cannot drift from them):
+    did GRPO's training reward rise, what did training do to pass@1, pass@k_max and the distinct right answers
+    against the base model, and SetPO+GRPO against GRPO on each."""
+    grpo, setpo = list(record["by_method"])
+    k_max = max(int(k) for k in record["models"]["base"]["pass_at_k"])
+    rise = record["by_method"][grpo]["reward_rise"]
+    lines = [f"- **{grpo}'s training reward** rose by {_interval(rise, '{:+.3f}')} from the first third of the "
+             f"steps to the last ({_verdict(rise)}; 95% interval over {rise['n']} seeds)."]
+    for metric, name in (("pass@1", "pass@1"), ("pass@max", f"pass@{k_max}"),
+                         ("distinct_right", "distinct right answers per many-answer prompt"),
+                         ("similarity", "within-prompt similarity")):
+        g, s, d = (_paired(record, metric, grpo, "base"), _paired(record, metric, setpo, "base"),
+                   _paired(record, metric, setpo, grpo))
+        lines.append(f"- **{name}:** {grpo} − base {_interval(g, '{:+.3f}')} ({_verdict(g)}); {setpo} − base "
+                     f"{_interval(s, '{:+.3f}')} ({_verdict(s)}); {setpo} − {grpo} {_interval(d, '{:+.3f}')} "
+                     f"({_verdict(d)}).")
+    return "\n".join(lines) + "\n"

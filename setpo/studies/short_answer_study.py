@@ -109,6 +109,11 @@ class ShortAnswerStudyConfig:
             raise ValueError(f"unknown preset {name!r}; presets: {', '.join(presets)}")
         return replace(cls(), **{**presets[name], **overrides})
 
+    @classmethod
+    def from_record(cls, config: dict) -> "ShortAnswerStudyConfig":
+        """The config a record's ``config`` (JSON: tuples came back as lists) was made with."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+
     def methods(self) -> dict[str, float]:
         """Method -> λ: GRPO (λ = 0) and SetPO+GRPO."""
         return {"GRPO": 0.0, "SetPO+GRPO": self.lam}
