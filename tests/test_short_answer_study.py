@@ -53,15 +53,18 @@ def test_a_second_call_reuses_every_piece(study):
     assert not any("step" in line for line in lines)  # nothing trained again
 
 
-def test_a_rerun_of_one_seed_reproduces_its_weights(study, tmp_path):
-    """The same run in a fresh folder gives the recorded weights bit for bit (CPU, one thread count)."""
-    from setpo.studies.short_answer_study import train_run
+def test_a_rerun_of_one_seed_reproduces_its_record(study, tmp_path):
+    """The same run in a fresh folder gives the recorded weights and logged steps bit for bit (CPU, one thread
+    count); a run with no record, or an unknown one, is refused."""
+    from setpo.studies.short_answer_study import rerun_check
 
-    cfg, result, _ = study
-    again = replace(cfg, run_dir=str(tmp_path / "again"))
-    final = train_run(again, "setpo_s1", log=lambda *_: None)
-    recorded = json.loads((Path(result["finals"]["setpo_s1"]) / "done.json").read_text())
-    assert json.loads((final / "done.json").read_text())["weights_sha256"] == recorded["weights_sha256"]
+    cfg, _, _ = study
+    check = rerun_check(cfg, "setpo_s1", tmp_path / "again", log=lambda *_: None)
+    assert check == {"label": "setpo_s1", "same_weights": True, "steps_compared": 3, "differing_steps": {}}
+    with pytest.raises(ValueError, match="unknown run"):
+        rerun_check(cfg, "ppo_s9", tmp_path / "x")
+    with pytest.raises(ValueError, match="no record"):
+        rerun_check(replace(cfg, run_dir=str(tmp_path / "empty")), "grpo_s0", tmp_path / "y")
 
 
 def test_the_folder_is_claimed_for_one_configuration(study):

@@ -20,6 +20,7 @@ with β = 0 and a constant learning rate; SetPO's λ in units of its term's spre
 
 ``python -m setpo.studies.short_answer_study --preset committed --out results/short_answers/study`` makes the
 committed record; ``--preset notebook`` is notebook 04's first-run default and ``--preset smoke`` the test's.
+``--rerun grpo_s0`` trains one recorded run again in a scratch folder and says whether it came back bit for bit.
 """
 
 from __future__ import annotations
@@ -251,6 +252,35 @@ def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, emb
     return record
 
 
+def rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, log=print_flushed) -> dict:
+    """Train run ``label`` again in ``scratch`` (same config, a fresh folder) and compare it with the recorded
+    run: its weights (SHA-256 in ``done.json``) and every logged step. Returns {"label", "same_weights",
+    "steps_compared", "differing_steps" (step -> keys whose values differ)}; on one machine and thread count a
+    run is expected to come back bit for bit."""
+    if label not in cfg.run_labels():
+        raise ValueError(f"unknown run {label!r}; runs: {', '.join(cfg.run_labels())}")
+    recorded_dir = Path(cfg.run_dir) / "train" / label
+    if not stage_done(recorded_dir / "final"):
+        raise ValueError(f"run {label} has no record to compare with: {recorded_dir / 'final'}; train it first")
+    again = replace(cfg, run_dir=str(scratch))
+    final = train_run(again, label, log=log)
+    recorded = read_json(recorded_dir / "final" / "done.json")
+    fresh = read_json(final / "done.json")
+    old_log = read_json(recorded_dir / "log_history.json")
+    new_log = read_json(Path(scratch) / "train" / label / "log_history.json")
+    timing = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
+    differing = {}
+    for a, b in zip(old_log, new_log, strict=True):
+        keys = sorted(k for k in set(a) | set(b) if k not in timing and a.get(k) != b.get(k))
+        if keys:
+            differing[a.get("step")] = keys
+    result = {"label": label, "same_weights": recorded["weights_sha256"] == fresh["weights_sha256"],
+              "steps_compared": len(old_log), "differing_steps": differing}
+    log(f"[{label}] trained again: weights {'identical' if result['same_weights'] else 'DIFFERENT'} "
+        f"(SHA-256), {len(old_log) - len(differing)}/{len(old_log)} logged steps identical")
+    return result
+
+
 def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = None, *,
               log=print_flushed) -> dict:
     """The study's stages in order (None: all); each finished piece is reused. Returns {"finals", "evals",
@@ -290,8 +320,17 @@ def main(argv=None) -> int:
     ap.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
     ap.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(STAGES)} (default: all)")
     ap.add_argument("--figures", default=None, help="also write the report's figures under this folder")
+    ap.add_argument("--rerun", default=None, metavar="LABEL",
+                    help="train one recorded run (e.g. grpo_s0) again in a scratch folder and compare it with the "
+                         "record (weights and every logged step), instead of running the stages")
     args = ap.parse_args(argv)
     cfg = ShortAnswerStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
+    if args.rerun:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="setpo_rerun_") as scratch:
+            result = rerun_check(cfg, args.rerun, scratch)
+        return 0 if result["same_weights"] and not result["differing_steps"] else 1
     result = run_study(cfg, args.stages)
     if args.figures and result["report"] is not None:
         from setpo.studies.short_answer_results import write_figures
