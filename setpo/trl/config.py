@@ -75,6 +75,13 @@ class SetPOConfig(GRPOConfig):
         passes over the same prompt: plain ``generate``'s samples up to float rounding, at a fraction of the
         prompt work (``benchmarks/real_lm.py``). False gives TRL's own ``generate`` call. Ignored with
         ``use_vllm`` or ``use_transformers_paged``.
+    setpo_share_prompt_pass: run each distinct prompt through the model once in the loss's forward passes
+        instead of once per rollout (``setpo.trl.shared_prefix``): the same log-probs and gradients up to
+        floating-point rounding, and G times fewer prompt tokens, which is most of a step when answers are
+        short. Off by default: a run's numbers then differ from plain TRL's in the last bits, so a study opts in
+        (and keeps one setting). It pays when a micro-batch holds several rollouts of a prompt: TRL shuffles the
+        generation batch before splitting it, so use one micro-batch per generation batch where memory allows.
+        Needs ``gradient_checkpointing=False``: checkpointed layers keep no cache to share.
     """
 
     learning_rate: float = field(default=_GRPO["learning_rate"], metadata={"help": "AdamW learning rate."})
@@ -99,6 +106,8 @@ class SetPOConfig(GRPOConfig):
                                  metadata={"help": "'trl' (TRL's advantages) or a setpo estimator, e.g. 'pass@4'."})
     setpo_shared_prompt_rollouts: bool = field(
         default=True, metadata={"help": "Without vLLM, share each prompt's forward pass across its G rollouts."})
+    setpo_share_prompt_pass: bool = field(default=False,
+                                          metadata={"help": "One forward pass per distinct prompt in the loss."})
 
     def __post_init__(self):
         super().__post_init__()
@@ -118,6 +127,10 @@ class SetPOConfig(GRPOConfig):
         if self.setpo_reward_adjustment not in REWARD_ADJUSTMENTS:
             raise ValueError(f"setpo_reward_adjustment must be one of {REWARD_ADJUSTMENTS}, "
                              f"got {self.setpo_reward_adjustment!r}")
+        if self.setpo_share_prompt_pass and self.gradient_checkpointing:
+            # a checkpointed decoder layer drops the key/value cache the shared prompt pass hands on
+            raise ValueError("setpo_share_prompt_pass needs gradient_checkpointing=False (TRL's default is True): "
+                             "checkpointed layers return no key/value cache to share")
         self._check_estimator()
 
     def _check_estimator(self) -> None:

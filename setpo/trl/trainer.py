@@ -70,6 +70,7 @@ from setpo.groups import Groups
 from setpo.metrics import mean_pairwise_similarity
 from setpo.trl.config import SetPOConfig, estimator_group_minimum
 from setpo.trl.rollouts import completion_lists, prompt_runs, shared_prompt_generate
+from setpo.trl.shared_prefix import SharedPrefixModel
 
 
 def gather_embeddings(accelerator, embedder: Embedder, completions, prompts=None) -> tuple[torch.Tensor, list[str]]:
@@ -278,6 +279,14 @@ class SetPOTrainer(GRPOTrainer):
         stash["rewards_used"] = rewards_per_func
         self._setpo_stash = stash
         return rewards_per_func
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        # TRL runs every row's prompt through the model; with setpo_share_prompt_pass each distinct prompt goes
+        # through once (setpo.trl.shared_prefix), for the loss, the old policy and the reference alike
+        if self.args.setpo_share_prompt_pass:
+            model = SharedPrefixModel(model, input_ids.shape[1] - logits_to_keep)
+        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                          *args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
         t0, emb0 = time.perf_counter(), self._clock["embedding"]

@@ -1,0 +1,79 @@
+"""One forward pass per prompt in GRPO's loss, instead of one per rollout.
+
+GRPO scores G rollouts of each prompt: TRL's loss runs the model over prompt + completion for every row, so the
+prompt goes through the model G times. With short answers the prompt is most of each row (a ~90-token chat
+prompt before a ~7-token answer), so most of a training step's FLOPs redo the same prompt. ``SharedPrefixModel``
+wraps the model for TRL's ``_get_per_token_logps_and_entropies``: it runs each distinct prompt once (all but its
+last token, with gradients), selects that key/value cache for every row that shares the prompt, and runs only
+the last prompt token and the completion on top of it. Gradients flow back through the selected cache into the
+one prompt pass, so loss and gradients are those of the full pass up to floating-point rounding (other matrix
+shapes, other summation order): the logged numbers of a run differ in the last bits, as between two BLAS
+libraries, and a run keeps one setting.
+
+Why the output lines up with TRL's: both TRL's fused LM head (labels, from the end) and its older logits path
+(``logits_to_keep``, then ``[:, -logits_to_keep:]``) read the last positions of the output; the continuation
+holds exactly the last ``completion_len + 1`` positions of the full pass, each seeing the same tokens at the
+same positions. Positions: TRL passes no ``position_ids``, so a decoder numbers positions from the cache
+length, 0..L-1 in both computations; the attention mask is the full one (left padding stays masked).
+
+Scope: decoder-only text models whose forward takes ``past_key_values`` and returns a cache with
+``batch_select_indices`` (transformers' ``DynamicCache``); rows with images or other extra model inputs go
+through the plain path (``supports``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: model inputs the shared pass understands; anything else (pixel values, token type ids) takes the plain path
+TEXT_INPUTS = frozenset({"input_ids", "attention_mask", "labels", "fused_lm_head", "logits_to_keep",
+                         "output_router_logits", "use_cache"})
+
+
+def supports(model_inputs: dict) -> bool:
+    """Whether a call's inputs are plain text that ``SharedPrefixModel`` can split."""
+    return set(model_inputs) <= TEXT_INPUTS
+
+
+def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first, inverse): for (B, P) left-padded prompts, the row index of each distinct prompt's first
+    occurrence (U,) and, for every row, which distinct prompt it is (B,), so ``first[inverse]`` picks for each
+    row a row with the same prompt. Two rows share a prompt when their ids and mask agree at every position."""
+    key = torch.where(prompt_mask.bool(), prompt_ids, torch.full_like(prompt_ids, -1))
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), key.shape[0], dtype=torch.long, device=key.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(key.shape[0], device=key.device), reduce="amin")
+    return first, inverse
+
+
+class SharedPrefixModel(torch.nn.Module):
+    """``model`` as TRL's loss calls it, with each distinct prompt run once (module docstring).
+
+    prompt_len: the (padded) prompt length P of the rows this wrapper will see: input_ids is (B, P + C) with
+    the completion in the last C columns. A call whose rows all have distinct prompts, or whose inputs are
+    not plain text, runs ``model`` unchanged.
+    """
+
+    def __init__(self, model: torch.nn.Module, prompt_len: int):
+        super().__init__()
+        self.model = model
+        self.prompt_len = int(prompt_len)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, **kwargs}
+        p = self.prompt_len
+        if not supports(inputs) or not 1 < p < input_ids.shape[1]:
+            return self.model(**inputs)
+        first, inverse = distinct_prompts(input_ids[:, :p], attention_mask[:, :p])
+        if len(first) == input_ids.shape[0]:
+            return self.model(**inputs)
+        ids, mask = input_ids[first, :p - 1], attention_mask[first, :p - 1]
+        cache = self.model(input_ids=ids, attention_mask=mask, use_cache=True).past_key_values
+        cache.batch_select_indices(inverse)
+        rest = {k: v for k, v in kwargs.items() if k not in ("labels", "logits_to_keep", "use_cache")}
+        if "labels" in kwargs:
+            rest["labels"] = kwargs["labels"][:, p - 1:]
+        if "logits_to_keep" in kwargs:
+            rest["logits_to_keep"] = kwargs["logits_to_keep"]
+        return self.model(input_ids=input_ids[:, p - 1:], attention_mask=attention_mask,
+                          past_key_values=cache, use_cache=False, **rest)

@@ -1,0 +1,110 @@
+"""The short-answer study end to end on a tiny model (its smoke preset), and its report's arithmetic."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from setpo.studies.short_answer_results import model_metrics, powers_of_two, reading, results_markdown
+from setpo.studies.short_answer_study import STAGES, ShortAnswerStudyConfig, main, run_study
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from setpo.trl.tiny_models import make_tiny_model
+
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="module")
+def study(tiny_model, tmp_path_factory):
+    cfg = ShortAnswerStudyConfig.preset("smoke", run_dir=str(tmp_path_factory.mktemp("study") / "s"),
+                                        model_path=tiny_model)
+    lines = []
+    return cfg, run_study(cfg, log=lines.append), lines
+
+
+def test_smoke_study_trains_evaluates_and_reports_every_paired_run(study):
+    cfg, result, lines = study
+    assert set(result["finals"]) == {"grpo_s0", "setpo_s0", "grpo_s1", "setpo_s1"}
+    assert set(result["evals"]) == {"base", *result["finals"]}
+    rep = result["report"]
+    for label, run in rep["runs"].items():
+        assert run["step"] == [1, 2], label  # every optimizer step logged a reward
+        assert run["probe_step"] == [0, 1, 2]  # probed before training, every step, and at the end
+    paired = {(p["metric"], p["a"], p["b"]): p for p in rep["paired"]}
+    d = paired[("reward", "SetPO+GRPO", "GRPO")]
+    assert d["n"] == 2 and len(d["per_seed"]) == 2 and d["lo"] <= d["mean"] <= d["hi"]
+    saved = json.loads((Path(cfg.run_dir) / "results.json").read_text())
+    assert saved["paired"] == json.loads(json.dumps(rep["paired"]))
+    assert ShortAnswerStudyConfig.from_record(saved["config"]) == cfg
+    assert any("[grpo_s0]" in line for line in lines)
+
+
+def test_a_second_call_reuses_every_piece(study):
+    cfg, result, _ = study
+    done = {label: (Path(final) / "done.json").read_text() for label, final in result["finals"].items()}
+    evals = {p.name: p.read_text() for p in (Path(cfg.run_dir) / "eval").glob("*.json")}
+    lines = []
+    run_study(cfg, ["train", "evaluate"], log=lines.append)
+    assert {label: (Path(f) / "done.json").read_text() for label, f in result["finals"].items()} == done
+    assert {p.name: p.read_text() for p in (Path(cfg.run_dir) / "eval").glob("*.json")} == evals
+    assert not any("step" in line for line in lines)  # nothing trained again
+
+
+def test_a_rerun_of_one_seed_reproduces_its_record(study, tmp_path):
+    """The same run in a fresh folder gives the recorded weights and logged steps bit for bit (CPU, one thread
+    count); a run with no record, or an unknown one, is refused."""
+    from setpo.studies.short_answer_study import rerun_check
+
+    cfg, _, _ = study
+    check = rerun_check(cfg, "setpo_s1", tmp_path / "again", log=lambda *_: None)
+    assert check == {"label": "setpo_s1", "same_weights": True, "steps_compared": 3, "differing_steps": {}}
+    with pytest.raises(ValueError, match="unknown run"):
+        rerun_check(cfg, "ppo_s9", tmp_path / "x")
+    with pytest.raises(ValueError, match="no record"):
+        rerun_check(replace(cfg, run_dir=str(tmp_path / "empty")), "grpo_s0", tmp_path / "y")
+
+
+def test_the_folder_is_claimed_for_one_configuration(study):
+    cfg, _, _ = study
+    with pytest.raises(ValueError, match="lr"):
+        run_study(replace(cfg, lr=1e-3), ["report"])
+
+
+def test_model_metrics_count_pass_at_k_and_distinct_right_answers():
+    evaluation = {"task_ids": ["between:23:41", "add_1x1:3:4"],
+                  "answers": [[25, 25, 30, 99], [7, None, 8, 7]], "similarity": [0.5, None]}
+    m = model_metrics(evaluation)
+    assert m["distinct_right"] == 2  # 25 and 30; 99 is out of range
+    assert m["pass@1"] == pytest.approx(0.5) and m["pass_at_k"][4] == 1.0
+    assert m["reward"] == pytest.approx((3 / 4 + 2 / 4) / 2)
+    assert m["similarity"] == 0.5 and m["answered"] == pytest.approx(7 / 8)
+    assert powers_of_two(64) == [1, 2, 4, 8, 16, 32, 64] and powers_of_two(6) == [1, 2, 4]
+
+
+def test_results_markdown_names_the_command_and_intervals(study):
+    _, result, _ = study
+    text = results_markdown(result["report"])
+    assert "python -m setpo.studies.short_answer_study" in text and "SetPO+GRPO − GRPO" in text
+    said = reading(result["report"])
+    assert "GRPO's training reward" in said and said.count("\n- ") == 4
+
+
+@pytest.mark.parametrize("bad, match", [({"seeds": ()}, "seeds"), ({"seeds": (1, 1)}, "seeds"),
+                                        ({"lam": 0.0}, "lam"), ({"group_size": 2}, "group_size"),
+                                        ({"steps": 0}, "steps"), ({"kinds": ("primes",)}, "kinds")])
+def test_bad_settings_are_refused(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ShortAnswerStudyConfig(**bad)
+
+
+def test_presets_and_stages_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="preset"):
+        ShortAnswerStudyConfig.preset("huge")
+    with pytest.raises(ValueError, match="valid stages"):
+        run_study(ShortAnswerStudyConfig(run_dir=str(tmp_path)), ["plot"])
+    assert STAGES == ("train", "evaluate", "report")
+    with pytest.raises(FileNotFoundError, match="no model folder"):
+        main(["--out", str(tmp_path / "x"), "--preset", "smoke", "--model-path", str(tmp_path / "none")])
