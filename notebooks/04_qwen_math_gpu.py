@@ -28,7 +28,7 @@
 # number between 23 and 41."), where narrowing shows as fewer *distinct* right answers; others have one
 # ("What is 23 + 41?"), where pass@k at large k against the base model applies. This notebook trains GRPO and
 # SetPO+GRPO on 2 paired seeds and evaluates them, then shows the committed study behind the README's numbers
-# (5 paired seeds: `python -m setpo.studies.short_answer_study --preset committed --out
+# (5 paired seeds: `python -m setpo.studies.short_answers study --preset committed --out
 # results/short_answers/study`, about 1.5 hours), read from its record.
 #
 # **Part 2, on a GPU:** set `MODEL_PATH` to Qwen2.5-Math-1.5B (and `TRAIN_FILE`, `VAL_FILE`, `PASSK_FILE`):
@@ -71,8 +71,8 @@ from setpo.repro.records import read_json
 from setpo.studies import judging
 from setpo.studies import math as ml
 from setpo.studies import math_results as mr
-from setpo.studies import short_answer_results as sar
-from setpo.studies import short_answer_study as sas
+from setpo.studies import short_answers_results as sar
+from setpo.studies import short_answers as sas
 from setpo.studies.figures import ROOT, save_figure, save_table, show, show_table
 from setpo.trl import quiet_libraries
 from setpo.trl.tiny_models import make_tiny_model
@@ -115,14 +115,14 @@ show_table((ROOT / "results" / "short_answers" / "base_model.md").read_text())
 study = sas.run_study(sa_cfg)
 
 # %%
-fig = sar.training_figure(sa_cfg, study["report"])
+fig = sar.training_figure(sa_cfg, study.summary)
 show(fig)
 
 # %% [markdown]
 # ## The committed study: 5 paired seeds
 # The same study at its committed size (30 steps, 5 seeds, 6 test prompts per kind × 64 samples), read from
 # its record; its figures are drawn from that record here. The list under the tables is written from the
-# numbers by `short_answer_results.reading`, so it cannot drift from them.
+# numbers by `short_answers_results.reading`, so it cannot drift from them.
 
 # %%
 record_file = Path(RECORD_DIR) / "results.json"
@@ -138,7 +138,7 @@ if record_file.exists():
     show_table(sar.results_markdown(committed))
     display(Markdown(sar.reading(committed)))
 else:
-    display(Markdown(f"> No committed record at `{record_file}`: run `python -m setpo.studies.short_answer_study "
+    display(Markdown(f"> No committed record at `{record_file}`: run `python -m setpo.studies.short_answers study "
                      "--preset committed --out results/short_answers/study` from the repository (about 1.5 h)."))
 
 # %% [markdown]

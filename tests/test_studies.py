@@ -190,9 +190,9 @@ def test_every_study_has_one_run_study_shape():
     ``redo``); None runs every one of the study's ``STAGES``, a wrong name is refused naming them."""
     import inspect
 
-    from setpo.studies import rubric, toy
+    from setpo.studies import rubric, short_answers, toy
 
-    for study in (toy, countdown, ml, rubric):
+    for study in (toy, countdown, ml, rubric, short_answers):
         params = list(inspect.signature(study.run_study).parameters.values())
         assert [p.name for p in params[:2]] == ["cfg", "stages"] and params[1].default is None, study.__name__
         assert params[1].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD

@@ -1,4 +1,9 @@
-"""The short-answer study's first stage: how the base model does on each task kind of ``envs.short_answers``.
+"""The short-answer study (notebook 04): does GRPO narrow a real model's answers, and does SetPO keep them?
+
+Two commands. ``base`` measures the base model on every task kind of ``envs.short_answers`` (the table that
+chose the family); ``study`` trains GRPO and SetPO+GRPO over paired seeds and compares them.
+
+**The base table.**
 
 A task family is in a model's competence zone when RL has a signal from the first step: a mean reward between
 about 0.15 and 0.6, and most groups of G rollouts mixed (some right, some wrong), since a group whose rollouts
@@ -17,6 +22,30 @@ on ``per_kind`` training prompts × ``n`` samples of the base model:
 number and the settings) and ``base_model.md`` (the table). Samples of each (kind, temperature) are kept in
 ``OUT/base_samples/`` as they finish, so a stopped run resumes where it was; the folder is claimed for one
 configuration (``setpo.studies.stages.claim_folder``).
+
+**The study.**
+
+SmolLM2-135M-Instruct (``setpo.models``) learns the tasks of ``envs.short_answers`` with GRPO and with
+SetPO+GRPO from the same base model, over paired seeds: a seed fixes the prompt order and the first step's
+rollouts, which are then the same for both methods. Stages (each resumable; a finished piece is never redone):
+
+- ``train``: every (method, seed) run, ``cfg.steps`` optimizer steps of ``prompts_per_step`` prompts × G
+  rollouts (``setpo.trl.train_resumable``: checkpoints, ``log_history.json``, ``probes.jsonl``: samples of
+  fixed validation prompts with many right answers every ``probe_every`` steps, the distinct-answers curve);
+- ``evaluate``: the base model and every trained model, ``eval_n`` samples of each test prompt at the training
+  temperature, from one sampling seed (the same random numbers for every model); their answers, texts and
+  within-prompt similarity go to ``eval/<label>.json``;
+- ``report``: ``short_answers_results.report``: tables with 95% intervals paired over seeds, the figures.
+
+Choices (docs/studies/short_answers.md says why): GRPO's loss settings from ``setpo.trl.config_for("grpo")``
+with β = 0 and a constant learning rate; SetPO's λ in units of its term's spread over the batch
+(``setpo_lambda_units="term_std"``, the Countdown study's choice, λ = 0.15σ), since with the paper's absolute
+λ = 0.05 the term is ~0.05 × 0.013 of an advantage here and cannot act; the loss runs each prompt once
+(``setpo_share_prompt_pass``), one micro-batch per step, bf16 autocast (the CPU's bf16 matrix units).
+
+``python -m setpo.studies.short_answers study --preset committed --out results/short_answers/study`` makes the
+committed record; ``--preset notebook`` is notebook 04's first-run default and ``--preset smoke`` the test's.
+``--rerun grpo_s0`` trains one recorded run again in a scratch folder and says whether it came back bit for bit.
 """
 
 from __future__ import annotations
@@ -24,13 +53,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from envs.short_answers import KINDS, TaskSpec, parse_answer, sample_tasks, task_messages
-from setpo.studies.stages import claim_folder, print_flushed
+from envs.short_answers import (KINDS, MANY_ANSWER_KINDS, TaskSpec, parse_answer, sample_tasks, short_answer_reward,
+                                task_messages, to_trl_records)
+from setpo.repro.records import read_json, write_json
+from setpo.studies.stages import (Progress, StudyResult, chosen_stages, claim_folder, heartbeat, print_flushed,
+                                  stage_done)
 
+PROG = "python -m setpo.studies.short_answers"
 
 @dataclass(frozen=True)
 class BaseTableConfig:
@@ -88,7 +123,7 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
 
     out = Path(out)
     claim_folder(out / "base_samples", asdict(cfg))
-    model_dir = Path(cfg.model_path) if cfg.model_path else _packaged_model()
+    model_dir = model_folder(cfg.model_path)
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, local_files_only=True)
     rows = []
@@ -132,22 +167,325 @@ def base_table_markdown(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _packaged_model() -> Path:
+STAGES = ("train", "evaluate", "report")
+#: fields that may change while a folder's results are reused: where the results go and how often it saves
+REUSE_NEUTRAL_FIELDS = ("run_dir", "save_steps")
+
+
+#: the study's sizes: "committed" (the README's numbers), "notebook" (notebook 04's first run, about 20 minutes
+#: on 2 cores) and "smoke" (the test's, for a tiny model given as model_path)
+STUDY_PRESETS = {
+    "committed": {},
+    "notebook": dict(seeds=(0, 1), steps=20, eval_per_kind=3, eval_n=32, probe_every=5),
+    "smoke": dict(seeds=(0, 1), steps=2, prompts_per_step=2, group_size=3, train_per_kind=2,
+                  kinds=("between", "add_1x1"), eval_per_kind=1, eval_n=4, probe_per_kind=1, probe_samples=3,
+                  probe_every=1, max_new_tokens=6, embedder="hash", bf16=False, save_steps=1),
+}
+
+
+@dataclass(frozen=True)
+class ShortAnswerStudyConfig:
+    """One study. Sizes in prompts and samples; every field is recorded with the results.
+
+    run_dir: the study's folder. model_path: a local model folder; None: the packaged SmolLM2-135M-Instruct.
+    seeds: the paired seeds. lam, lam_units: SetPO's λ (GRPO runs have λ = 0). embedder: ``setpo.embed`` spec.
+    steps, prompts_per_step, group_size (G), lr, temperature, max_new_tokens: the training runs.
+    kinds: task kinds; train_per_kind: the training pool per kind (train split).
+    eval_per_kind, eval_n, eval_seed: test prompts per kind, samples each, the sampling seed.
+    probe_per_kind, probe_samples, probe_every: validation prompts per many-answer kind sampled during training.
+    bf16: bf16 autocast in training (float32 weights). save_steps: checkpoint interval.
+    """
+
+    run_dir: str = "runs/short_answers"
+    model_path: str | None = None
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    lam: float = 0.15
+    lam_units: str = "term_std"
+    embedder: str = "default"
+    steps: int = 30
+    prompts_per_step: int = 8
+    group_size: int = 8
+    lr: float = 2e-5
+    temperature: float = 1.0
+    max_new_tokens: int = 24
+    kinds: tuple[str, ...] = KINDS
+    train_per_kind: int = 48
+    eval_per_kind: int = 6
+    eval_n: int = 64
+    eval_seed: int = 1234
+    probe_per_kind: int = 2
+    probe_samples: int = 16
+    probe_every: int = 5
+    bf16: bool = True
+    save_steps: int = 5
+
+    def __post_init__(self):
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct and at least one, got {self.seeds!r}")
+        if self.group_size < 3:
+            raise ValueError(f"group_size must be >= 3 (SetPO's leave-one-out set), got {self.group_size}")
+        if not self.lam > 0:
+            raise ValueError(f"lam must be > 0 (the SetPO runs' λ; GRPO is λ = 0), got {self.lam!r}")
+        for name in ("steps", "prompts_per_step", "train_per_kind", "eval_per_kind", "eval_n", "probe_samples",
+                     "probe_every", "max_new_tokens", "save_steps"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
+        unknown = [k for k in self.kinds if k not in KINDS]
+        if unknown or not self.kinds:
+            raise ValueError(f"unknown task kinds {unknown}; kinds: {', '.join(KINDS)}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "ShortAnswerStudyConfig":
+        """One of ``STUDY_PRESETS`` with ``overrides`` (run_dir, model_path, ...)."""
+        if name not in STUDY_PRESETS:
+            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(STUDY_PRESETS)}")
+        return replace(cls(), **{**STUDY_PRESETS[name], **overrides})
+
+    def command(self) -> str:
+        """The command line that makes this study: its preset, folder and model."""
+        name = next((n for n in STUDY_PRESETS
+                     if self.preset(n, run_dir=self.run_dir, model_path=self.model_path) == self), None)
+        if name is None:
+            return f"{PROG} study (a config outside the presets: see config.json) --out {self.run_dir}"
+        model = f" --model-path {self.model_path}" if self.model_path else ""
+        return f"{PROG} study --preset {name} --out {self.run_dir}{model}"
+
+    @classmethod
+    def from_record(cls, config: dict) -> "ShortAnswerStudyConfig":
+        """The config a record's ``config`` (JSON: tuples came back as lists) was made with."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+
+    def methods(self) -> dict[str, float]:
+        """Method -> λ: GRPO (λ = 0) and SetPO+GRPO."""
+        return {"GRPO": 0.0, "SetPO+GRPO": self.lam}
+
+    def run_labels(self) -> dict[str, tuple[str, int]]:
+        """Run label ("grpo_s0", "setpo_s0", ...) -> (method, seed), seeds paired."""
+        return {f"{_slug(m)}_s{s}": (m, s) for s in self.seeds for m in self.methods()}
+
+
+def _slug(method: str) -> str:
+    return "grpo" if method == "GRPO" else "setpo"
+
+
+def train_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
+    """The training pool: the same for every run (a seed orders it)."""
+    return sample_tasks(cfg.kinds, "train", cfg.train_per_kind, seed=0)
+
+
+def test_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
+    return sample_tasks(cfg.kinds, "test", cfg.eval_per_kind, seed=0)
+
+
+def probe_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
+    """Validation prompts with many right answers, sampled during training (distinct answers, trajectories)."""
+    kinds = [k for k in cfg.kinds if k in MANY_ANSWER_KINDS] or list(cfg.kinds)
+    return sample_tasks(kinds, "val", cfg.probe_per_kind, seed=0)
+
+
+def model_folder(model_path: str | None) -> Path:
+    """The base model: ``model_path`` (it must exist) or the packaged SmolLM2 (prepared once)."""
+    if model_path:
+        path = Path(model_path).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"no model folder at {str(path)!r}; give a local model folder, or leave "
+                                    "model_path None for the packaged SmolLM2-135M-Instruct "
+                                    "(`python -m setpo.models prepare smollm2-135m-instruct DIR` makes one)")
+        return path
     from setpo.models import prepared_folder
 
     return prepared_folder(log=lambda *_: None)
 
 
+def chat_prompts(tokenizer, tasks: Sequence[TaskSpec]) -> list[str]:
+    return [tokenizer.apply_chat_template(task_messages(t), tokenize=False, add_generation_prompt=True)
+            for t in tasks]
+
+
+def sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg: ShortAnswerStudyConfig,
+                       seed: int, progress=None) -> list[list[str]]:
+    """n completions per task at the training temperature (``setpo.studies.sampling.sample_completions``, each
+    prompt run once and its samples continued from copies of its cache)."""
+    from setpo.studies.sampling import sample_completions
+
+    return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks), n=n, temperature=cfg.temperature,
+                              max_new_tokens=cfg.max_new_tokens, seed=seed, batch_sequences=256,
+                              add_special_tokens=False, share_prompt=True, progress=progress)
+
+
+def trainer_args(cfg: ShortAnswerStudyConfig, lam: float, seed: int, output_dir: Path):
+    from setpo.trl import config_for  # imports TRL
+
+    return config_for(
+        "grpo", output_dir=str(output_dir), setpo_lambda=lam, setpo_lambda_units=cfg.lam_units,
+        embedder=cfg.embedder, num_generations=cfg.group_size, temperature=cfg.temperature, top_p=1.0,
+        max_completion_length=cfg.max_new_tokens, beta=0.0, learning_rate=cfg.lr, lr_scheduler_type="constant",
+        warmup_steps=0, max_steps=cfg.steps, per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,
+        gradient_accumulation_steps=1, setpo_share_prompt_pass=True, gradient_checkpointing=False,
+        bf16=cfg.bf16, use_cpu=True, save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1,
+        logging_steps=1, report_to=[], seed=seed, data_seed=seed, disable_tqdm=True, dataloader_num_workers=0)
+
+
+def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_flushed) -> Path:
+    """Train one run of ``cfg.run_labels()`` (resumable); returns its ``final/`` folder."""
+    import torch
+    from datasets import Dataset  # the engine: imported when a run trains
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from setpo.trl import SetPOTrainer, probe_callback, train_resumable
+
+    method, seed = cfg.run_labels()[label]
+    lam = cfg.methods()[method]
+    out = Path(cfg.run_dir) / "train" / label
+    final = out / "final"
+    if stage_done(final):
+        return final
+    base = model_folder(cfg.model_path)
+    tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True, dtype=torch.float32)
+    probes = probe_tasks(cfg)
+
+    def sample(model, step: int) -> list[dict]:
+        texts = sample_tasks_texts(model, tokenizer, probes, cfg.probe_samples, cfg, seed=cfg.eval_seed + step)
+        return [{"probe": j, "question": t.question, "task_id": t.task_id, "text": x,
+                 "answer": parse_answer(x), "reward": float(t.is_right(parse_answer(x)))}
+                for j, (t, xs) in enumerate(zip(probes, texts)) for x in xs]
+
+    trainer = SetPOTrainer(model=model, reward_funcs=short_answer_reward, args=trainer_args(cfg, lam, seed, out),
+                           train_dataset=Dataset.from_list(to_trl_records(train_tasks(cfg))),
+                           processing_class=tokenizer, embedder=embedder,
+                           callbacks=[probe_callback(sample, out / "probes.jsonl", cfg.probe_every, at_end=True)])
+    with heartbeat(log, f"[{label}]"):
+        train_resumable(trainer, tokenizer, out, final, {"label": label, "method": method, "seed": seed, "lam": lam},
+                        log, f"[{label}] {method}, seed {seed}, {cfg.steps} steps of {cfg.prompts_per_step} "
+                             f"prompts × G={cfg.group_size}")
+    return final
+
+
+def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed) -> dict:
+    """``eval_n`` samples of every test prompt from one model: answers, texts and within-prompt similarity,
+    cached in ``eval/<label>.json``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from setpo.metrics import mean_pairwise_similarity
+
+    path = Path(cfg.run_dir) / "eval" / f"{label}.json"
+    if path.exists():
+        return read_json(path, f"delete {path} and rerun to evaluate {label} again")
+    tasks = test_tasks(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
+    dtype = torch.bfloat16 if cfg.bf16 else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=dtype)
+    started = time.perf_counter()
+    progress = Progress(log, f"[eval {label}] prompts", len(tasks))
+    with heartbeat(log, f"[eval {label}]"):
+        texts = sample_tasks_texts(model, tokenizer, tasks, cfg.eval_n, cfg, seed=cfg.eval_seed,
+                                   progress=progress.step)
+    similarity = [mean_pairwise_similarity(embedder(xs)) if len(xs) > 1 else None for xs in texts]
+    record = {"label": label, "model": str(model_dir), "task_ids": [t.task_id for t in tasks],
+              "answers": [[parse_answer(x) for x in xs] for xs in texts], "texts": texts,
+              "similarity": similarity, "seconds": time.perf_counter() - started}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, record)
+    return record
+
+
+def rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, log=print_flushed) -> dict:
+    """Train run ``label`` again in ``scratch`` (same config, a fresh folder) and compare it with the recorded
+    run: its weights (SHA-256 in ``done.json``) and every logged step. Returns {"label", "same_weights",
+    "steps_compared", "differing_steps" (step -> keys whose values differ)}; on one machine and thread count a
+    run is expected to come back bit for bit."""
+    if label not in cfg.run_labels():
+        raise ValueError(f"unknown run {label!r}; runs: {', '.join(cfg.run_labels())}")
+    recorded_dir = Path(cfg.run_dir) / "train" / label
+    if not stage_done(recorded_dir / "final"):
+        raise ValueError(f"run {label} has no record to compare with: {recorded_dir / 'final'}; train it first")
+    again = replace(cfg, run_dir=str(scratch))
+    final = train_run(again, label, log=log)
+    recorded = read_json(recorded_dir / "final" / "done.json")
+    fresh = read_json(final / "done.json")
+    old_log = read_json(recorded_dir / "log_history.json")
+    new_log = read_json(Path(scratch) / "train" / label / "log_history.json")
+    timing = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
+    differing = {}
+    for a, b in zip(old_log, new_log, strict=True):
+        keys = sorted(k for k in set(a) | set(b) if k not in timing and a.get(k) != b.get(k))
+        if keys:
+            differing[a.get("step")] = keys
+    result = {"label": label, "same_weights": recorded["weights_sha256"] == fresh["weights_sha256"],
+              "steps_compared": len(old_log), "differing_steps": differing}
+    log(f"[{label}] trained again: weights {'identical' if result['same_weights'] else 'DIFFERENT'} "
+        f"(SHA-256), {len(old_log) - len(differing)}/{len(old_log)} logged steps identical")
+    return result
+
+
+def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = None, *,
+              log=print_flushed) -> StudyResult:
+    """The study's stages in order (None: all); each finished piece is reused. Returns (``StudyResult``) each
+    run's final model folder by label and, when "report" ran, the results record (``results.json``)."""
+    from setpo.embed import load_embedder
+
+    t0 = time.time()
+    chosen = chosen_stages(stages, STAGES)
+    if cfg is None:
+        raise ValueError("run_study needs a ShortAnswerStudyConfig, got None")
+    claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json",
+                 results=("train", "eval", "results.json"),
+                 remedy="use another --out, or delete that folder and rerun")
+    embedder = load_embedder(cfg.embedder)
+    finals = {label: Path(cfg.run_dir) / "train" / label / "final" for label in cfg.run_labels()}
+    if "train" in chosen:
+        finals = {label: train_run(cfg, label, embedder=embedder, log=log) for label in cfg.run_labels()}
+    if "evaluate" in chosen:
+        evaluate_model(cfg, "base", model_folder(cfg.model_path), embedder, log)
+        for label, final in finals.items():
+            if not stage_done(final):
+                raise ValueError(f"run {label} is not trained: {final}; run the train stage first")
+            evaluate_model(cfg, label, final, embedder, log)
+    summary = {}
+    if "report" in chosen:
+        from setpo.studies.short_answers_results import report
+
+        summary = report(cfg, log=log)
+    return StudyResult("short_answers", Path(cfg.run_dir), finals, summary, time.time() - t0)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m setpo.studies.short_answers", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     base = sub.add_parser("base", help="measure the base model on every task kind (base_model.json / .md)")
     base.add_argument("--out", required=True, help="folder for base_model.json, base_model.md and the samples")
     base.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
     base.add_argument("--per-kind", type=int, default=BaseTableConfig.per_kind)
     base.add_argument("--n", type=int, default=BaseTableConfig.n)
+    st = sub.add_parser("study", help="GRPO vs SetPO+GRPO over paired seeds: train, evaluate, report")
+    st.add_argument("--out", required=True, help="the study's folder (its config.json claims it for one setting)")
+    st.add_argument("--preset", default="committed", help="committed | notebook | smoke (default: committed)")
+    st.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
+    st.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(STAGES)} (default: all)")
+    st.add_argument("--figures", default=None, help="also write the report's figures under this folder")
+    st.add_argument("--rerun", default=None, metavar="LABEL",
+                    help="train one recorded run (e.g. grpo_s0) again in a scratch folder and compare it with the "
+                         "record (weights and every logged step), instead of running the stages")
     args = ap.parse_args(argv)
-    base_table(BaseTableConfig(model_path=args.model_path, per_kind=args.per_kind, n=args.n), args.out)
+    if args.cmd == "base":
+        base_table(BaseTableConfig(model_path=args.model_path, per_kind=args.per_kind, n=args.n), args.out)
+        return 0
+    cfg = ShortAnswerStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
+    if args.rerun:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="setpo_rerun_") as scratch:
+            result = rerun_check(cfg, args.rerun, scratch)
+        return 0 if result["same_weights"] and not result["differing_steps"] else 1
+    result = run_study(cfg, args.stages)
+    if args.figures and result.summary:
+        from setpo.studies.short_answers_results import write_figures
+
+        command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
+        write_figures(cfg, result.summary, Path(args.figures), command=command)
     return 0
 
 

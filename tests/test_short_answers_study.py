@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from setpo.studies.short_answer_results import model_metrics, powers_of_two, reading, results_markdown
-from setpo.studies.short_answer_study import STAGES, ShortAnswerStudyConfig, main, run_study
+from setpo.studies.short_answers import STAGES, ShortAnswerStudyConfig, main, run_study
+from setpo.studies.short_answers_results import model_metrics, powers_of_two, reading, results_markdown
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +27,12 @@ def study(tiny_model, tmp_path_factory):
 
 def test_smoke_study_trains_evaluates_and_reports_every_paired_run(study):
     cfg, result, lines = study
-    assert set(result["finals"]) == {"grpo_s0", "setpo_s0", "grpo_s1", "setpo_s1"}
-    assert set(result["evals"]) == {"base", *result["finals"]}
-    rep = result["report"]
+    assert result.study == "short_answers" and result.out == Path(cfg.run_dir)
+    assert set(result.runs) == {"grpo_s0", "setpo_s0", "grpo_s1", "setpo_s1"}
+    assert {p.stem for p in (Path(cfg.run_dir) / "eval").glob("*.json")} == {"base", *result.runs}
+    rep = result.summary
+    assert rep["command"] == f"python -m setpo.studies.short_answers study --preset smoke --out {cfg.run_dir} " \
+                             f"--model-path {cfg.model_path}"
     for label, run in rep["runs"].items():
         assert run["step"] == [1, 2], label  # every optimizer step logged a reward
         assert run["probe_step"] == [0, 1, 2]  # probed before training, every step, and at the end
@@ -44,11 +47,12 @@ def test_smoke_study_trains_evaluates_and_reports_every_paired_run(study):
 
 def test_a_second_call_reuses_every_piece(study):
     cfg, result, _ = study
-    done = {label: (Path(final) / "done.json").read_text() for label, final in result["finals"].items()}
+    done = {label: (Path(final) / "done.json").read_text() for label, final in result.runs.items()}
     evals = {p.name: p.read_text() for p in (Path(cfg.run_dir) / "eval").glob("*.json")}
     lines = []
-    run_study(cfg, ["train", "evaluate"], log=lines.append)
-    assert {label: (Path(f) / "done.json").read_text() for label, f in result["finals"].items()} == done
+    again = run_study(cfg, ["train", "evaluate"], log=lines.append)
+    assert again.summary == {} and again.runs == result.runs
+    assert {label: (Path(f) / "done.json").read_text() for label, f in result.runs.items()} == done
     assert {p.name: p.read_text() for p in (Path(cfg.run_dir) / "eval").glob("*.json")} == evals
     assert not any("step" in line for line in lines)  # nothing trained again
 
@@ -56,7 +60,7 @@ def test_a_second_call_reuses_every_piece(study):
 def test_a_rerun_of_one_seed_reproduces_its_record(study, tmp_path):
     """The same run in a fresh folder gives the recorded weights and logged steps bit for bit (CPU, one thread
     count); a run with no record, or an unknown one, is refused."""
-    from setpo.studies.short_answer_study import rerun_check
+    from setpo.studies.short_answers import rerun_check
 
     cfg, _, _ = study
     check = rerun_check(cfg, "setpo_s1", tmp_path / "again", log=lambda *_: None)
@@ -86,9 +90,9 @@ def test_model_metrics_count_pass_at_k_and_distinct_right_answers():
 
 def test_results_markdown_names_the_command_and_intervals(study):
     _, result, _ = study
-    text = results_markdown(result["report"])
-    assert "python -m setpo.studies.short_answer_study" in text and "SetPO+GRPO − GRPO" in text
-    said = reading(result["report"])
+    text = results_markdown(result.summary)
+    assert "python -m setpo.studies.short_answers" in text and "SetPO+GRPO − GRPO" in text
+    said = reading(result.summary)
     assert "GRPO's training reward" in said and said.count("\n- ") == 4
 
 
@@ -107,4 +111,4 @@ def test_presets_and_stages_are_checked(tmp_path):
         run_study(ShortAnswerStudyConfig(run_dir=str(tmp_path)), ["plot"])
     assert STAGES == ("train", "evaluate", "report")
     with pytest.raises(FileNotFoundError, match="no model folder"):
-        main(["--out", str(tmp_path / "x"), "--preset", "smoke", "--model-path", str(tmp_path / "none")])
+        main(["study", "--out", str(tmp_path / "x"), "--preset", "smoke", "--model-path", str(tmp_path / "none")])

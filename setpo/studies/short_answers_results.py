@@ -1,6 +1,6 @@
 """The short-answer study's report: what each model's test samples and each run's training logs say, with 95%
 intervals paired over seeds (``setpo.studies.intervals.mean_ci``), and its figures. ``cfg`` is always a
-``short_answer_study.ShortAnswerStudyConfig`` (not imported here: the study imports this module).
+``short_answers.ShortAnswerStudyConfig`` (not imported here: the study imports this module).
 
 Per model (the base model and every trained run), over the test prompts of ``eval/<label>.json``:
 
@@ -109,7 +109,7 @@ def report(cfg, log=print_flushed) -> dict:
                      for s in cfg.seeds]
             paired.append({"metric": key, "a": a, "b": b, **mean_ci(diffs), "per_seed": diffs})
     record = {"config": json.loads(json.dumps(asdict(cfg))),
-              "command": f"python -m setpo.studies.short_answer_study --out {cfg.run_dir}",
+              "command": cfg.command(),
               "models": models, "by_method": by_method, "paired": paired, "runs": runs}
     write_json(root / "results.json", record)
     (root / "results.md").write_text(results_markdown(record))
