@@ -112,3 +112,27 @@ def test_presets_and_stages_are_checked(tmp_path):
     assert STAGES == ("train", "evaluate", "report")
     with pytest.raises(FileNotFoundError, match="no model folder"):
         main(["study", "--out", str(tmp_path / "x"), "--preset", "smoke", "--model-path", str(tmp_path / "none")])
+
+
+def test_a_run_whose_model_is_gone_is_trained_again_only_when_needed_and_must_match(study, tmp_path):
+    """A study folder kept in git holds each run's records, not its model: with its evaluation done nothing is
+    retrained; without it the run is trained again and must give the recorded weights."""
+    import shutil
+
+    from setpo.studies.short_answers import train_run
+
+    cfg, result, _ = study
+    copy = tmp_path / "kept"
+    shutil.copytree(cfg.run_dir, copy)
+    moved = replace(cfg, run_dir=str(copy))
+    final = copy / "train" / "grpo_s1" / "final"
+    (final / "model.safetensors").unlink()
+    for checkpoint in (copy / "train" / "grpo_s1").glob("checkpoint-*"):  # git keeps no checkpoints either
+        shutil.rmtree(checkpoint)
+    recorded = (final / "done.json").read_text()
+    logs = (copy / "train" / "grpo_s1" / "log_history.json").read_text()
+    train_run(moved, "grpo_s1", need_model=False, log=lambda *_: None)
+    assert not (final / "model.safetensors").exists()  # evaluated already: nothing needs the model
+    train_run(moved, "grpo_s1", log=lambda *_: None)
+    assert (final / "model.safetensors").exists() and (final / "done.json").read_text() == recorded
+    assert (copy / "train" / "grpo_s1" / "log_history.json").read_text() == logs

@@ -62,8 +62,8 @@ from pathlib import Path
 from envs.short_answers import (KINDS, MANY_ANSWER_KINDS, TaskSpec, parse_answer, sample_tasks, short_answer_reward,
                                 task_messages, to_trl_records)
 from setpo.repro.records import read_json, write_json
-from setpo.studies.stages import (Progress, StudyResult, chosen_stages, claim_folder, heartbeat, print_flushed,
-                                  stage_done)
+from setpo.studies.stages import (Progress, StudyResult, check_restored, chosen_stages, claim_folder, has_model,
+                                  heartbeat, print_flushed, restore_model, run_records, stage_done)
 
 PROG = "python -m setpo.studies.short_answers"
 
@@ -326,8 +326,13 @@ def trainer_args(cfg: ShortAnswerStudyConfig, lam: float, seed: int, output_dir:
         logging_steps=1, report_to=[], seed=seed, data_seed=seed, disable_tqdm=True, dataloader_num_workers=0)
 
 
-def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_flushed) -> Path:
-    """Train one run of ``cfg.run_labels()`` (resumable); returns its ``final/`` folder."""
+def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_flushed,
+              need_model: bool = True) -> Path:
+    """Train one run of ``cfg.run_labels()`` (resumable); returns its ``final/`` folder.
+
+    A run recorded as done whose model is not here (git keeps a study's records, not its models) is trained
+    again only when ``need_model`` (its evaluation is still to do), and must then give the recorded weights bit
+    for bit (``stages.restore_model`` / ``check_restored``), or it is refused and nothing is made from it."""
     import torch
     from datasets import Dataset  # the engine: imported when a run trains
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -338,8 +343,10 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
     lam = cfg.methods()[method]
     out = Path(cfg.run_dir) / "train" / label
     final = out / "final"
-    if stage_done(final):
+    if stage_done(final) and (has_model(final) or not need_model):
         return final
+    recorded = restore_model(final)
+    kept = run_records(out) if recorded is not None else None
     base = model_folder(cfg.model_path)
     tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True, dtype=torch.float32)
@@ -359,6 +366,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
         train_resumable(trainer, tokenizer, out, final, {"label": label, "method": method, "seed": seed, "lam": lam},
                         log, f"[{label}] {method}, seed {seed}, {cfg.steps} steps of {cfg.prompts_per_step} "
                              f"prompts × G={cfg.group_size}")
+    check_restored(final, recorded, f"run {label}", kept)
     return final
 
 
@@ -437,7 +445,10 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     embedder = load_embedder(cfg.embedder)
     finals = {label: Path(cfg.run_dir) / "train" / label / "final" for label in cfg.run_labels()}
     if "train" in chosen:
-        finals = {label: train_run(cfg, label, embedder=embedder, log=log) for label in cfg.run_labels()}
+        evaluated = Path(cfg.run_dir) / "eval"
+        finals = {label: train_run(cfg, label, embedder=embedder, log=log,
+                                   need_model="evaluate" in chosen and not (evaluated / f"{label}.json").exists())
+                  for label in cfg.run_labels()}
     if "evaluate" in chosen:
         evaluate_model(cfg, "base", model_folder(cfg.model_path), embedder, log)
         for label, final in finals.items():
