@@ -73,6 +73,7 @@ from setpo.studies import math as ml
 from setpo.studies import math_results as mr
 from setpo.studies import short_answers_results as sar
 from setpo.studies import short_answers as sas
+from setpo.studies.short_answers_config import ShortAnswerStudyConfig
 from setpo.studies.figures import ROOT, save_figure, save_table, show, show_table
 from setpo.trl import quiet_libraries
 from setpo.trl.tiny_models import make_tiny_model
@@ -85,10 +86,10 @@ out = Path(OUT_DIR)
 NOTE = " · tiny random model: numbers mean nothing" if SMOKE else ""
 if SMOKE:  # a fresh folder every time, so the smoke run really trains instead of resuming a finished one
     scratch = Path(tempfile.mkdtemp())
-    sa_cfg = sas.ShortAnswerStudyConfig.preset("smoke", run_dir=str(scratch / "study"),
-                                               model_path=str(make_tiny_model(scratch / "model")))
+    sa_cfg = ShortAnswerStudyConfig.preset("smoke", run_dir=str(scratch / "study"),
+                                           model_path=str(make_tiny_model(scratch / "model")))
 else:
-    sa_cfg = sas.ShortAnswerStudyConfig.preset("notebook", run_dir=STUDY_DIR or "../runs/short_answers_notebook")
+    sa_cfg = ShortAnswerStudyConfig.preset("notebook", run_dir=STUDY_DIR or "../runs/short_answers_notebook")
 sa_cfg
 
 # %% [markdown]
@@ -128,7 +129,7 @@ show(fig)
 record_file = Path(RECORD_DIR) / "results.json"
 if record_file.exists():
     committed = read_json(record_file)
-    committed_cfg = sas.ShortAnswerStudyConfig.from_record(committed["config"])
+    committed_cfg = ShortAnswerStudyConfig.from_record(committed["config"])
     rec = {"command": committed["command"], "record": str(record_file)}
     for name, figure in (("training", sar.training_figure(committed_cfg, committed)),
                          ("pass_at_k", sar.pass_at_k_figure(committed_cfg, committed))):

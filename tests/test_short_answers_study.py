@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from setpo.studies.short_answers import STAGES, ShortAnswerStudyConfig, main, run_study
+from setpo.studies.short_answers import STAGES, main, run_study
+from setpo.studies.short_answers_config import ShortAnswerStudyConfig
 from setpo.studies.short_answers_results import model_metrics, powers_of_two, reading, results_markdown
 
 

@@ -1,6 +1,5 @@
 """The short-answer study's report: what each model's test samples and each run's training logs say, with 95%
-intervals paired over seeds (``setpo.studies.intervals.mean_ci``), and its figures. ``cfg`` is always a
-``short_answers.ShortAnswerStudyConfig`` (not imported here: the study imports this module).
+intervals paired over seeds (``setpo.studies.intervals.mean_ci``), and its figures.
 
 Per model (the base model and every trained run), over the test prompts of ``eval/<label>.json``:
 
@@ -27,6 +26,7 @@ from envs.short_answers import task_from_id
 from setpo.metrics import pass_at_k
 from setpo.repro.records import read_json, read_records, write_json
 from setpo.studies.intervals import mean_ci
+from setpo.studies.short_answers_config import ShortAnswerStudyConfig
 
 from setpo.studies.stages import print_flushed
 
@@ -82,7 +82,7 @@ def training_series(run_dir: Path) -> dict:
             "reward_rise": _mean(reward[-third:]) - _mean(reward[:third])}
 
 
-def report(cfg, log=print_flushed) -> dict:
+def report(cfg: ShortAnswerStudyConfig, log=print_flushed) -> dict:
     """Read every evaluation and run of the study, write ``results.json`` and ``results.md`` into its folder,
     log the table; returns the results record."""
     root = Path(cfg.run_dir)
@@ -170,7 +170,7 @@ def _band(series: Sequence[Sequence[float]]) -> tuple[list, list, list]:
         [c["hi"] if c["hi"] is not None else c["mean"] for c in cis]
 
 
-def training_figure(cfg, record: Mapping):
+def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
     """Training reward, distinct right answers per probe prompt and within-group similarity over training:
     mean over seeds with its 95% band, one line per method."""
     from setpo.studies.figures import line_grid, run_colour
@@ -191,7 +191,7 @@ def training_figure(cfg, record: Mapping):
                            "mean and 95% band)")
 
 
-def pass_at_k_figure(cfg, record: Mapping):
+def pass_at_k_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
     """pass@k of the one-answer test prompts: the base model and each method (mean over seeds, 95% band)."""
     from setpo.studies.figures import pass_at_k_curves, run_colour
 
@@ -207,7 +207,7 @@ def pass_at_k_figure(cfg, record: Mapping):
                             title="pass@k on held-out prompts: base model, GRPO, SetPO+GRPO")
 
 
-def write_figures(cfg, record: Mapping, folder: Path, command: str) -> list[Path]:
+def write_figures(cfg: ShortAnswerStudyConfig, record: Mapping, folder: Path, command: str) -> list[Path]:
     """``04_short_answers_training``, ``04_short_answers_pass_at_k`` (HTML + PNG + record) and
     ``04_short_answers_results.md`` under ``folder``."""
     from setpo.studies.figures import run_record, save_figure, save_table
