@@ -110,3 +110,19 @@ def test_the_switch_refuses_gradient_checkpointing(tmp_path):
 
     with pytest.raises(ValueError, match="gradient_checkpointing=False"):
         config_for("grpo", output_dir=str(tmp_path), use_cpu=True, setpo_share_prompt_pass=True)
+
+
+def test_gradients_repeat_bit_for_bit_when_many_rows_share_one_prompt():
+    """Rows that share a prompt add their gradients into its one prompt pass; that sum must not depend on
+    thread timing (advanced indexing's accumulating index_put_ used atomic adds on the CPU: a training run
+    then differed in its last bits one time in a few)."""
+    tok = build_chat_tokenizer()
+    model = build_model(tok, SIZE, seed=1).train()
+    ids, mask, P, C = _batch(tok, g=32)
+    valid = mask[:, -C:].bool()
+    grads = []
+    for _ in range(8):
+        logps = _logps(SharedPrefixModel(model, P), ids, mask, C)
+        grads.append(torch.cat([g.flatten() for g in torch.autograd.grad(logps[valid].sum(),
+                                                                           list(model.parameters()))]))
+    assert all(torch.equal(grads[0], g) for g in grads[1:])

@@ -16,8 +16,8 @@ holds exactly the last ``completion_len + 1`` positions of the full pass, each s
 same positions. Positions: TRL passes no ``position_ids``, so a decoder numbers positions from the cache
 length, 0..L-1 in both computations; the attention mask is the full one (left padding stays masked).
 
-Scope: decoder-only text models whose forward takes ``past_key_values`` and returns a cache with
-``batch_select_indices`` (transformers' ``DynamicCache``); rows with images or other extra model inputs go
+Scope: decoder-only text models whose forward takes ``past_key_values`` and returns a cache with per-layer
+keys and values (transformers' ``DynamicCache``); rows with images or other extra model inputs go
 through the plain path (``supports``).
 """
 
@@ -46,6 +46,22 @@ def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tup
     return first, inverse
 
 
+def select_rows(cache, rows: torch.Tensor) -> None:
+    """Replace every layer's keys and values (B', H, T, D) by their rows ``rows`` (B,), in place.
+
+    ``index_select``, not the cache's own ``batch_select_indices`` (``keys[rows]``): the gradient of advanced
+    indexing is an accumulating ``index_put_``, which on the CPU adds the rows that share a prompt with atomic
+    adds in whatever order the threads reach them, so a run would not repeat bit for bit; ``index_select``'s
+    gradient, ``index_add_``, adds them in row order."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise ValueError(f"the shared prompt pass needs a cache with per-layer keys and values (transformers' "
+                         f"DynamicCache), got {type(cache).__name__}")
+    for layer in layers:
+        layer.keys = layer.keys.index_select(0, rows)
+        layer.values = layer.values.index_select(0, rows)
+
+
 class SharedPrefixModel(torch.nn.Module):
     """``model`` as TRL's loss calls it, with each distinct prompt run once (module docstring).
 
@@ -69,7 +85,7 @@ class SharedPrefixModel(torch.nn.Module):
             return self.model(**inputs)
         ids, mask = input_ids[first, :p - 1], attention_mask[first, :p - 1]
         cache = self.model(input_ids=ids, attention_mask=mask, use_cache=True).past_key_values
-        cache.batch_select_indices(inverse)
+        select_rows(cache, inverse)
         rest = {k: v for k, v in kwargs.items() if k not in ("labels", "logits_to_keep", "use_cache")}
         if "labels" in kwargs:
             rest["labels"] = kwargs["labels"][:, p - 1:]
