@@ -137,3 +137,18 @@ def test_a_run_whose_model_is_gone_is_trained_again_only_when_needed_and_must_ma
     train_run(moved, "grpo_s1", log=lambda *_: None)
     assert (final / "model.safetensors").exists() and (final / "done.json").read_text() == recorded
     assert (copy / "train" / "grpo_s1" / "log_history.json").read_text() == logs
+
+
+def test_figures_draw_from_the_report(study):
+    """The training figure (a line and a band per method in each of its three panels) and the pass@k figure
+    (the base model and each method) build from a report, as notebook 04 draws the committed record."""
+    from setpo.studies.short_answers_results import pass_at_k_figure, training_figure
+
+    cfg, result, _ = study
+    training = training_figure(cfg, result.summary)
+    assert len([t for t in training.data if t.showlegend is not False and t.name]) >= 2
+    assert len(training.data) == 3 * 2 * 2  # three panels × two methods × (band, line)
+    passk = pass_at_k_figure(cfg, result.summary)
+    names = [t.name for t in passk.data if t.name]
+    assert names == ["base model", "GRPO", "SetPO+GRPO"]
+    assert list(passk.data[0].x) == [1, 2, 4]  # k up to eval_n = 4
