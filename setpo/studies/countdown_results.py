@@ -796,8 +796,6 @@ def verdict_markdown(summary: dict) -> list[str]:
     rows = verdict(summary)
     if not rows:
         return []
-    # The heading names the questions and the rules as the committed record's results.md (and notebook 03's saved
-    # output, figures/fig3_countdown_results.md) print them: other text here would change those records.
-    return (["What the record says (issue 23's questions, decided by `countdown_verdict.verdict`'s fixed rules):", "",
+    return (["What the record says (the study's questions, decided by `countdown_results.verdict`'s fixed rules):", "",
              "| question | answer | evidence |", "|---|---|---|"]
             + [f"| {v['question']} | {v['answer']} | {v['evidence']} |" for v in rows] + [""])
