@@ -113,8 +113,7 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
                 samples = json.loads(cache.read_text())["samples"]
             else:
                 started = time.perf_counter()
-                prompts = [tok.apply_chat_template(task_messages(t), tokenize=False, add_generation_prompt=True)
-                           for t in tasks]
+                prompts = chat_prompts(tok, tasks)
                 samples = sample_completions(model, tok, prompts, n=cfg.n, temperature=temperature,
                                              max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                                              add_special_tokens=False, share_prompt=True)
