@@ -91,6 +91,25 @@ def test_written_back_notebooks_number_their_cells_and_carry_labs_metadata(tmp_p
     assert "jupytext_version" in (tmp_path / "nb.py").read_text()
 
 
+def test_a_long_notebook_run_streams_its_cells_output(tmp_path, monkeypatch, capsys):
+    """``make figures`` runs notebook 04 for minutes: each line a cell prints must reach our stdout as it comes,
+    not only in the executed copy at the end."""
+    from setpo.studies import notebook_runs
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata.update(kernelspec={"name": "python3", "display_name": "Python 3", "language": "python"})
+    nb.cells = [nbformat.v4.new_code_cell("SMOKE = False\nOUT_DIR = None", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("print('step 1/2', flush=True)\nprint('step 2/2', flush=True)")]
+    nbformat.write(nb, str(tmp_path / "nb.ipynb"))
+    monkeypatch.setattr(notebook_runs, "NOTEBOOKS_DIR", tmp_path)
+    monkeypatch.setattr(notebook_runs, "SCRATCH_DIR", tmp_path / "runs")
+    execute_notebook("nb", tmp_path / "out", log_output=True)
+    printed = capsys.readouterr().out
+    assert "step 1/2" in printed and "step 2/2" in printed
+    execute_notebook("nb", tmp_path / "out")  # without log_output the cells' output stays in the notebook
+    assert "step 1/2" not in capsys.readouterr().out
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """run(name) executes a notebook in smoke mode once per module and returns (its OUT_DIR, the executed copy);

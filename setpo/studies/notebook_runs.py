@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import os
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -154,8 +155,10 @@ def execute_notebook(name: str, out_dir: Path, smoke: bool = False, save_to_note
     os.environ[STATIC_ENV] = "1"  # the kernel inherits this process's environment
     t0 = time.time()
     try:
+        # the cells' stdout goes straight to ours: papermill's own log_output goes to a logger that nothing here
+        # configures, so a long notebook (04 trains for minutes) would print nothing until it ended
         papermill.execute_notebook(str(src), str(executed), cwd=str(NOTEBOOKS_DIR), progress_bar=False,
-                                   log_output=log_output,
+                                   stdout_file=sys.stdout if log_output else None,
                                    parameters={"SMOKE": smoke, "OUT_DIR": _out_dir_param(out_dir), **params})
     finally:
         if previous is None:
