@@ -225,6 +225,14 @@ def parse_answer(text) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def text_after_answer(text) -> str:
+    """What a completion says after its first line, stripped: text the checker never reads ("" for none, and
+    for non-strings). The reward cannot see it, but an embedder of whole completions does."""
+    if not isinstance(text, str):
+        return ""
+    return text.lstrip().partition("\n")[2].strip()
+
+
 def score_answer(text, task: TaskSpec) -> float:
     """1.0 when the completion's answer (``parse_answer``) is right for ``task``, else 0.0."""
     return 1.0 if task.is_right(parse_answer(text)) else 0.0

@@ -4,7 +4,7 @@ import pytest
 
 from envs.short_answers import (EXAMPLES, KINDS, MAX_DIGITS, SPLITS, parse_answer, right_answer, sample_tasks,
                                 score_answer, short_answer_reward, split_of, task_from_id, task_messages, tasks_of,
-                                to_trl_records)
+                                text_after_answer, to_trl_records)
 from setpo.studies.short_answers import BaseTableConfig, kind_row, mixed_share
 
 
@@ -47,6 +47,15 @@ def test_malformed_task_ids_are_refused(bad):
 ])
 def test_parse_answer_reads_only_one_answer_line(text, value):
     assert parse_answer(text) == value
+
+
+@pytest.mark.parametrize("text, after", [
+    ("Answer: 5", ""), ("Answer: 5\n", ""), ("  \nAnswer: 5\n \n", ""),
+    ("Answer: 5\n\nQuestion: 2 + 2?", "Question: 2 + 2?"), ("no answer\nAnswer: 5", "Answer: 5"), ("", ""),
+    (None, ""), (b"Answer: 5\nx", ""), ("Answer: 5\n" + "x" * 10_000, "x" * 10_000),
+])
+def test_text_after_answer_is_what_the_checker_never_reads(text, after):
+    assert text_after_answer(text) == after
 
 
 def test_score_and_reward_function():

@@ -80,12 +80,15 @@ def test_the_folder_is_claimed_for_one_configuration(study):
 
 def test_model_metrics_count_pass_at_k_and_distinct_right_answers():
     evaluation = {"task_ids": ["between:23:41", "add_1x1:3:4"],
-                  "answers": [[25, 25, 30, 99], [7, None, 8, 7]], "similarity": [0.5, None]}
+                  "answers": [[25, 25, 30, 99], [7, None, 8, 7]], "similarity": [0.5, None],
+                  "texts": [["Answer: 25", "Answer: 25\nNo, 30.", "Answer: 30\n", "Answer: 99"],
+                            ["Answer: 7", "seven\n", "Answer: 8\n\n Question: 2 + 2?", "Answer: 7"]]}
     m = model_metrics(evaluation)
     assert m["distinct_right"] == 2  # 25 and 30; 99 is out of range
     assert m["pass@1"] == pytest.approx(0.5) and m["pass_at_k"][4] == 1.0
     assert m["reward"] == pytest.approx((3 / 4 + 2 / 4) / 2)
     assert m["similarity"] == 0.5 and m["answered"] == pytest.approx(7 / 8)
+    assert m["after_answer"] == pytest.approx((1 / 4 + 1 / 4) / 2)  # a bare newline is not text after the answer
     assert powers_of_two(64) == [1, 2, 4, 8, 16, 32, 64] and powers_of_two(6) == [1, 2, 4]
 
 
@@ -94,7 +97,34 @@ def test_results_markdown_names_the_command_and_intervals(study):
     text = results_markdown(result.summary)
     assert "python -m setpo.studies.short_answers" in text and "SetPO+GRPO − GRPO" in text
     said = reading(result.summary)
-    assert "GRPO's training reward" in said and said.count("\n- ") == 4
+    assert "GRPO's training reward" in said and said.count("\n- ") in (5, 6)
+
+
+def test_reading_says_where_setpo_diversity_went_only_when_the_numbers_say_so(study):
+    """The closing bullet is a rule over three paired differences, not prose: lower similarity, more text after
+    the answer line, and no detectably higher count of distinct right answers."""
+    import copy
+
+    _, result, _ = study
+    record = copy.deepcopy(result.summary)
+    grpo, setpo = list(record["by_method"])
+
+    def set_interval(metric, lo, hi):
+        p = next(p for p in record["paired"] if p["metric"] == metric and p["a"] == setpo and p["b"] == grpo)
+        p.update(mean=(lo + hi) / 2, lo=lo, hi=hi)
+
+    set_interval("similarity", -0.5, -0.4)
+    set_interval("after_answer", 0.6, 0.9)
+    set_interval("distinct_right", -0.5, 1.5)
+    record["by_method"][setpo]["after_answer"]["mean"] = 0.95
+    record["by_method"][grpo]["after_answer"]["mean"] = 0.01
+    said = reading(record)
+    assert f"Where {setpo}'s diversity went" in said and "95% of its test samples" in said and "(1% of" in said
+    set_interval("distinct_right", 0.5, 1.5)  # more right answers: the diversity did buy something
+    assert "diversity went" not in reading(record)
+    set_interval("distinct_right", -0.5, 1.5)
+    set_interval("after_answer", -0.1, 0.2)
+    assert "diversity went" not in reading(record)
 
 
 @pytest.mark.parametrize("bad, match", [({"seeds": ()}, "seeds"), ({"seeds": (1, 1)}, "seeds"),
@@ -140,14 +170,14 @@ def test_a_run_whose_model_is_gone_is_trained_again_only_when_needed_and_must_ma
 
 
 def test_figures_draw_from_the_report(study):
-    """The training figure (a line and a band per method in each of its three panels) and the pass@k figure
+    """The training figure (a line and a band per method in each of its four panels) and the pass@k figure
     (the base model and each method) build from a report, as notebook 04 draws the committed record."""
     from setpo.studies.short_answers_results import pass_at_k_figure, training_figure
 
     cfg, result, _ = study
     training = training_figure(cfg, result.summary)
     assert len([t for t in training.data if t.showlegend is not False and t.name]) >= 2
-    assert len(training.data) == 3 * 2 * 2  # three panels × two methods × (band, line)
+    assert len(training.data) == 4 * 2 * 2  # four panels × two methods × (band, line)
     passk = pass_at_k_figure(cfg, result.summary)
     names = [t.name for t in passk.data if t.name]
     assert names == ["base model", "GRPO", "SetPO+GRPO"]

@@ -7,11 +7,13 @@ Per model (the base model and every trained run), over the test prompts of ``eva
 - ``reward``: the mean 0/1 reward of all samples (pass@1 over every prompt);
 - ``distinct_right``: distinct right answers per many-answer prompt among its eval_n samples (what mode
   collapse takes away);
-- ``similarity``: the mean pairwise similarity of one prompt's samples (SetPO's kernel, the study's embedder).
+- ``similarity``: the mean pairwise similarity of one prompt's samples (SetPO's kernel, the study's embedder);
+- ``after_answer``: the share of samples with text after the answer line (``envs.short_answers.text_after_answer``):
+  text the reward never reads but the embedder, which sees whole completions, does.
 
 Per run, from ``log_history.json`` and ``probes.jsonl``: the training reward per step and its rise (mean of the
-last third of the steps minus the first third), and the distinct right answers per probe prompt over training
-(the real-model Figure 1). A paired difference is taken seed by seed (SetPO+GRPO minus GRPO of the same seed,
+last third of the steps minus the first third), the mean completion length per step, and the distinct right
+answers per probe prompt over training (the real-model Figure 1). A paired difference is taken seed by seed (SetPO+GRPO minus GRPO of the same seed,
 or a run minus the base model) and its mean gets a t-interval over the seeds.
 """
 
@@ -22,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from envs.short_answers import task_from_id
+from envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
 from setpo.repro.records import read_json, read_records, write_json
 from setpo.studies.intervals import mean_ci
@@ -34,7 +36,9 @@ from setpo.studies.stages import print_flushed
 PAIRED_METRICS = {"pass@1": ("pass@1 (one-answer)", "{:.3f}"), "pass@max": ("pass@k_max (one-answer)", "{:.3f}"),
                   "reward": ("reward (all test prompts)", "{:.3f}"),
                   "distinct_right": ("distinct right answers / prompt", "{:.2f}"),
-                  "similarity": ("within-prompt similarity", "{:.3f}"), "reward_rise": ("training reward rise", "{:.3f}")}
+                  "similarity": ("within-prompt similarity", "{:.3f}"),
+                  "after_answer": ("samples with text after the answer line", "{:.3f}"),
+                  "reward_rise": ("training reward rise", "{:.3f}")}
 
 
 def powers_of_two(n: int) -> list[int]:
@@ -52,15 +56,16 @@ def model_metrics(evaluation: Mapping) -> dict:
     passk = {k: _mean([pass_at_k(n, sum(right[i]), k) for i in one]) for k in powers_of_two(n)}
     distinct = [len({a for a, ok in zip(answers[i], right[i]) if ok}) for i in many]
     sims = [s for s in evaluation["similarity"] if s is not None]
+    after = [sum(bool(text_after_answer(t)) for t in row) / len(row) for row in evaluation["texts"]]
     return {"pass_at_k": passk, "pass@1": passk.get(1), "pass@max": passk.get(max(passk)) if passk else None,
             "reward": _mean([sum(r) / n for r in right]), "distinct_right": _mean(distinct),
-            "similarity": _mean(sims), "answered": _mean([sum(a is not None for a in row) / n for row in answers]),
+            "similarity": _mean(sims), "after_answer": _mean(after), "answered": _mean([sum(a is not None for a in row) / n for row in answers]),
             "n": n, "prompts": len(tasks)}
 
 
 def training_series(run_dir: Path) -> dict:
-    """One run's training curves: {"step", "reward", "similarity", "probe_step", "probe_distinct",
-    "probe_reward", "reward_rise"} (probe values: means over the probe prompts)."""
+    """One run's training curves: {"step", "reward", "similarity", "length" (mean completion tokens),
+    "probe_step", "probe_distinct", "probe_reward", "reward_rise"} (probe values: means over the probe prompts)."""
     history = [h for h in read_json(run_dir / "log_history.json", "rerun the train stage") if "reward" in h]
     steps = [h["step"] for h in history]
     reward = [h["reward"] for h in history]
@@ -78,6 +83,7 @@ def training_series(run_dir: Path) -> dict:
         distinct.append(_mean([len(v) for v in by_probe.values()]))
         probe_reward.append(_mean([r["reward"] for r in rows]))
     return {"step": steps, "reward": reward, "similarity": [h.get("setpo/pairwise_similarity") for h in history],
+            "length": [h.get("completions/mean_length") for h in history],
             "probe_step": probe_steps, "probe_distinct": distinct, "probe_reward": probe_reward,
             "reward_rise": _mean(reward[-third:]) - _mean(reward[:third])}
 
@@ -171,22 +177,25 @@ def _band(series: Sequence[Sequence[float]]) -> tuple[list, list, list]:
 
 
 def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
-    """Training reward, distinct right answers per probe prompt and within-group similarity over training:
-    mean over seeds with its 95% band, one line per method."""
+    """Training reward, distinct right answers per probe prompt, within-group similarity and completion length
+    over training: mean over seeds with its 95% band, one line per method."""
     from setpo.studies.figures import line_grid, run_colour
 
     panels = [{"title": "training reward", "lines": []},
               {"title": "distinct right answers per probe prompt", "lines": []},
-              {"title": "within-group similarity", "lines": []}]
+              {"title": "within-group similarity", "lines": []},
+              {"title": "completion length (tokens)", "lines": []}]
     labels = cfg.run_labels()
     for i, method in enumerate(cfg.methods()):
         runs = [record["runs"][label] for label, (m, _) in labels.items() if m == method]
         for panel, (x, y) in zip(panels, (("step", "reward"), ("probe_step", "probe_distinct"),
-                                          ("step", "similarity"))):
+                                          ("step", "similarity"), ("step", "length"))):
+            if any(v is None for r in runs for v in r[y]):  # a TRL that does not log it, or GRPO's similarity
+                continue
             mean, lo, hi = _band([r[y] for r in runs])
             panel["lines"].append({"x": runs[0][x][:len(mean)], "y": mean, "band": (lo, hi), "name": method,
                                    "color": run_colour(i)})
-    return line_grid(panels, cols=3, x_title="step",
+    return line_grid(panels, cols=2, x_title="step",
                      title=f"SmolLM2-135M on short answers: GRPO vs SetPO+GRPO ({len(cfg.seeds)} seeds, "
                            "mean and 95% band)")
 
@@ -241,10 +250,20 @@ def reading(record: Mapping) -> str:
              f"steps to the last ({_verdict(rise)}; 95% interval over {rise['n']} seeds)."]
     for metric, name in (("pass@1", "pass@1"), ("pass@max", f"pass@{k_max}"),
                          ("distinct_right", "distinct right answers per many-answer prompt"),
-                         ("similarity", "within-prompt similarity")):
+                         ("similarity", "within-prompt similarity"),
+                         ("after_answer", "samples with text after the answer line")):
         g, s, d = (_paired(record, metric, grpo, "base"), _paired(record, metric, setpo, "base"),
                    _paired(record, metric, setpo, grpo))
         lines.append(f"- **{name}:** {grpo} − base {_interval(g, '{:+.3f}')} ({_verdict(g)}); {setpo} − base "
                      f"{_interval(s, '{:+.3f}')} ({_verdict(s)}); {setpo} − {grpo} {_interval(d, '{:+.3f}')} "
                      f"({_verdict(d)}).")
+    similarity, after, distinct = (_paired(record, m, setpo, grpo) for m in ("similarity", "after_answer",
+                                                                           "distinct_right"))
+    if _verdict(similarity) == "below 0" and _verdict(after) == "above 0" and _verdict(distinct) != "above 0":
+        mine, theirs = (record["by_method"][m]["after_answer"]["mean"] for m in (setpo, grpo))
+        lines.append(f"- **Where {setpo}'s diversity went:** {mine:.0%} of its test samples carry text after the "
+                     f"answer line ({theirs:.0%} of {grpo}'s). The reward reads only that line; the embedder reads "
+                     f"the whole completion. So the diversity term was paid for by the text after the answer, "
+                     f"which costs no reward, and its lower similarity did not become detectably more distinct "
+                     f"right answers.")
     return "\n".join(lines) + "\n"
