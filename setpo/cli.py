@@ -21,7 +21,7 @@ from setpo.repro.records import ROOT
 from envs.arguments import Parser, nonnegative_float, positive_int
 
 # Notebooks whose full run regenerates committed figures. 04 runs its CPU part (the short-answer study's notebook
-# preset: about 20 minutes on 2 cores the first time, resumable in runs/short_answers_notebook; later runs only
+# preset: about 26 minutes on 2 cores the first time, resumable in runs/short_answers_notebook; later runs only
 # draw) and draws the committed short-answer record (`python -m setpo.studies.short_answers study`).
 FIGURE_NOTEBOOKS = [
     "01_toy_mode_collapse",

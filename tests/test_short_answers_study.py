@@ -119,7 +119,7 @@ def test_reading_says_where_setpo_diversity_went_only_when_the_numbers_say_so(st
     record["by_method"][setpo]["after_answer"]["mean"] = 0.95
     record["by_method"][grpo]["after_answer"]["mean"] = 0.01
     said = reading(record)
-    assert f"Where {setpo}'s diversity went" in said and "95% of its test samples" in said and "(1% of" in said
+    assert f"Where {setpo}'s diversity went" in said and "95.0% of its test samples" in said and "(1.0% of" in said
     set_interval("distinct_right", 0.5, 1.5)  # more right answers: the diversity did buy something
     assert "diversity went" not in reading(record)
     set_interval("distinct_right", -0.5, 1.5)

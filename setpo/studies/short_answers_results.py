@@ -261,8 +261,8 @@ def reading(record: Mapping) -> str:
                                                                            "distinct_right"))
     if _verdict(similarity) == "below 0" and _verdict(after) == "above 0" and _verdict(distinct) != "above 0":
         mine, theirs = (record["by_method"][m]["after_answer"]["mean"] for m in (setpo, grpo))
-        lines.append(f"- **Where {setpo}'s diversity went:** {mine:.0%} of its test samples carry text after the "
-                     f"answer line ({theirs:.0%} of {grpo}'s). The reward reads only that line; the embedder reads "
+        lines.append(f"- **Where {setpo}'s diversity went:** {mine:.1%} of its test samples carry text after the "
+                     f"answer line ({theirs:.1%} of {grpo}'s). The reward reads only that line; the embedder reads "
                      f"the whole completion. So the diversity term was paid for by the text after the answer, "
                      f"which costs no reward, and its lower similarity did not become detectably more distinct "
                      f"right answers.")
