@@ -115,9 +115,13 @@ show_table((ROOT / "results" / "short_answers" / "base_model.md").read_text())
 # %%
 study = sas.run_study(sa_cfg)
 
+# %% [markdown]
+# This notebook's own run: 2 seeds are a first look, not a result (a 95% interval over 2 seeds is about 13
+# times as wide as the gap between them); the committed record below has 5.
+
 # %%
-fig = sar.training_figure(sa_cfg, study.summary)
-show(fig)
+show_table(sar.results_markdown(study.summary))
+show(sar.training_figure(sa_cfg, study.summary))
 
 # %% [markdown]
 # ## The committed study: 5 paired seeds

@@ -170,14 +170,21 @@ def test_a_run_whose_model_is_gone_is_trained_again_only_when_needed_and_must_ma
 
 
 def test_figures_draw_from_the_report(study):
-    """The training figure (a line and a band per method in each of its four panels) and the pass@k figure
+    """The training figure (per method in each of its four panels: each seed and the mean with 2 seeds, the mean and
+    its band with more) and the pass@k figure
     (the base model and each method) build from a report, as notebook 04 draws the committed record."""
     from setpo.studies.short_answers_results import pass_at_k_figure, training_figure
 
     cfg, result, _ = study
     training = training_figure(cfg, result.summary)
     assert len([t for t in training.data if t.showlegend is not False and t.name]) >= 2
-    assert len(training.data) == 4 * 2 * 2  # four panels × two methods × (band, line)
+    assert len(training.data) == 4 * 2 * 3  # two seeds: four panels × two methods × (each seed, the mean)
+    assert "each seed" in training.layout.title.text
+    three = replace(cfg, seeds=(0, 1, 2))  # with 3 seeds or more: the mean and its 95% band
+    record = {**result.summary, "runs": {**result.summary["runs"], "grpo_s2": result.summary["runs"]["grpo_s0"],
+                                         "setpo_s2": result.summary["runs"]["setpo_s1"]}}
+    banded = training_figure(three, record)
+    assert len(banded.data) == 4 * 2 * 2 and "95% band" in banded.layout.title.text
     passk = pass_at_k_figure(cfg, result.summary)
     names = [t.name for t in passk.data if t.name]
     assert names == ["base model", "GRPO", "SetPO+GRPO"]

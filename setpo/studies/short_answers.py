@@ -369,6 +369,10 @@ def main(argv=None) -> int:
             result = rerun_check(cfg, args.rerun, scratch)
         return 0 if result["same_weights"] and not result["differing_steps"] else 1
     result = run_study(cfg, args.stages)
+    if result.summary:
+        from setpo.studies.short_answers_results import results_markdown
+
+        print(results_markdown(result.summary), flush=True)
     if args.figures and result.summary:
         from setpo.studies.short_answers_results import write_figures
 

@@ -89,8 +89,8 @@ def training_series(run_dir: Path) -> dict:
 
 
 def report(cfg: ShortAnswerStudyConfig, log=print_flushed) -> dict:
-    """Read every evaluation and run of the study, write ``results.json`` and ``results.md`` into its folder,
-    log the table; returns the results record."""
+    """Read every evaluation and run of the study, write ``results.json`` and ``results.md`` into its folder and
+    log where; returns the results record (``results_markdown`` renders its tables; the command line prints them)."""
     root = Path(cfg.run_dir)
     models = {"base": model_metrics(read_json(root / "eval" / "base.json", "run the evaluate stage"))}
     runs = {}
@@ -119,7 +119,7 @@ def report(cfg: ShortAnswerStudyConfig, log=print_flushed) -> dict:
               "models": models, "by_method": by_method, "paired": paired, "runs": runs}
     write_json(root / "results.json", record)
     (root / "results.md").write_text(results_markdown(record))
-    log(results_markdown(record))
+    log(f"report: {root / 'results.md'} and results.json")
     return record
 
 
@@ -178,7 +178,8 @@ def _band(series: Sequence[Sequence[float]]) -> tuple[list, list, list]:
 
 def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
     """Training reward, distinct right answers per probe prompt, within-group similarity and completion length
-    over training: mean over seeds with its 95% band, one line per method."""
+    over training, one colour per method: the mean over seeds with its 95% band, or, with fewer than 3 seeds
+    (where a t-interval is many times the data's range), each seed as a thin line under the mean."""
     from setpo.studies.figures import line_grid, run_colour
 
     panels = [{"title": "training reward", "lines": []},
@@ -186,6 +187,7 @@ def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
               {"title": "within-group similarity", "lines": []},
               {"title": "completion length (tokens)", "lines": []}]
     labels = cfg.run_labels()
+    few_seeds = len(cfg.seeds) < 3
     for i, method in enumerate(cfg.methods()):
         runs = [record["runs"][label] for label, (m, _) in labels.items() if m == method]
         for panel, (x, y) in zip(panels, (("step", "reward"), ("probe_step", "probe_distinct"),
@@ -193,11 +195,15 @@ def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
             if any(v is None for r in runs for v in r[y]):  # a TRL that does not log it, or GRPO's similarity
                 continue
             mean, lo, hi = _band([r[y] for r in runs])
-            panel["lines"].append({"x": runs[0][x][:len(mean)], "y": mean, "band": (lo, hi), "name": method,
-                                   "color": run_colour(i)})
+            line = {"x": runs[0][x][:len(mean)], "y": mean, "name": method, "color": run_colour(i)}
+            if few_seeds:
+                panel["lines"] += [{**line, "y": r[y][:len(mean)], "width": 1, "dash": "dot"} for r in runs]
+            else:
+                line["band"] = (lo, hi)
+            panel["lines"].append(line)
+    spread = "each seed (dotted) and their mean" if few_seeds else "mean and 95% band"
     return line_grid(panels, cols=2, x_title="step",
-                     title=f"SmolLM2-135M on short answers: GRPO vs SetPO+GRPO ({len(cfg.seeds)} seeds, "
-                           "mean and 95% band)")
+                     title=f"SmolLM2-135M on short answers: GRPO vs SetPO+GRPO ({len(cfg.seeds)} seeds, {spread})")
 
 
 def pass_at_k_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
