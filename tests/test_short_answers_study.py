@@ -180,6 +180,7 @@ def test_figures_draw_from_the_report(study):
     assert len([t for t in training.data if t.showlegend is not False and t.name]) >= 2
     assert len(training.data) == 4 * 2 * 3  # two seeds: four panels × two methods × (each seed, the mean)
     assert "each seed" in training.layout.title.text
+    assert all(t.line.dash == "solid" for t in training.data if t.showlegend is not False and t.name)
     three = replace(cfg, seeds=(0, 1, 2))  # with 3 seeds or more: the mean and its 95% band
     record = {**result.summary, "runs": {**result.summary["runs"], "grpo_s2": result.summary["runs"]["grpo_s0"],
                                          "setpo_s2": result.summary["runs"]["setpo_s1"]}}

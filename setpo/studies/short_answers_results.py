@@ -196,11 +196,11 @@ def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
                 continue
             mean, lo, hi = _band([r[y] for r in runs])
             line = {"x": runs[0][x][:len(mean)], "y": mean, "name": method, "color": run_colour(i)}
+            if not few_seeds:
+                line["band"] = (lo, hi)
+            panel["lines"].append(line)  # first, so the legend shows the mean's solid line
             if few_seeds:
                 panel["lines"] += [{**line, "y": r[y][:len(mean)], "width": 1, "dash": "dot"} for r in runs]
-            else:
-                line["band"] = (lo, hi)
-            panel["lines"].append(line)
     spread = "each seed (dotted) and their mean" if few_seeds else "mean and 95% band"
     return line_grid(panels, cols=2, x_title="step",
                      title=f"SmolLM2-135M on short answers: GRPO vs SetPO+GRPO ({len(cfg.seeds)} seeds, {spread})")
