@@ -370,14 +370,12 @@ def main(argv=None) -> int:
         return 0 if result["same_weights"] and not result["differing_steps"] else 1
     result = run_study(cfg, args.stages)
     if result.summary:
-        from setpo.studies.short_answers_results import results_markdown
+        from setpo.studies.short_answers_results import results_markdown, write_figures
 
         print(results_markdown(result.summary), flush=True)
-    if args.figures and result.summary:
-        from setpo.studies.short_answers_results import write_figures
-
-        command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
-        write_figures(cfg, result.summary, Path(args.figures), command=command)
+        if args.figures:
+            command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
+            write_figures(cfg, result.summary, Path(args.figures), command=command)
     return 0
 
 

@@ -13,8 +13,9 @@ Per model (the base model and every trained run), over the test prompts of ``eva
 
 Per run, from ``log_history.json`` and ``probes.jsonl``: the training reward per step and its rise (mean of the
 last third of the steps minus the first third), the mean completion length per step, and the distinct right
-answers per probe prompt over training (the real-model Figure 1). A paired difference is taken seed by seed (SetPO+GRPO minus GRPO of the same seed,
-or a run minus the base model) and its mean gets a t-interval over the seeds.
+answers per probe prompt over training (the real-model Figure 1). A paired difference is taken seed by seed
+(SetPO+GRPO minus GRPO of the same seed, or a run minus the base model) and its mean gets a t-interval over the
+seeds.
 """
 
 from __future__ import annotations
@@ -56,11 +57,11 @@ def model_metrics(evaluation: Mapping) -> dict:
     passk = {k: _mean([pass_at_k(n, sum(right[i]), k) for i in one]) for k in powers_of_two(n)}
     distinct = [len({a for a, ok in zip(answers[i], right[i]) if ok}) for i in many]
     sims = [s for s in evaluation["similarity"] if s is not None]
-    after = [sum(bool(text_after_answer(t)) for t in row) / len(row) for row in evaluation["texts"]]
+    after = [sum(bool(text_after_answer(t)) for t in row) / n for row in evaluation["texts"]]
     return {"pass_at_k": passk, "pass@1": passk.get(1), "pass@max": passk.get(max(passk)) if passk else None,
             "reward": _mean([sum(r) / n for r in right]), "distinct_right": _mean(distinct),
-            "similarity": _mean(sims), "after_answer": _mean(after), "answered": _mean([sum(a is not None for a in row) / n for row in answers]),
-            "n": n, "prompts": len(tasks)}
+            "similarity": _mean(sims), "after_answer": _mean(after),
+            "answered": _mean([sum(a is not None for a in row) / n for row in answers]), "n": n, "prompts": len(tasks)}
 
 
 def training_series(run_dir: Path) -> dict:
@@ -192,15 +193,14 @@ def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
         runs = [record["runs"][label] for label, (m, _) in labels.items() if m == method]
         for panel, (x, y) in zip(panels, (("step", "reward"), ("probe_step", "probe_distinct"),
                                           ("step", "similarity"), ("step", "length"))):
-            if any(v is None for r in runs for v in r[y]):  # a TRL that does not log it, or GRPO's similarity
+            if any(v is None for r in runs for v in r[y]):  # a TRL version that does not log this quantity
                 continue
             mean, lo, hi = _band([r[y] for r in runs])
             line = {"x": runs[0][x][:len(mean)], "y": mean, "name": method, "color": run_colour(i)}
-            if not few_seeds:
-                line["band"] = (lo, hi)
-            panel["lines"].append(line)  # first, so the legend shows the mean's solid line
-            if few_seeds:
-                panel["lines"] += [{**line, "y": r[y][:len(mean)], "width": 1, "dash": "dot"} for r in runs]
+            if few_seeds:  # the mean first, so the legend shows its solid line
+                panel["lines"] += [line, *({**line, "y": r[y][:len(mean)], "width": 1, "dash": "dot"} for r in runs)]
+            else:
+                panel["lines"].append({**line, "band": (lo, hi)})
     spread = "each seed (dotted) and their mean" if few_seeds else "mean and 95% band"
     return line_grid(panels, cols=2, x_title="step",
                      title=f"SmolLM2-135M on short answers: GRPO vs SetPO+GRPO ({len(cfg.seeds)} seeds, {spread})")
