@@ -233,6 +233,13 @@ def text_after_answer(text) -> str:
     return text.lstrip().partition("\n")[2].strip()
 
 
+def answer_key(text) -> str | None:
+    """The answer the checker reads, as text ("30" for "Answer: 30."), or None when there is none: what SetPO's
+    kernel reads with ``kernel_reads="answer"`` (the answer reader ``envs.short_answers:answer_key``)."""
+    value = parse_answer(text)
+    return None if value is None else str(value)
+
+
 def score_answer(text, task: TaskSpec) -> float:
     """1.0 when the completion's answer (``parse_answer``) is right for ``task``, else 0.0."""
     return 1.0 if task.is_right(parse_answer(text)) else 0.0
@@ -250,17 +257,8 @@ def to_trl_records(tasks: Sequence[TaskSpec]) -> list[dict]:
     return [{"prompt": task_messages(t), "task_id": t.task_id, "kind": t.kind} for t in tasks]
 
 
-def short_answer_reward(completions, task_id, **_) -> list[float]:
-    """TRL reward function: ``score_answer`` of each completion (chat messages or text) for its row's task."""
-    out = []
-    for completion, tid in zip(completions, task_id, strict=True):
-        text = completion[-1]["content"] if isinstance(completion, list) and completion else completion
-        out.append(score_answer(text, task_from_id(tid)))
-    return out
-
-
 __all__ = [
     "EXAMPLES", "KINDS", "MANY_ANSWER_KINDS", "MAX_DIGITS", "ONE_ANSWER_KINDS", "SPLITS", "SYSTEM_PROMPT",
-    "TaskSpec", "parse_answer", "right_answer", "sample_tasks", "score_answer", "short_answer_reward",
+    "TaskSpec", "answer_key", "parse_answer", "right_answer", "sample_tasks", "score_answer",
     "split_of", "task_from_id", "task_messages", "tasks_of", "to_trl_records",
 ]

@@ -235,7 +235,7 @@ TERM_STD_FLOOR = 1e-6
 def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None, lam: float = 0.05,
                      estimator: str = "grpo", eps: float = 1e-6, return_marginals: bool = False,
                      diversity: str = "setpo", base=None, lam_units: str = "absolute",
-                     small_groups: str = "raise", without_term=None):
+                     small_groups: str = "raise", without_term=None, term_rows=None):
     """SetPO advantages Â_i = Ā_i + λ · s_i: the one place Â is assembled, for every engine (the toy trainer,
     ``setpo.trl.SetPOTrainer``, the verl estimator and SetGRPO's composition call it).
 
@@ -263,6 +263,12 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
         of the other groups are computed over those groups alone, exactly as if the small ones were absent.
     without_term: (N,) bool, rows whose s is set to 0 before anything else uses it (TRL's rows that no
         reward function could score); None: none.
+    term_rows: (N,) bool, the rows that form the diversity sets; None: every row (the paper). With it, each
+        group's term is computed over its member rows alone, Ω⁺ = {o_i ∈ Ω : term_rows_i}, as if the other
+        rows were absent: s_i = D(Ω⁺) − D(Ω⁺ ∖ {o_i}) for members of a group with |Ω⁺| >= 3, and s_i = 0 for
+        every other row (non-members, and members of a group with fewer than 3). This is how the correctness
+        gate (term_rows = reward >= τ) and rows with nothing for the kernel to read are left out
+        (``setpo.reads``). Under "raise" every group must still have the rollouts the term needs.
 
     Returns Â (N,) on emb's device (base's, when given), in the wider of float32, the rewards' and the
     embeddings' float dtype (the rewards and Ā never drop to half precision); with ``return_marginals`` the
@@ -293,9 +299,16 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
         n, device = e.shape[0], e.device
     groups = Groups.build(n, index, group_size, device=device)  # once, for s and for Ā
     lenient = small_groups == "verl" and groups.min_size < 3
+    members = None
+    if term_rows is not None:
+        members = as_tensor(term_rows, name="term_rows", dtype=torch.bool, device=device)
+        if members.shape != (n,):
+            raise ValueError(f"term_rows has shape {tuple(members.shape)}; expected ({n},)")
+        if small_groups == "raise" and e is not None:
+            groups.require_min_size(3, "the diversity term")
     s = None
     if e is not None and base is None:  # s first: its errors (bad embeddings) come before the rewards'
-        s = _lenient_term(term, e, groups) if lenient else term(e, groups)
+        s = _term_over(term, e, groups, members) if lenient or members is not None else term(e, groups)
         device = e.device if s is None else s.device
     if base is None:
         r = as_tensor(rewards, name="rewards", device=device)
@@ -310,7 +323,7 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
         check_finite(bar, "base")
         dtype = bar.dtype
         if e is not None:
-            s = _lenient_term(term, e, groups) if lenient else term(e, groups)
+            s = _term_over(term, e, groups, members) if lenient or members is not None else term(e, groups)
     if s is None:
         s = torch.zeros_like(bar)
     if without_term is not None:
@@ -365,13 +378,22 @@ def _lenient_base(r: torch.Tensor, groups: Groups, estimator: str, eps: float) -
     return out
 
 
-def _lenient_term(term, e: torch.Tensor, groups: Groups) -> torch.Tensor | None:
-    """s under ``small_groups="verl"``: the term over the groups of >= 3 alone, 0 for the others; None when no
-    group has 3 rollouts (s is then 0 in Ā's dtype)."""
-    big = (groups.sizes >= 3)[groups.group_id]
+def _term_over(term, e: torch.Tensor, groups: Groups, members: torch.Tensor | None) -> torch.Tensor | None:
+    """s over each group's member rows alone (``members`` (N,) bool; None: every row), 0 for non-members and
+    for the members of groups with fewer than 3 of them (leave-one-out needs three); None when no group has
+    3 members (s is then 0 in Ā's dtype). Groups left whole are computed exactly as ``term(e, groups)``."""
+    if members is None or bool(members.all()):
+        if groups.min_size >= 3:
+            return term(e, groups)
+        counts, members = groups.sizes, torch.ones(groups.num_rows, dtype=torch.bool, device=groups.device)
+    else:
+        counts = torch.zeros(groups.num_groups, dtype=torch.long, device=members.device)
+        counts.index_add_(0, groups.group_id.to(members.device)[members],
+                          torch.ones(int(members.sum()), dtype=torch.long, device=members.device))
+    big = members & (counts >= 3).to(members.device)[groups.group_id.to(members.device)]
     if not bool(big.any()):
         return None
-    s_big = term(e[big], _subgroups(groups, big))
+    s_big = term(e[big.to(e.device)], _subgroups(groups, big.to(groups.device)))
     s = torch.zeros(groups.num_rows, dtype=s_big.dtype, device=s_big.device)
     s[big] = s_big
     return s

@@ -23,6 +23,7 @@ a collapsing policy repeat the same response many times) and in batches, then sc
 from __future__ import annotations
 
 import hashlib
+import importlib
 import math
 import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -358,27 +359,54 @@ class SolutionKeyEmbedder:
         prompts = _check_texts(prompts)
         if len(prompts) != len(texts):
             raise ValueError(f"got {len(texts)} texts but {len(prompts)} prompts; give one prompt per text")
-        if torch.distributed.is_available() and torch.distributed.is_initialized() \
-                and torch.distributed.get_world_size() > 1:
-            raise ValueError("SolutionKeyEmbedder is exact within one call only: with torch.distributed world size "
-                             f"{torch.distributed.get_world_size()} the processes' one-hot columns would not line "
-                             "up; run the perfect-kernel diagnostic on one process")
-        column: dict[Hashable, int] = {}
-        rows = []
-        for i, (p, t) in enumerate(zip(prompts, texts)):
-            k = self.key(p, t)
-            try:
-                rows.append(column.setdefault(k, len(column)))
-            except TypeError:
-                raise ValueError(f"key returned an unhashable {type(k).__name__} for row {i} ({k!r:.60}); "
-                                 f"keys must be hashable") from None
-        out = torch.zeros(len(texts), max(len(column), 1))
-        if rows:
-            out[torch.arange(len(rows)), torch.tensor(rows)] = 1.0
-        return out
+        _refuse_distributed("SolutionKeyEmbedder")
+        return one_hot_keys([self.key(p, t) for p, t in zip(prompts, texts)])
 
     def __repr__(self) -> str:
         return f"SolutionKeyEmbedder({getattr(self.key, '__name__', self.key)!r})"
+
+
+def _refuse_distributed(name: str) -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1:
+        raise ValueError(f"{name} is exact within one call only: with torch.distributed world size "
+                         f"{torch.distributed.get_world_size()} the processes' one-hot columns would not line up; "
+                         f"run it on one process")
+
+
+def one_hot_keys(keys: Sequence[Hashable]) -> torch.Tensor:
+    """(N, d) float32 one-hot rows over the d distinct keys (columns in first-seen order): the cosine of two
+    rows is exactly 1 for equal keys and exactly 0 otherwise. An unhashable key is a ValueError naming its row."""
+    column: dict[Hashable, int] = {}
+    rows = []
+    for i, k in enumerate(keys):
+        try:
+            rows.append(column.setdefault(k, len(column)))
+        except TypeError:
+            raise ValueError(f"key returned an unhashable {type(k).__name__} for row {i} ({k!r:.60}); "
+                             f"keys must be hashable") from None
+    out = torch.zeros(len(rows), max(len(column), 1))
+    if rows:
+        out[torch.arange(len(rows)), torch.tensor(rows)] = 1.0
+    return out
+
+
+class TextKeyEmbedder:
+    """The answer-key kernel: k(o_i, o_j) = 1 when the two texts are equal (after stripping whitespace), else 0.
+
+    Given what the reward reads (``kernel_reads="answer"``: the parsed answer), two rollouts are alike exactly
+    when they give the same answer, so SetPO's marginal credits a rollout for an answer its group repeats less
+    (outcome-based exploration's batch bonus, Song et al., arXiv 2509.06941, in SetPO's form). Loaded by the
+    spec "key". One-hot rows as ``SolutionKeyEmbedder`` makes them, exact within one call (refused under
+    torch.distributed with world size > 1); no prompts needed.
+    """
+
+    def __call__(self, texts: Sequence[str]) -> torch.Tensor:
+        _refuse_distributed("TextKeyEmbedder")
+        return one_hot_keys([t.strip() for t in _check_texts(texts)])
+
+    def __repr__(self) -> str:
+        return "TextKeyEmbedder()"
 
 
 class CenteredEmbedder(DedupEmbedder):
@@ -421,9 +449,33 @@ class CenteredEmbedder(DedupEmbedder):
 DEFAULT_NAMES = ("default", "minilm", "all-MiniLM-L6-v2")
 
 
+def resolve_reader(spec) -> Callable[[str], str | None] | None:
+    """An answer reader from a config value: None, a callable, or "package.module:function" (imported, so that
+    a Hydra override or a saved config can name one); anything else is a ValueError saying what is expected."""
+    if spec is None or callable(spec):
+        return spec
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise ValueError(f"an answer reader is a callable text -> str | None or 'package.module:function', "
+                         f"got {spec!r:.80}")
+    module_name, name = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"answer reader {spec!r}: cannot import module {module_name!r} ({err})") from None
+    reader = getattr(module, name, None)
+    if not callable(reader):
+        raise ValueError(f"answer reader {spec!r}: module {module_name!r} has no function {name!r}")
+    return reader
+
+
+#: ``load_embedder("key")``: the answer-key kernel (``TextKeyEmbedder``).
+KEY_NAME = "key"
+
+
 def is_named_embedder(spec: str) -> bool:
-    """True for the specs ``load_embedder`` resolves by name (no local path needed): the default model, hash."""
-    return spec in DEFAULT_NAMES or spec == "hash" or spec.startswith("hash:")
+    """True for the specs ``load_embedder`` resolves by name (no local path needed): the default model, hash,
+    key."""
+    return spec in DEFAULT_NAMES or spec == KEY_NAME or spec == "hash" or spec.startswith("hash:")
 
 
 def load_embedder(spec: str | Embedder | None = "default", device: str | None = "cpu",
@@ -432,7 +484,8 @@ def load_embedder(spec: str | Embedder | None = "default", device: str | None = 
 
     spec: an embedder object (returned as is); "default" or "minilm" (all-MiniLM-L6-v2 from the installed
         package); "hash" or "hash:<dim>" (``HashedNgramEmbedder``); anything else is a local path to a
-        sentence-transformers model (e.g. a Qwen3-Embedding-0.6B download).
+        sentence-transformers model (e.g. a Qwen3-Embedding-0.6B download); "key" (``TextKeyEmbedder``: equal
+        texts at cosine 1, others 0, the answer-key kernel with ``kernel_reads="answer"``).
     max_seq_length: truncate inputs of a sentence-transformers model to this many tokens (None: its own limit);
         at least ``MIN_SEQ_LENGTH``. device: see ``check_device`` (a GPU that is not there is a ValueError).
     """
@@ -446,6 +499,8 @@ def load_embedder(spec: str | Embedder | None = "default", device: str | None = 
     max_seq_length = check_max_seq_length(max_seq_length)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     device = check_device(device)  # checked for every spec: a wrong device is a mistake even where unused
+    if spec == KEY_NAME:
+        return TextKeyEmbedder()
     if spec == "hash" or spec.startswith("hash:"):
         has_dim, dim = spec.startswith("hash:"), spec.partition(":")[2]
         if has_dim and not (dim.isascii() and dim.isdigit()):

@@ -2,9 +2,10 @@
 
 import pytest
 
-from envs.short_answers import (EXAMPLES, KINDS, MAX_DIGITS, SPLITS, parse_answer, right_answer, sample_tasks,
-                                score_answer, short_answer_reward, split_of, task_from_id, task_messages, tasks_of,
+from envs.short_answers import (EXAMPLES, KINDS, MAX_DIGITS, SPLITS, answer_key, parse_answer, right_answer,
+                                sample_tasks, score_answer, split_of, task_from_id, task_messages, tasks_of,
                                 text_after_answer, to_trl_records)
+from setpo.trl.rewards import short_answer_reward
 from setpo.studies.short_answers import BaseTableConfig, kind_row, mixed_share
 
 
@@ -66,8 +67,19 @@ def test_score_and_reward_function():
     assert rows[0]["prompt"] == task_messages(task) and rows[0]["prompt"][-1]["content"] == task.question
     completions = [[{"role": "assistant", "content": "Answer: 11"}], "Answer: 2"]
     assert short_answer_reward(completions, task_id=[r["task_id"] for r in rows]) == [1.0, 1.0]
+    # a chat content given as text blocks is read as the package's other rewards read it (it once scored 0)
+    blocks = [[{"role": "assistant", "content": [{"type": "text", "text": "Answer: 11"}]}]]
+    assert short_answer_reward(blocks, task_id=[rows[0]["task_id"]]) == [1.0]
+    with pytest.raises(ValueError, match="task_id"):
+        short_answer_reward(["Answer: 1"])
     with pytest.raises(ValueError):
         short_answer_reward(["Answer: 1"], task_id=["between:1:1"])
+
+
+@pytest.mark.parametrize("text, key", [("Answer: 30", "30"), ("answer: 030.\nmore", "30"), ("Answer: -4", "-4"),
+                                       ("30", None), ("", None), (None, None)])
+def test_answer_key_is_the_parsed_answer_as_text(text, key):
+    assert answer_key(text) == key
 
 
 def test_sample_tasks_is_reproducible_and_bounded():

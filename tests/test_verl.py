@@ -14,8 +14,9 @@ from verl.trainer.ppo.ray_trainer import compute_advantage as verl_compute_advan
 
 import setpo
 import setpo.verl as sv
-from setpo.embed import HashedNgramEmbedder
+from setpo.embed import HashedNgramEmbedder, TextKeyEmbedder
 from setpo.presets import PRESETS
+from setpo.reads import unread_text
 from setpo.verl.estimator import session_layout
 from setpo.verl.trainer import session_texts
 
@@ -520,3 +521,74 @@ def test_session_texts_join_a_sessions_outputs_in_index_order():
     assert session_texts(keys, ["second", "solo", "first", "b"]) == ["first\nsecond", "solo", "first\nsecond", "b"]
     with pytest.raises(ValueError, match="session key"):
         session_layout(["no-index"])
+
+
+# ------------------------------------------------------------------ what the kernel reads, the gate, the monitor
+
+
+def first_word(text):
+    """An answer reader for the tests: the first word, None for a blank text or one starting with 'response 0'."""
+    words = text.split()
+    return None if not words or text.startswith("response 0") else " ".join(words[:2])
+
+
+@pytest.mark.parametrize("gate", [None, 1.0])
+def test_the_kernel_reads_the_answer_and_the_gate_on_verl(gate):
+    data, rewards, _, uids, mask = _ragged_batch(seed=4)
+    texts = [f"response {i % 4} {'x' * (i % 3)}" for i in range(len(uids))]
+    del data.non_tensor_batch[sv.EMBEDDINGS_KEY]
+    data.non_tensor_batch[sv.TEXTS_KEY] = np.array(texts, dtype=object)
+    cfg = _algo_config(0.4, embedding_model="key", embedding_device="cpu", kernel_reads="answer",
+                       answer_reader="test_verl:first_word", gate_reward=gate)
+    out = sv.compute_advantage(data, config=cfg)
+    rows = torch.tensor([first_word(t) is not None for t in texts])
+    if gate is not None:
+        rows &= rewards >= gate
+    assert 0 < int(rows.sum()) < len(texts)
+    expected = setpo.setpo_advantages(rewards, TextKeyEmbedder()([first_word(t) or "" for t in texts]), uids,
+                                      lam=0.4, term_rows=rows)
+    torch.testing.assert_close(out.batch["advantages"], expected[:, None] * mask)
+    # rows outside the sets get Ā alone
+    grpo = setpo.setpo_advantages(rewards, None, uids, lam=0.0)
+    torch.testing.assert_close(out.batch["advantages"][~rows].sum(-1), (grpo[:, None] * mask)[~rows].sum(-1))
+
+
+def test_verl_settings_for_the_reader_are_checked():
+    with pytest.raises(ValueError, match="kernel_reads='answer' needs an answer reader"):
+        sv.SetPOVerlSettings(lam=0.1, kernel_reads="answer")
+    with pytest.raises(ValueError, match="algorithm.setpo.answer_reader: .*cannot import"):
+        sv.SetPOVerlSettings(lam=0.1, answer_reader="no_such_module_y:f")
+    with pytest.raises(ValueError, match="gate_reward"):
+        sv.SetPOVerlSettings(lam=0.1, gate_reward="high")
+
+
+def test_trainer_hook_reads_answers_and_logs_the_monitor(monkeypatch):
+    rng = np.random.default_rng(6)
+    sizes, length = (4, 4, 4), 6
+    uids = np.repeat([f"u{i}" for i in range(len(sizes))], sizes)
+    store, keys = {}, []
+    for i, u in enumerate(uids):
+        n_tok = int(rng.integers(2, length + 1))
+        tr = torch.zeros(length)
+        tr[n_tok - 1] = 1.0
+        key = f"{u}_{i}_0"
+        keys.append(key)
+        store[key] = {"uid": str(u), "responses": [int(t) for t in rng.integers(1, 4, size=n_tok)],
+                      "token_level_rewards": tr, "response_mask": (torch.arange(length) < n_tok).float()}
+    monkeypatch.setitem(sys.modules, "transfer_queue", _fake_transfer_queue(store))
+    config = OmegaConf.create({"algorithm": {"adv_estimator": "setpo", "setpo": {
+        "lam": 0.3, "embedding_model": "key", "embedding_device": "cpu", "kernel_reads": "answer",
+        "answer_reader": "test_verl:first_word"}}})
+    trainer = sv.setpo_trainer_class(_FakeVerlTrainer)(store, config)
+    metrics = {}
+    trainer._compute_advantage(types.SimpleNamespace(keys=keys, partition_id="train"), metrics)
+    texts = _FakeTokenizer().batch_decode(_FakeNested([store[k]["responses"] for k in keys]).to_padded_tensor(0))
+    answers = [first_word(t) for t in texts]
+    rewards = torch.stack([store[k]["token_level_rewards"].sum() for k in keys])
+    mask = torch.stack([store[k]["response_mask"] for k in keys])
+    expected = setpo.setpo_advantages(rewards, TextKeyEmbedder()([a or "" for a in answers]), uids, lam=0.3)
+    torch.testing.assert_close(trainer.result.batch["advantages"], expected[:, None] * mask)
+    assert {"setpo/s_length_corr", "setpo/unread_fraction", "setpo/s_unread_gap"} <= set(metrics)
+    unread = [bool(unread_text(t, a)) for t, a in zip(texts, answers)]
+    assert 0 < sum(unread) < len(unread)
+    assert metrics["setpo/unread_fraction"] == pytest.approx(np.mean(unread))

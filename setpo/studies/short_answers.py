@@ -59,12 +59,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer, sample_tasks, short_answer_reward,
+from envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer, sample_tasks,
                                 task_messages, to_trl_records)
 from setpo.repro.records import read_json, write_json
 from setpo.studies.short_answers_config import PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, ShortAnswerStudyConfig
 from setpo.studies.stages import (Progress, StudyResult, check_restored, chosen_stages, claim_folder, has_model,
                                   heartbeat, print_flushed, restore_model, run_records, stage_done)
+from setpo.trl.rewards import short_answer_reward
+
 
 def mixed_share(n: int, right: int, g: int) -> float:
     """Probability that g of n samples drawn without replacement, ``right`` of them right, are not all alike."""

@@ -11,6 +11,8 @@ from trl import GRPOConfig
 from setpo.advantages import check_estimator
 from setpo.diversity import DIVERSITY_TERMS
 from setpo.presets import LAMBDA_UNITS, PRESETS, AlgorithmPreset
+from setpo.embed import resolve_reader
+from setpo.reads import KERNEL_READS
 
 #: ``setpo_reward_adjustment`` values: "none", or "dra" (DRA-GRPO's r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j))).
 REWARD_ADJUSTMENTS = ("none", "dra")
@@ -82,6 +84,20 @@ class SetPOConfig(GRPOConfig):
         (and keeps one setting). It pays when a micro-batch holds several rollouts of a prompt: TRL shuffles the
         generation batch before splitting it, so use one micro-batch per generation batch where memory allows.
         Needs ``gradient_checkpointing=False``: checkpointed layers keep no cache to share.
+    setpo_kernel_reads: what the diversity kernel embeds (``setpo.reads``): "completion" (the paper: the whole
+        completion) or "answer": the text the answer reader returns for each completion (the part the reward
+        checks). A row whose reader gives None or blank is left out of its group's set and gets s = 0. With a
+        reward that reads only an answer, "completion" lets the policy earn the term with text the reward never
+        reads (docs/studies/short_answers.md); "answer" with the embedder "key" is the answer-key kernel.
+    setpo_answer_reader: "package.module:function", a function completion text -> the part the reward reads (or
+        None); ``SetPOTrainer(answer_reader=...)`` takes a callable instead. Needed by kernel_reads="answer";
+        with "completion" it feeds the exploit monitor's share of completions with unread text.
+    setpo_gate_reward: None (the paper: every rollout) or τ: only rollouts whose total weighted reward is >= τ
+        form the diversity sets and receive λ·s (the correctness gate; s⁺_i = D(Ω⁺) − D(Ω⁺ ∖ {o_i}) over
+        Ω⁺ = {o_i : r_i >= τ}, 0 when |Ω⁺| < 3 and for the other rows).
+    setpo_monitor: log ``setpo/s_length_corr`` (and, with a reader, ``setpo/unread_fraction`` and
+        ``setpo/s_unread_gap``) each generation batch, and warn once (``setpo.reads.SetPOExploitWarning``) when
+        the term is being paid in length or in text after the answer (``setpo.reads.ExploitMonitor``).
     """
 
     learning_rate: float = field(default=_GRPO["learning_rate"], metadata={"help": "AdamW learning rate."})
@@ -108,6 +124,14 @@ class SetPOConfig(GRPOConfig):
         default=True, metadata={"help": "Without vLLM, share each prompt's forward pass across its G rollouts."})
     setpo_share_prompt_pass: bool = field(default=False,
                                           metadata={"help": "One forward pass per distinct prompt in the loss."})
+    setpo_kernel_reads: str = field(default="completion",
+                                    metadata={"help": "What the kernel embeds: 'completion' or 'answer'."})
+    setpo_answer_reader: str | None = field(
+        default=None, metadata={"help": "'package.module:function' completion text -> the part the reward reads."})
+    setpo_gate_reward: float | None = field(
+        default=None, metadata={"help": "Only rollouts with total reward >= this form the sets and get λ·s."})
+    setpo_monitor: bool = field(default=True,
+                                metadata={"help": "Log and warn when the term is paid in length or unread text."})
 
     def __post_init__(self):
         super().__post_init__()
@@ -131,6 +155,14 @@ class SetPOConfig(GRPOConfig):
             # a checkpointed decoder layer drops the key/value cache the shared prompt pass hands on
             raise ValueError("setpo_share_prompt_pass needs gradient_checkpointing=False (TRL's default is True): "
                              "checkpointed layers return no key/value cache to share")
+        if self.setpo_kernel_reads not in KERNEL_READS:
+            raise ValueError(f"setpo_kernel_reads must be one of {KERNEL_READS}, got {self.setpo_kernel_reads!r}")
+        if self.setpo_answer_reader is not None:
+            resolve_reader(self.setpo_answer_reader)  # importable now, not at the first generation batch
+        if self.setpo_gate_reward is not None and (isinstance(self.setpo_gate_reward, bool) or not isinstance(
+                self.setpo_gate_reward, (int, float)) or not math.isfinite(self.setpo_gate_reward)):
+            raise ValueError(f"setpo_gate_reward must be None or a finite number (the reward a rollout needs to "
+                             f"enter the diversity sets), got {self.setpo_gate_reward!r}")
         self._check_estimator()
 
     def _check_estimator(self) -> None:

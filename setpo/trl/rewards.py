@@ -12,6 +12,8 @@ from typing import Any
 
 from envs.countdown import score_answer
 from envs.math import math_reward
+from envs.short_answers import score_answer as score_short_answer
+from envs.short_answers import task_from_id
 from setpo.completions import completion_text
 
 
@@ -46,3 +48,12 @@ def math_reward_func(completions: Sequence[Any], answer: Sequence[str] = None, *
     _need_columns("math_reward_func", {"answer": answer}, columns)
     _same_lengths(completions=completions, answer=answer)
     return [math_reward(completion_text(c), a) for c, a in zip(completions, answer)]
+
+
+def short_answer_reward(completions: Sequence[Any], task_id: Sequence[str] = None, **columns: Any) -> list[float]:
+    """``envs.short_answers.score_answer`` over a batch (1.0 for a right ``Answer: N`` line, else 0.0);
+    ``task_id`` is the dataset column ``envs.short_answers.to_trl_records`` writes. A chat completion is read
+    like every other reward's (``completion_text``: all messages, text blocks included)."""
+    _need_columns("short_answer_reward", {"task_id": task_id}, columns)
+    _same_lengths(completions=completions, task_id=task_id)
+    return [score_short_answer(completion_text(c), task_from_id(t)) for c, t in zip(completions, task_id)]

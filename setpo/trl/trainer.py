@@ -65,9 +65,10 @@ from trl.trainer.utils import nanstd
 from setpo.advantages import base_advantages, flat_groups, setpo_advantages, term_in_lambda_units
 from setpo.completions import completion_text
 from setpo.diversity import dra_rewards
-from setpo.embed import Embedder, load_embedder
+from setpo.embed import Embedder, load_embedder, resolve_reader
 from setpo.groups import Groups
 from setpo.metrics import mean_pairwise_similarity
+from setpo.reads import ExploitMonitor, check_kernel_reads, kernel_texts
 from setpo.trl.config import SetPOConfig, estimator_group_minimum
 from setpo.trl.rollouts import completion_lists, prompt_runs, shared_prompt_generate
 from setpo.trl.shared_prefix import SharedPrefixModel
@@ -150,6 +151,11 @@ class SetPOTrainer(GRPOTrainer):
         the prompts' texts.
     solution_key: text -> hashable key or None, identifying a response's solution for the
         ``setpo/distinct_correct`` metric (e.g. the canonical form of a Countdown expression).
+    answer_reader: completion text -> the part the reward reads, or None (``setpo.reads``); takes precedence
+        over ``args.setpo_answer_reader``. What the kernel reads (``setpo_kernel_reads``), the correctness gate
+        (``setpo_gate_reward``) and the exploit monitor (``setpo_monitor``) are described in ``SetPOConfig``:
+        rows with nothing to read or below the gate are left out of the diversity sets (``term_rows`` of
+        ``setpo_advantages``) and get s = 0.
 
     Baselines, by config (``SetPOConfig``):
 
@@ -179,10 +185,15 @@ class SetPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, embedder: Embedder | None = None,
-                 solution_key: Callable[[str], Hashable | None] | None = None, **kwargs):
+                 solution_key: Callable[[str], Hashable | None] | None = None,
+                 answer_reader: Callable[[str], str | None] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, SetPOConfig):
             raise ValueError(f"SetPOTrainer needs a SetPOConfig (or subclass) as args, got {type(self.args).__name__}")
+        self.answer_reader = resolve_reader(answer_reader if answer_reader is not None
+                                            else self.args.setpo_answer_reader)
+        check_kernel_reads(self.args.setpo_kernel_reads, self.answer_reader, "SetPOConfig.setpo_")
+        self.exploit_monitor = ExploitMonitor()
         self._embedder = embedder
         self.solution_key = solution_key or _default_solution_key
         self._setpo_stash: dict[str, Any] | None = None
@@ -213,16 +224,22 @@ class SetPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         return mode, (self.num_generations if mode == "train" else self.num_generations_eval)
 
-    def _embed(self, completions, prompts) -> tuple[torch.Tensor, list[str]]:
-        """``gather_embeddings``, timed as "embedding"."""
+    def _embed(self, completions, prompts) -> dict[str, Any]:
+        """``gather_embeddings`` of what the kernel reads (``setpo_kernel_reads``), timed as "embedding".
+
+        Returns {"emb": (N_all, d) gathered, "texts": local completion texts, "answers": local reader answers
+        or None, "readable": (N_all,) bool gathered, whether a row had anything for the kernel to read}."""
         t0 = time.perf_counter()
-        out = gather_embeddings(self.accelerator, self.embedder, completions, prompts)
+        texts = [completion_text(c) for c in completions]
+        read, readable, answers = kernel_texts(texts, self.args.setpo_kernel_reads, self.answer_reader)
+        emb, _ = gather_embeddings(self.accelerator, self.embedder, read, prompts)
+        readable = self.accelerator.gather(torch.tensor(readable, device=self.accelerator.device))
         _synchronize(self.accelerator.device)
         dt = time.perf_counter() - t0
         self._clock["embedding"] += dt
         if self.model.training:
             self.setpo_seconds["embedding"] += dt
-        return out
+        return {"emb": emb, "texts": texts, "answers": answers, "readable": readable}
 
     def training_step(self, model, inputs, num_items_in_batch):
         t0, nested0 = time.perf_counter(), self._clock["generation"] + self._clock["embedding"]
@@ -260,14 +277,17 @@ class SetPOTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        stash = {"completions": completions, "rewards_per_func": rewards_per_func, "emb": None, "texts": None}
+        stash = {"completions": completions, "rewards_per_func": rewards_per_func, "emb": None, "texts": None,
+                 "answers": None, "readable": None,
+                 "lengths": self.accelerator.gather(torch.tensor([len(ids) for ids in completion_ids_list],
+                                                                 device=self.accelerator.device))}
         mode, group_size = self._group_size()
         # SetPO's term needs groups of >= 3, DRA's rescaling >= 2; embed once, here, for both
         needs_emb = (self.args.setpo_lambda != 0 or self.args.setpo_log_diversity) and group_size >= 3
         if self.setpo_dra and group_size >= 2:
             needs_emb = True
         if needs_emb:
-            stash["emb"], stash["texts"] = self._embed(completions, prompts)
+            stash.update(self._embed(completions, prompts))
         if self.setpo_dra and group_size >= 2:
             # r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j)) (DRA-GRPO, arXiv 2505.09655): the factor is dra_rewards of ones
             e = stash["emb"]
@@ -316,7 +336,8 @@ class SetPOTrainer(GRPOTrainer):
         total_used = (stash["rewards_used"] * weights).nansum(dim=1)  # what TRL normalised: r̃ under DRA
         if self.setpo_dra:
             self._restore_logged_rewards(rewards_per_func, unscorable, mode)
-        adv = self._setpo_advantages(output["advantages"], stash["emb"], total_used, unscorable, group_size)
+        adv = self._setpo_advantages(output["advantages"], stash["emb"], total_used, unscorable, group_size,
+                                     self._term_rows(stash["readable"], total))
         output["advantages"] = adv["local"]
         if adv["changed"]:
             self._replace_logged_advantages(adv["all"].cpu())
@@ -326,14 +347,26 @@ class SetPOTrainer(GRPOTrainer):
             self._dra_metrics(stash, mode)
         return output
 
+    def _term_rows(self, readable: torch.Tensor | None, total: torch.Tensor) -> torch.Tensor | None:
+        """(N_all,) bool, the rows that form the diversity sets: those with text for the kernel to read and, with
+        ``setpo_gate_reward`` τ, a total (original, weighted) reward >= τ; None when that is every row."""
+        if readable is None:
+            return None
+        rows = readable.to(total.device)
+        if self.args.setpo_gate_reward is not None:
+            rows = rows & (total >= self.args.setpo_gate_reward)
+        return None if bool(rows.all()) else rows
+
     def _setpo_advantages(self, trl_advantages: torch.Tensor, emb: torch.Tensor | None, total_used: torch.Tensor,
-                          unscorable: torch.Tensor, group_size: int) -> dict[str, Any]:
+                          unscorable: torch.Tensor, group_size: int, term_rows: torch.Tensor | None = None
+                          ) -> dict[str, Any]:
         """Â of this generation batch: ``setpo.setpo_advantages`` with Ā = TRL's own normalised advantages (or
         the ``setpo_estimator``'s, replacing them), gathered from every process, and λ·s added.
 
         trl_advantages: (n_local,) TRL's advantages of this process's rows; emb: (N_all, d) gathered, or None;
         total_used, unscorable: (N_all,) the total reward TRL normalised and the rows no reward function scored
-        (they get s = 0, as TRL gives them no advantage). Returns {"local": (n_local,) Â of this process,
+        (they get s = 0, as TRL gives them no advantage); term_rows: (N_all,) bool, the rows that form the
+        diversity sets (``_term_rows``; None: all). Returns {"local": (n_local,) Â of this process,
         "all": (N_all,) Â, "base": (N_all,) Ā, "s": (N_all,) the raw term or None when there is none (no
         embeddings, or groups < 3), "local_rows": this process's slice, "changed": whether Â differs from
         what TRL logged}. With no term and no replacing estimator this is TRL's tensor itself; elementwise
@@ -355,8 +388,9 @@ class SetPOTrainer(GRPOTrainer):
         lam = self.args.setpo_lambda
         adv_all, s = setpo_advantages(None, emb, group_size=group_size, base=base, lam=lam,
                                       diversity=self.args.setpo_diversity, lam_units=self.args.setpo_lambda_units,
-                                      without_term=unscorable, return_marginals=True)
-        out.update(all=adv_all, base=base, s=s, changed=out["changed"] or lam != 0)
+                                      without_term=unscorable, term_rows=term_rows, return_marginals=True)
+        out.update(all=adv_all, base=base, s=s, changed=out["changed"] or lam != 0,
+                   in_sets=torch.ones_like(s, dtype=torch.bool) if term_rows is None else term_rows.to(s.device))
         if lam != 0:
             out["local"] = adv_all[local]
         return out
@@ -386,8 +420,16 @@ class SetPOTrainer(GRPOTrainer):
         # the whole signal
         flat = flat_groups(total_used.double(), group_size=group_size)
         m["setpo/flat_group_fraction"].append(float(flat.double().mean()))
+        if self.args.setpo_monitor:
+            answers = None if stash["answers"] is None else gather_object(stash["answers"])
+            watched = self.exploit_monitor.observe(
+                s, stash["lengths"].tolist(), adv["in_sets"].tolist(), answers, all_texts,
+                lam=lam if mode == "train" else 0.0, kernel_reads=self.args.setpo_kernel_reads)
+            for name, value in watched.items():
+                m[name].append(value)
         self.last_setpo_batch = {"texts": all_texts, "rewards": total.cpu(), "s": s.cpu(),
-                                 "emb": emb.float().cpu(), "group_size": group_size, "mode": mode}
+                                 "emb": emb.float().cpu(), "group_size": group_size, "mode": mode,
+                                 "in_sets": adv["in_sets"].cpu()}
         if self.setpo_dra:
             self._dra_metrics(stash, mode)
             self.last_setpo_batch.update(rewards_adjusted=total_used.cpu(), dra_scale=stash["dra_scale"].cpu())

@@ -35,6 +35,7 @@ from verl.trainer.ppo import core_algos
 
 from setpo.advantages import check_estimator, setpo_advantages
 from setpo.groups import Groups, as_tensor, check_finite
+from setpo.reads import check_kernel_reads, kernel_texts
 
 ESTIMATOR_NAME = "setpo"
 #: data.non_tensor_batch keys read by ``compute_advantage``.
@@ -55,6 +56,13 @@ class SetPOVerlSettings:
     embedding_device: "auto" (cuda when the trainer process sees a GPU, else cpu), "cpu", "cuda", "cuda:1"...
     embedding_batch_size: texts per embedder forward pass.
     embedding_max_length: truncate responses to this many embedder tokens (None: the model's limit).
+    kernel_reads: what the kernel embeds (``setpo.reads``): "completion" (the paper) or "answer", the text
+        ``answer_reader`` returns for each response; a response with nothing to read gets s = 0 and is left
+        out of its group's set. With ``embedding_model: key`` this is the answer-key kernel.
+    answer_reader: "package.module:function", completion text -> the part the reward reads (or None); needed
+        by kernel_reads "answer", and with "completion" it feeds the exploit monitor's unread-text share.
+    gate_reward: None (every response) or τ: only responses whose outcome reward is >= τ form the sets and
+        receive λ·s (the correctness gate, ``setpo.reads``).
     """
 
     lam: float
@@ -63,6 +71,9 @@ class SetPOVerlSettings:
     embedding_device: str = "auto"
     embedding_batch_size: int = 64
     embedding_max_length: int | None = None
+    kernel_reads: str = "completion"
+    answer_reader: str | None = None
+    gate_reward: float | None = None
 
     def __post_init__(self):
         if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam) \
@@ -79,6 +90,19 @@ class SetPOVerlSettings:
         if isinstance(self.embedding_batch_size, bool) or not isinstance(self.embedding_batch_size, int) \
                 or self.embedding_batch_size < 1:
             raise ValueError(f"algorithm.setpo.embedding_batch_size must be >= 1, got {self.embedding_batch_size}")
+        check_kernel_reads(self.kernel_reads, self.reader(), "algorithm.setpo.")
+        if self.gate_reward is not None and (isinstance(self.gate_reward, bool) or not isinstance(
+                self.gate_reward, (int, float)) or not math.isfinite(self.gate_reward)):
+            raise ValueError(f"algorithm.setpo.gate_reward must be null or a finite number, got {self.gate_reward!r}")
+
+    def reader(self):
+        """The answer reader ``answer_reader`` names, imported (None when there is none)."""
+        from setpo.embed import resolve_reader
+
+        try:
+            return resolve_reader(self.answer_reader)
+        except ValueError as err:
+            raise ValueError(f"algorithm.setpo.answer_reader: {err}") from None
 
     @classmethod
     def from_algorithm_config(cls, config: Any) -> "SetPOVerlSettings":
@@ -110,7 +134,9 @@ class _BatchEmbeddings:
     uids: list[str] | None                  # (N,) the group ids the rows were embedded under, if known
     session_keys: list[str] | None = None   # (N,) verl v1 keys {uid}_{session_id}_{index}, if known
     norm_adv_by_std_in_grpo: bool | None = None  # overrides the config's flag (the wrapper's argument)
+    readable: torch.Tensor | None = None    # (N,) bool: rows with text for the kernel (None: every row)
     stats: dict[str, float] = field(default_factory=dict)  # filled by the estimator, for logging
+    rows: dict[str, Any] = field(default_factory=dict)     # filled by the estimator: s, lengths, in_sets (N,)
 
 
 _CURRENT: contextvars.ContextVar[_BatchEmbeddings | None] = contextvars.ContextVar("setpo_batch", default=None)
@@ -121,7 +147,8 @@ VERL_GRPO_EPS = 1e-6
 
 @contextlib.contextmanager
 def batch_embeddings(emb, uids: Sequence | None = None, *, session_keys: Sequence[str] | None = None,
-                     norm_adv_by_std_in_grpo: bool | None = None) -> Iterator[_BatchEmbeddings]:
+                     norm_adv_by_std_in_grpo: bool | None = None, readable: Sequence[bool] | None = None
+                     ) -> Iterator[_BatchEmbeddings]:
     """Make (N, d) response embeddings visible to the ``"setpo"`` estimator for the enclosed call(s).
 
     emb: (N, d), or None when λ = 0 (no diversity term, so no embeddings are needed).
@@ -130,7 +157,10 @@ def batch_embeddings(emb, uids: Sequence | None = None, *, session_keys: Sequenc
     session_keys: verl v1's row keys ``{uid}_{session_id}_{index}``; with them only each session's final
     output enters the group statistics, as in verl's GRPO (see the module docstring).
     norm_adv_by_std_in_grpo: overrides ``algorithm.norm_adv_by_std_in_grpo`` when not None.
-    Yields the record whose ``stats`` the estimator fills (s mean/std, |λs|/|Ā|).
+    readable: (N,) bool, the rows that had text for the kernel to read (``setpo.reads.kernel_texts``); the
+    others are left out of the diversity sets. None: every row.
+    Yields the record whose ``stats`` the estimator fills (s mean/std, |λs|/|Ā|), and whose ``rows`` it fills
+    with s, the response lengths and the rows in the sets, (N,) each, for the exploit monitor.
     """
     e = None
     if emb is not None:
@@ -141,8 +171,9 @@ def batch_embeddings(emb, uids: Sequence | None = None, *, session_keys: Sequenc
         raise ValueError(f"norm_adv_by_std_in_grpo must be True or False, got {norm_adv_by_std_in_grpo!r}")
     record = _BatchEmbeddings(e, None if uids is None else [str(u) for u in uids],
                               None if session_keys is None else [str(k) for k in session_keys],
-                              None if norm_adv_by_std_in_grpo is None else bool(norm_adv_by_std_in_grpo))
-    for name, rows in (("uids", record.uids), ("session_keys", record.session_keys)):
+                              None if norm_adv_by_std_in_grpo is None else bool(norm_adv_by_std_in_grpo),
+                              None if readable is None else as_tensor(readable, name="readable", dtype=torch.bool))
+    for name, rows in (("uids", record.uids), ("session_keys", record.session_keys), ("readable", record.readable)):
         if rows is not None and e is not None and len(rows) != e.shape[0]:
             raise ValueError(f"{len(rows)} {name} for {e.shape[0]} embedding rows")
     token = _CURRENT.set(record)
@@ -189,14 +220,15 @@ def _id_array(index) -> np.ndarray:
 
 
 def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index, *, lam: float,
-                          estimator: str = "grpo", norm_adv_by_std_in_grpo: bool = True
+                          estimator: str = "grpo", norm_adv_by_std_in_grpo: bool = True, term_rows=None
                           ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """``setpo.setpo_advantages`` with verl's GRPO conventions (module docstring; ``small_groups="verl"``):
     returns (Â, s, groups without marginal).
 
     rewards: (N,) outcome rewards; emb: (N, d), unused (may be None) when λ = 0; index: (N,) group ids.
-    norm_adv_by_std_in_grpo=False turns "grpo" into verl's Dr.GRPO ("dr_grpo"). Â and s are on the rewards'
-    device; s is in the wider of the rewards' and the embeddings' dtype, and 0 when λ = 0.
+    norm_adv_by_std_in_grpo=False turns "grpo" into verl's Dr.GRPO ("dr_grpo"). term_rows: (N,) bool, the
+    rows that form the diversity sets (``setpo_advantages``; None: all). Â and s are on the rewards' device; s is
+    in the wider of the rewards' and the embeddings' dtype, and 0 when λ = 0.
     """
     r = as_tensor(rewards, name="rewards")
     if r.ndim != 1 or r.shape[0] == 0:
@@ -207,7 +239,8 @@ def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index
         raise ValueError("lam > 0 needs the response embeddings")
     base_name = "dr_grpo" if estimator == "grpo" and not norm_adv_by_std_in_grpo else estimator
     adv, s = setpo_advantages(r, emb.to(r.device) if lam > 0 else None, ids, lam=lam, estimator=base_name,
-                              eps=VERL_GRPO_EPS, small_groups="verl", return_marginals=True)
+                              eps=VERL_GRPO_EPS, small_groups="verl", return_marginals=True,
+                              term_rows=term_rows if lam > 0 else None)
     too_small = int((Groups.build(r.shape[0], ids).sizes < 3).sum()) if lam > 0 else 0
     return adv, s.to(torch.promote_types(r.dtype, s.dtype)), too_small
 
@@ -252,22 +285,31 @@ def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_
     norm = record.norm_adv_by_std_in_grpo
     if norm is None:
         norm = bool(config.get("norm_adv_by_std_in_grpo", True)) if hasattr(config, "get") else True
+    if record.readable is not None and record.readable.shape[0] != n:
+        raise ValueError(f"{record.readable.shape[0]} readable flags for a batch of {n} responses")
     rewards = token_level_rewards.sum(dim=-1)
+    lengths = response_mask.sum(dim=-1)
     ids = _id_array(index)
     emb = record.emb
+    in_sets = torch.ones(n, dtype=torch.bool) if record.readable is None else record.readable.cpu()
     if record.session_keys is not None:  # verl v1: each session's final output stands for the session
         final_rows, back = session_layout(record.session_keys)
         pick = torch.as_tensor(final_rows, device=rewards.device)
         rewards, ids = rewards[pick], ids[final_rows]
         emb = None if emb is None else emb[torch.as_tensor(final_rows)]
+        in_sets = in_sets[torch.as_tensor(final_rows)]
+    if settings.gate_reward is not None:
+        in_sets = in_sets & (rewards >= settings.gate_reward).cpu()
     with torch.no_grad():
         adv, s, too_small = verl_setpo_advantages(rewards, emb, ids, lam=settings.lam,
-                                                  estimator=settings.estimator, norm_adv_by_std_in_grpo=norm)
+                                                  estimator=settings.estimator, norm_adv_by_std_in_grpo=norm,
+                                                  term_rows=None if bool(in_sets.all()) else in_sets)
         lam_s = settings.lam * s
         base_size = float((adv - lam_s).abs().mean())  # mean |Ā|; 0 when every group is flat
     if record.session_keys is not None:
         back_t = torch.as_tensor(back, device=adv.device)
-        adv, s = adv[back_t], s[back_t]
+        adv, s, in_sets = adv[back_t], s[back_t], in_sets[torch.as_tensor(back)]
+    record.rows = {"s": s.cpu(), "lengths": lengths.cpu().tolist(), "in_sets": in_sets.tolist()}
     record.stats.update({
         "setpo/s_mean": float(s.mean()),
         "setpo/s_std": float(s.std()) if s.numel() > 1 else 0.0,
@@ -326,16 +368,19 @@ def _as_rows(values: np.ndarray, name: str) -> torch.Tensor:
     return torch.as_tensor(arr)
 
 
-def embeddings_from_batch(data, embedder: Callable | None = None, tokenizer=None) -> torch.Tensor:
-    """(N, d) embeddings for a DataProto's responses, from the first source present:
+def embeddings_from_batch(data, embedder: Callable | None = None, tokenizer=None,
+                          settings: SetPOVerlSettings | None = None) -> tuple[torch.Tensor, list[bool] | None]:
+    """(N, d) embeddings for a DataProto's responses and which rows had text for the kernel (None: all), from
+    the first source present:
 
-    ``data.non_tensor_batch["setpo_embeddings"]`` (vectors), ``data.non_tensor_batch["setpo_texts"]``
+    ``data.non_tensor_batch["setpo_embeddings"]`` (vectors, every row read), ``data.non_tensor_batch["setpo_texts"]``
     (texts, embedded by ``embedder``), or ``data.batch["responses"]`` decoded by ``tokenizer`` (special
-    tokens and padding dropped) and embedded.
+    tokens and padding dropped) and embedded. Texts go through ``settings``' kernel_reads and answer reader
+    (``setpo.reads.kernel_texts``) first.
     """
     ntb = data.non_tensor_batch or {}
     if EMBEDDINGS_KEY in ntb:
-        return _as_rows(ntb[EMBEDDINGS_KEY], EMBEDDINGS_KEY)
+        return _as_rows(ntb[EMBEDDINGS_KEY], EMBEDDINGS_KEY), None
     if TEXTS_KEY in ntb:
         texts = [str(t) for t in ntb[TEXTS_KEY]]
     elif tokenizer is not None and data.batch is not None and "responses" in data.batch.keys():
@@ -345,7 +390,10 @@ def embeddings_from_batch(data, embedder: Callable | None = None, tokenizer=None
                          + ("" if tokenizer is not None else ", and no tokenizer was given to decode responses"))
     if embedder is None:
         raise ValueError(f"non_tensor_batch[{TEXTS_KEY!r}] (or decoded responses) need an embedder to embed them")
-    return embedder(texts)
+    readable = None
+    if settings is not None:
+        texts, readable, _ = kernel_texts(texts, settings.kernel_reads, settings.reader())
+    return embedder(texts), readable
 
 
 def compute_advantage(data, adv_estimator: str = ESTIMATOR_NAME, *, embedder: Callable | None = None,
@@ -367,12 +415,12 @@ def compute_advantage(data, adv_estimator: str = ESTIMATOR_NAME, *, embedder: Ca
     ntb = data.non_tensor_batch or {}
     settings = SetPOVerlSettings.from_algorithm_config(kwargs.get("config"))
     if settings.lam == 0:  # Â = Ā: nothing to embed
-        emb = None
+        emb = readable = None
     else:
         if embedder is None and EMBEDDINGS_KEY not in ntb and (TEXTS_KEY in ntb or tokenizer is not None):
             embedder = embedder_from_settings(settings)
-        emb = embeddings_from_batch(data, embedder=embedder, tokenizer=tokenizer)
+        emb, readable = embeddings_from_batch(data, embedder=embedder, tokenizer=tokenizer, settings=settings)
     norm = kwargs.get("norm_adv_by_std_in_grpo")
     with batch_embeddings(emb, uids=data.non_tensor_batch.get("uid"), session_keys=batch_keys,
-                          norm_adv_by_std_in_grpo=None if norm is None else bool(norm)):
+                          norm_adv_by_std_in_grpo=None if norm is None else bool(norm), readable=readable):
         return verl_compute_advantage(data, adv_estimator=adv_estimator, **kwargs)

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+from setpo.reads import ExploitMonitor, kernel_texts
 from setpo.verl.estimator import (
     ESTIMATOR_NAME,
     SetPOVerlSettings,
@@ -85,15 +86,23 @@ class SetPOTrainerMixin:
             return out
         settings = SetPOVerlSettings.from_algorithm_config(self.config.algorithm)
         keys = [str(k) for k in batch.keys]
-        emb = uids = None
+        emb = uids = readable = answers = texts = None
         if settings.lam != 0:
             t0 = time.perf_counter()
             texts, uids = self._setpo_fetch(batch)
-            emb = embedder_from_settings(settings)(session_texts(keys, texts))
+            texts = session_texts(keys, texts)
+            read, readable, answers = kernel_texts(texts, settings.kernel_reads, settings.reader())
+            emb = embedder_from_settings(settings)(read)
             metrics["setpo/embed_time_s"] = time.perf_counter() - t0
-        with batch_embeddings(emb, uids=uids, session_keys=keys) as record:
+        with batch_embeddings(emb, uids=uids, session_keys=keys, readable=readable) as record:
             out = super()._compute_advantage(batch, metrics)
         metrics.update(record.stats)
+        if settings.lam != 0:
+            if not hasattr(self, "_setpo_monitor"):
+                self._setpo_monitor = ExploitMonitor()
+            rows = record.rows
+            metrics.update(self._setpo_monitor.observe(rows["s"], rows["lengths"], rows["in_sets"], answers, texts,
+                                                       lam=settings.lam, kernel_reads=settings.kernel_reads))
         self._setpo_audit(out)
         return out
 

@@ -1,0 +1,161 @@
+"""What SetPO's kernel reads, on TRL: the answer reader, the answer-key kernel, the correctness gate, and the
+exploit monitor's warning in a tiny training run where the term is paid in length (and none where it is not)."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+from datasets import Dataset
+
+from setpo import setpo_advantages
+from setpo.embed import HashedNgramEmbedder, TextKeyEmbedder
+from setpo.reads import SetPOExploitWarning, kernel_texts
+from setpo.trl import SetPOConfig, SetPOTrainer
+from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
+
+G = 4
+PROMPTS = ["3 7 = 10\n", "2 5 9 = 19\n", "4 4 1 = 17\n"]
+
+
+def length_reward(completions, **_):
+    """Varies within groups of a random model's samples: the text's length mod 3."""
+    return [float(len(c) % 3) for c in completions]
+
+
+def first_char(text):
+    """A stand-in answer reader: the completion's first non-blank character; None for a blank completion and
+    for one starting with 0-3 (so that some rows have nothing to read; the tiny model writes mostly digits)."""
+    text = text.strip()
+    return None if not text or text[0] in "0123" else text[0]
+
+
+class LengthPaysEmbedder:
+    """An embedder under which longer texts are less alike: a shared direction plus length × a direction of the
+    text's own (random, seeded by the text; nearly orthogonal to every other text's in 256 dimensions), so
+    cos(a, b) ≈ 1 / sqrt((1 + ℓ_a²)(1 + ℓ_b²)). A kernel like this lets a policy earn SetPO's term by writing more."""
+
+    def __call__(self, texts):
+        rows = []
+        for t in texts:
+            seed = int.from_bytes(t.encode()[:7].ljust(7, b"\0"), "little") + len(t)
+            own = torch.randn(256, generator=torch.Generator().manual_seed(seed))
+            rows.append(torch.cat([torch.ones(1), len(t) / 8 * own / own.norm()]))
+        return torch.stack(rows)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A tiny random model whose end-of-sequence token is likely enough that completion lengths vary (its
+    embedding row points along the mean final hidden state)."""
+    tok = build_tokenizer()
+    model = build_model(tok, ModelSize(32, 1, 2, 1, 64, 48), seed=0)
+    ids = tok(PROMPTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        d = model.model(**ids).last_hidden_state.reshape(-1, model.config.hidden_size).mean(0)
+        model.get_input_embeddings().weight[tok.eos_token_id] = 3.5 * d / d.norm()
+    return tok, model
+
+
+def _config(tmp_path, **kw):
+    return SetPOConfig(output_dir=str(tmp_path), num_generations=G, per_device_train_batch_size=len(PROMPTS) * G,
+                       max_completion_length=8, report_to=[], bf16=False, use_cpu=True, save_strategy="no",
+                       temperature=1.0, beta=0.0, seed=0, disable_tqdm=True, logging_steps=1, **kw)
+
+
+def _trainer(tiny, tmp_path, embedder=None, answer_reader=None, **kw):
+    tok, model = tiny
+    if isinstance(embedder, str):  # a spec goes through the config, as a user writes it
+        embedder, kw = None, {**kw, "embedder": embedder}
+    return SetPOTrainer(model=copy.deepcopy(model), reward_funcs=length_reward, args=_config(tmp_path, **kw),
+                        train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS] * 4),
+                        processing_class=tok, embedder=embedder, answer_reader=answer_reader)
+
+
+def _score(trainer, seed=0):
+    trainer.model.train()
+    torch.manual_seed(seed)
+    return trainer._generate_and_score_completions([{"prompt": p} for p in PROMPTS for _ in range(G)])
+
+
+def _texts(trainer, out):
+    return trainer.processing_class.batch_decode(out["completion_ids"], skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("gate", [None, 1.0])
+def test_the_kernel_reads_the_answer_and_the_gate_keeps_the_sets_to_right_rows(tiny, tmp_path, gate):
+    lam = 0.5
+    base = _trainer(tiny, tmp_path / "a", setpo_lambda=0.0, setpo_log_diversity=False)
+    tr = _trainer(tiny, tmp_path / "b", embedder=HashedNgramEmbedder(64), answer_reader=first_char,
+                  setpo_lambda=lam, setpo_kernel_reads="answer", setpo_gate_reward=gate)
+    a, b = _score(base), _score(tr)
+    assert torch.equal(a["completion_ids"], b["completion_ids"])
+    texts = _texts(base, a)
+    read, readable, _ = kernel_texts(texts, "answer", first_char)
+    rows = torch.tensor(readable)
+    if gate is not None:
+        rows &= torch.tensor(length_reward(texts)) >= gate
+    assert 0 < int(rows.sum()) < len(texts)  # some rows are left out, so the comparison means something
+    _, s = setpo_advantages(None, HashedNgramEmbedder(64)(read), group_size=G, base=a["advantages"], lam=lam,
+                            term_rows=rows, return_marginals=True)
+    assert s[~rows].abs().max() == 0 and s[rows].abs().max() > 0
+    torch.testing.assert_close(b["advantages"], a["advantages"] + lam * s.float(), rtol=0, atol=1e-6)
+    assert torch.equal(tr.last_setpo_batch["in_sets"], rows)
+
+
+def test_answer_key_kernel_counts_equal_answers_as_one(tiny, tmp_path):
+    tr = _trainer(tiny, tmp_path, embedder="key", answer_reader=first_char, setpo_lambda=0.5,
+                  setpo_kernel_reads="answer")
+    assert isinstance(tr.embedder, TextKeyEmbedder)
+    out = _score(tr)
+    texts = _texts(tr, out)
+    emb = tr.last_setpo_batch["emb"]
+    keys = [first_char(t) for t in texts]
+    same = emb @ emb.T
+    for i in range(len(texts)):
+        for j in range(len(texts)):
+            if keys[i] is not None and keys[j] is not None:
+                assert same[i, j] == float(keys[i] == keys[j])
+
+
+def test_bad_reader_settings_are_clear_errors(tiny, tmp_path):
+    with pytest.raises(ValueError, match="kernel_reads='answer' needs an answer reader"):
+        _trainer(tiny, tmp_path, setpo_kernel_reads="answer", embedder="hash")
+    with pytest.raises(ValueError, match="setpo_kernel_reads must be one of"):
+        _config(tmp_path, setpo_kernel_reads="answers")
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module'"):
+        _config(tmp_path, setpo_answer_reader="no_such_module:f")
+    with pytest.raises(ValueError, match="has no function 'nope'"):
+        _config(tmp_path, setpo_answer_reader="envs.short_answers:nope")
+    with pytest.raises(ValueError, match="setpo_gate_reward must be None or a finite number"):
+        _config(tmp_path, setpo_gate_reward=float("nan"))
+    # a string naming a function works like the function itself
+    assert _config(tmp_path, setpo_answer_reader="envs.short_answers:answer_key").setpo_answer_reader
+
+
+def _train(trainer):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    return [w for w in caught if issubclass(w.category, SetPOExploitWarning)]
+
+
+def test_monitor_warns_once_when_the_term_is_paid_in_length(tiny, tmp_path):
+    tr = _trainer(tiny, tmp_path, embedder=LengthPaysEmbedder(), answer_reader=first_char, setpo_lambda=0.5,
+                  max_steps=4)
+    caught = _train(tr)
+    corr = [h.get("setpo/s_length_corr") for h in tr.state.log_history if "setpo/s_mean" in h]
+    assert len(corr) == 4 and None not in corr and min(corr) >= 0.3
+    messages = [str(w.message) for w in caught]
+    assert sum("paid in length" in m for m in messages) == 1  # once, not every step
+    assert all("kernel_reads='answer'" in m for m in messages)
+    assert any("setpo/unread_fraction" in h for h in tr.state.log_history)
+
+
+def test_monitor_is_quiet_when_the_kernel_reads_only_the_answer(tiny, tmp_path):
+    tr = _trainer(tiny, tmp_path, embedder="key", answer_reader=first_char, setpo_lambda=0.5,
+                  setpo_kernel_reads="answer", max_steps=4)
+    assert _train(tr) == []
+    corr = [h.get("setpo/s_length_corr") for h in tr.state.log_history if "setpo/s_mean" in h]
+    # measured on most batches (None: no spread that batch), and never high three batches in a row
+    assert len(corr) == 4 and sum(c is not None for c in corr) >= 3
