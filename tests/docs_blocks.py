@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The packages and modules the API reference covers, each with the API page that documents it.
 API_MODULES = {
     "setpo": "api/setpo",
+    "setpo.reads": "api/setpo",
     "setpo.trl": "api/trl",
     "setpo.verl": "api/verl",
     "setpo.setgrpo": "api/setgrpo",

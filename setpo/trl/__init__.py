@@ -4,7 +4,7 @@
   presets) and ``config_for(preset)``;
 - ``trainer``: ``SetPOTrainer``, TRL's ``GRPOTrainer`` plus λ·s_i after TRL's own normalisation;
 - ``setgrpo_trainer``: ``SetGRPOTrainer``, SetGRPO's calibrated coefficients in place of TRL's advantages;
-- ``rewards``: TRL reward functions over the environments' checkers (Countdown, math);
+- ``rewards``: TRL reward functions over the environments' checkers (Countdown, math, short answers);
 - ``training``: a trainer run as a resumable study stage (checkpoints, records, probes of the policy);
 - ``shared_prefix``: the loss's forward pass with one prompt pass per distinct prompt (``setpo_share_prompt_pass``).
 """
@@ -21,6 +21,7 @@ _SOURCES = {
     "config_for": "config",
     "countdown_reward": "rewards",
     "math_reward_func": "rewards",
+    "short_answer_reward": "rewards",
     "SetGRPOTrainer": "setgrpo_trainer",
     "SetPOTrainer": "trainer",
     "gather_embeddings": "trainer",

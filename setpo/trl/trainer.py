@@ -5,7 +5,8 @@
 Ā_i is exactly what TRL computes (``(r - mean) / (std + 1e-4)`` per group with the default
 ``scale_rewards="group"``; whatever ``scale_rewards`` / ``multi_objective_aggregation`` say otherwise), and
 s_i is ``setpo.diversity_marginals`` over the embeddings of the complete response texts (prompt excluded),
-one group per prompt of ``num_generations`` rollouts.
+one group per prompt of ``num_generations`` rollouts; or, with ``setpo_kernel_reads="answer"`` and/or
+``setpo_gate_reward``, over what the answer reader returns and the rows that pass the gate (``setpo.reads``).
 
 Where it hooks in. TRL has no advantage hook: ``GRPOTrainer._generate_and_score_completions`` generates,
 scores, normalises and slices to this process's rows in one method. ``SetPOTrainer`` overrides two methods
@@ -41,7 +42,9 @@ Logged per step (TRL's ``_metrics``; they reach ``trainer.state.log_history`` an
 (mean number of distinct correct responses per group; "correct" is total reward >= ``setpo_correct_reward``
 and "distinct" is by the trainer's ``solution_key``, the stripped text by default) and
 ``setpo/flat_group_fraction`` (groups whose rewards are all equal: GRPO's advantage is 0 there, so λ·s is the
-whole signal; r̃ under DRA) and, under DRA, ``setpo/dra_scale_mean`` (mean of 1 / (1 + Σ_{j≠i} k)). s statistics
+whole signal; r̃ under DRA) and, under DRA, ``setpo/dra_scale_mean`` (mean of 1 / (1 + Σ_{j≠i} k)); with
+``setpo_monitor`` the exploit monitor's ``setpo/s_length_corr`` and, with an answer reader,
+``setpo/unread_fraction`` and ``setpo/s_unread_gap`` (``setpo.reads.ExploitMonitor``). s statistics
 are of the raw term, before ``setpo_lambda_units`` rescales it. Wall-clock seconds per phase are kept in
 ``trainer.setpo_seconds``, never in the metrics, so that log_history stays deterministic.
 """
