@@ -8,7 +8,10 @@ rates are measured by ``python -m setpo.studies.short_answers base``; see docs/s
   policy still gives to one prompt:
   ``between`` ("Name a number between 23 and 41.") and ``multiple`` ("Name a multiple of 5 between 12 and 45.");
 - **one right answer per prompt**, in graded difficulty, where pass@k against the base model applies:
-  ``add_1x1`` (3 + 4), ``add_2x1`` (23 + 4), ``add_2x2`` (23 + 41) and ``times_1x1`` (3 times 4).
+  ``add_1x1`` (3 + 4), ``add_2x1`` (23 + 4), ``add_2x2`` (23 + 41) and ``times_1x1`` (3 times 4); and harder ones
+  (``HARD_ONE_ANSWER_KINDS``: ``add_3x2`` 347 + 28, ``add_3x3`` 347 + 281, ``times_2x1`` 37 times 6, ``times_2x2``
+  23 times 17), where a small model is right on few samples, so that pass@k at large k has room above the base
+  model (chosen by measuring it: docs/studies/short_answers.md).
 
 Prompt. A system message asks for one line ``Answer: <number>``, and one worked example of the same kind (a
 user turn and the assistant's ``Answer: ...`` turn) comes before the question (``task_messages``). The
@@ -49,7 +52,11 @@ MANY_ANSWER_KINDS = ("between", "multiple")
 """Kinds with many right answers per prompt."""
 ONE_ANSWER_KINDS = ("add_1x1", "add_2x1", "add_2x2", "times_1x1")
 """Kinds with one right answer per prompt, easiest first by operand size."""
-KINDS = MANY_ANSWER_KINDS + ONE_ANSWER_KINDS
+STUDY_KINDS = MANY_ANSWER_KINDS + ONE_ANSWER_KINDS
+"""The kinds the short-answer study trains on (and the base table's first measurement)."""
+HARD_ONE_ANSWER_KINDS = ("add_3x2", "add_3x3", "times_2x1", "times_2x2")
+"""Harder one-answer kinds, for pass@k at large k (a base model right on few samples)."""
+KINDS = STUDY_KINDS + HARD_ONE_ANSWER_KINDS
 """Every task kind."""
 SPLITS = ("train", "val", "test")
 """The splits, disjoint by prompt (``split_of``)."""
@@ -61,6 +68,10 @@ EXAMPLES = {
     "add_2x1": ("What is 60 + 3?", "Answer: 63"),
     "add_2x2": ("What is 61 + 13?", "Answer: 74"),
     "times_1x1": ("What is 1 times 3?", "Answer: 3"),
+    "add_3x2": ("What is 500 + 12?", "Answer: 512"),
+    "add_3x3": ("What is 500 + 120?", "Answer: 620"),
+    "times_2x1": ("What is 10 times 3?", "Answer: 30"),
+    "times_2x2": ("What is 10 times 12?", "Answer: 120"),
 }
 """The worked example shown before each question of a kind: (question, assistant turn); never itself a task."""
 
@@ -85,7 +96,7 @@ class TaskSpec:
             return f"Name a number between {self.low} and {self.high}."
         if self.kind == "multiple":
             return f"Name a multiple of {self.step} between {self.low} and {self.high}."
-        if self.kind == "times_1x1":
+        if self.kind.startswith("times_"):
             return f"What is {a} times {b}?"
         return f"What is {a} + {b}?"
 
@@ -124,8 +135,8 @@ def _sum(kind: str, a: int, b: int) -> TaskSpec:
     return TaskSpec(kind, a + b, a + b, 1, (a, b))
 
 
-def _product(a: int, b: int) -> TaskSpec:
-    return TaskSpec("times_1x1", a * b, a * b, 1, (a, b))
+def _product(kind: str, a: int, b: int) -> TaskSpec:
+    return TaskSpec(kind, a * b, a * b, 1, (a, b))
 
 
 @lru_cache(maxsize=None)
@@ -142,7 +153,15 @@ def _universe(kind: str) -> tuple[TaskSpec, ...]:
     elif kind == "add_2x2":
         specs = [_sum(kind, a, b) for a in range(10, 50) for b in range(10, 50)]
     elif kind == "times_1x1":
-        specs = [_product(a, b) for a in range(2, 10) for b in range(2, 10)]
+        specs = [_product(kind, a, b) for a in range(2, 10) for b in range(2, 10)]
+    elif kind == "add_3x2":
+        specs = [_sum(kind, a, b) for a in range(101, 500, 7) for b in range(11, 100, 3)]
+    elif kind == "add_3x3":
+        specs = [_sum(kind, a, b) for a in range(101, 500, 7) for b in range(101, 500, 11)]
+    elif kind == "times_2x1":
+        specs = [_product(kind, a, b) for a in range(11, 100) for b in range(3, 10)]
+    elif kind == "times_2x2":
+        specs = [_product(kind, a, b) for a in range(11, 40) for b in range(11, 40)]
     else:
         raise ValueError(f"unknown task kind {kind!r}; kinds: {', '.join(KINDS)}")
     shown = EXAMPLES[kind][0]
@@ -178,6 +197,8 @@ def sample_tasks(kinds: Iterable[str], split: str, per_kind: int, seed: int = 0)
     """``per_kind`` prompts of each kind from ``split``, drawn without replacement (reproducible from ``seed``),
     kinds in the order given."""
     per_kind, seed = whole_number(per_kind, "per_kind", 1), whole_number(seed, "seed")
+    if isinstance(kinds, str):  # would be read letter by letter
+        raise ValueError(f"kinds must be a list of task kinds, got the string {kinds!r}; write [{kinds!r}]")
     out = []
     for kind in kinds:
         pool = tasks_of(kind, split)
@@ -198,8 +219,8 @@ def task_from_id(task_id: str) -> TaskSpec:
         nums = [int(p) for p in parts if len(p) <= MAX_DIGITS]
     except ValueError:
         nums = []
-    builders = {"between": (2, _between), "multiple": (3, _multiple), "times_1x1": (2, _product)}
-    arity, build = builders.get(kind, (2, lambda a, b: _sum(kind, a, b)))
+    builders = {"between": (2, _between), "multiple": (3, _multiple)}
+    arity, build = builders.get(kind, (2, lambda a, b: (_product if kind.startswith("times_") else _sum)(kind, a, b)))
     if len(nums) != arity or len(parts) != arity:
         raise ValueError(f"malformed task id {task_id!r}")
     spec = _by_id(kind).get(":".join([kind, *map(str, nums)]))
@@ -258,7 +279,8 @@ def to_trl_records(tasks: Sequence[TaskSpec]) -> list[dict]:
 
 
 __all__ = [
-    "EXAMPLES", "KINDS", "MANY_ANSWER_KINDS", "MAX_DIGITS", "ONE_ANSWER_KINDS", "SPLITS", "SYSTEM_PROMPT",
+    "EXAMPLES", "HARD_ONE_ANSWER_KINDS", "KINDS", "MANY_ANSWER_KINDS", "MAX_DIGITS", "ONE_ANSWER_KINDS", "SPLITS",
+    "STUDY_KINDS", "SYSTEM_PROMPT",
     "TaskSpec", "answer_key", "parse_answer", "right_answer", "sample_tasks", "score_answer",
     "split_of", "task_from_id", "task_messages", "tasks_of", "to_trl_records",
 ]

@@ -23,7 +23,7 @@ def test_right_answers_and_task_ids_round_trip():
     for kind in KINDS:
         for task in tasks_of(kind, "val")[:20]:
             assert task_from_id(task.task_id) == task
-            rights = [v for v in range(-5, 200) if task.is_right(v)]
+            rights = [v for v in range(-5, 2000) if task.is_right(v)]
             assert len(rights) == task.right_answers >= 1
             assert (task.right_answers > 1) == task.many_answers
     t = task_from_id("add_2x1:23:4")
@@ -105,3 +105,23 @@ def test_mixed_share_and_kind_row():
     row = kind_row(tasks, samples, [[3, 3, 3, 5], [3, 3, 1, 1]], cfg)
     assert row["reward"] == 4 / 8 and row["distinct_right"] == (2 + 1) / 2
     assert row["answer_line"] == 5 / 8 and row["truncated"] == 1 / 8
+
+
+def test_kinds_given_as_one_string_say_how_to_write_them():
+    from setpo.studies.short_answers_config import BaseTableConfig, ShortAnswerStudyConfig
+
+    with pytest.raises(ValueError, match=r"got the string 'between'; write kinds=\('between',\)"):
+        ShortAnswerStudyConfig(kinds="between")
+    with pytest.raises(ValueError, match="got the string"):
+        BaseTableConfig(kinds="add_1x1")
+    with pytest.raises(ValueError, match=r"got the string 'between'; write \['between'\]"):
+        sample_tasks("between", "train", 2)
+
+
+def test_hard_kinds_ask_bigger_sums_and_products():
+    for kind, shape in (("add_3x2", (3, 2)), ("add_3x3", (3, 3)), ("times_2x1", (2, 1)), ("times_2x2", (2, 2))):
+        tasks = tasks_of(kind, "test")
+        assert len(tasks) >= 40  # room for a pass@k test set of 40+ prompts in one kind
+        for t in tasks[:10]:
+            assert tuple(len(str(x)) for x in t.operands) == shape and t.right_answers == 1
+            assert score_answer(f"Answer: {t.low}", t) == 1.0 and t.question.startswith("What is ")

@@ -61,6 +61,7 @@ from pathlib import Path
 
 from envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer, sample_tasks,
                                 task_messages, to_trl_records)
+from setpo.metrics import pass_at_k
 from setpo.repro.records import read_json, write_json
 from setpo.studies.short_answers_config import PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, ShortAnswerStudyConfig
 from setpo.studies.stages import (Progress, StudyResult, check_restored, chosen_stages, claim_folder, has_model,
@@ -88,7 +89,11 @@ def kind_row(tasks: list[TaskSpec], samples: list[list[str]], lengths: list[list
         answered += sum(v is not None for v in values)
         cut += sum(k >= cfg.max_new_tokens for k in lens)
     count = len(rewards)
-    return {"prompts": len(tasks), "samples": count, "reward": sum(rewards) / count,
+    n = min(len(texts) for texts in samples)
+    # pass@n: the share of prompts with a right answer among their n samples (unbiased, Chen et al. 2021)
+    passed = [pass_at_k(len(texts), sum(task.is_right(parse_answer(t)) for t in texts), n)
+              for task, texts in zip(tasks, samples)]
+    return {"prompts": len(tasks), "samples": count, "reward": sum(rewards) / count, "pass_at_n": sum(passed) / len(passed),
             "mixed_groups": sum(mixed) / len(mixed), "distinct_right": sum(distinct) / len(distinct),
             "answer_line": answered / count, "truncated": cut / count}
 
@@ -126,11 +131,35 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
             log(f"T={temperature} {kind}: reward {row['reward']:.2f}, mixed groups {row['mixed_groups']:.2f}, "
                 f"distinct right {row['distinct_right']:.1f}, truncated {row['truncated']:.2f}")
             rows.append(row)
-    record = {"config": asdict(cfg), "model": str(model_dir), "rows": rows,
-              "command": "python -m setpo.studies.short_answers base --out " + str(out)}
+    record = {"config": asdict(cfg), **model_record(model_dir, out), "rows": rows, "command": base_command(cfg, out)}
     (out / "base_model.json").write_text(json.dumps(record, indent=1) + "\n")
     (out / "base_model.md").write_text(base_table_markdown(record))
     return record
+
+
+def base_command(cfg: BaseTableConfig, out: str | Path) -> str:
+    """The command line that makes ``cfg``'s table in ``out`` (the options that differ from the defaults)."""
+    default, parts = BaseTableConfig(), [f"{PROG} base --out {out}"]
+    if cfg.model_path:
+        parts.append(f"--model-path {cfg.model_path}")
+    for name in ("per_kind", "n", "kinds", "temperatures"):
+        value = getattr(cfg, name)
+        if value != getattr(default, name):
+            shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+            parts.append(f"--{name.replace('_', '-')} {shown}")
+    return " ".join(parts)
+
+
+def model_record(model_dir: Path, run_dir: str | Path) -> dict:
+    """How a record names the model it was made with, without a machine path: ``model``, its folder relative to
+    the study's folder when inside it (a trained run), else the folder's own name (the packaged model's is its
+    name, "smollm2-135m-instruct"); and ``model_identity`` (``setpo.studies.sampling.model_identity``: weights,
+    tokenizer, chat template, stop ids), which tells whether a record was made by the model now in that folder."""
+    from setpo.studies.sampling import model_identity
+
+    folder, run_dir = Path(model_dir).resolve(), Path(run_dir).resolve()
+    name = str(folder.relative_to(run_dir)) if folder.is_relative_to(run_dir) else folder.name
+    return {"model": name, "model_identity": model_identity(folder)}
 
 
 def base_table_markdown(record: dict) -> str:
@@ -138,10 +167,11 @@ def base_table_markdown(record: dict) -> str:
     lines = [f"Base model on the short-answer tasks: {cfg['per_kind']} {cfg['split']} prompts per kind × "
              f"{cfg['n']} samples, at most {cfg['max_new_tokens']} new tokens, mixed groups at G = "
              f"{cfg['group_size']}. Made by `{record['command']}`.", "",
-             "| kind | T | reward | mixed groups | distinct right / prompt | answer line | truncated |",
-             "|---|---|---|---|---|---|---|"]
+             f"| kind | T | reward | pass@{cfg['n']} | mixed groups | distinct right / prompt | answer line | truncated |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in record["rows"]:
-        lines.append(f"| {r['kind']} | {r['temperature']} | {r['reward']:.2f} | {r['mixed_groups']:.2f} | "
+        passed = f"{r['pass_at_n']:.2f}" if "pass_at_n" in r else "–"  # records made before pass@n was measured
+        lines.append(f"| {r['kind']} | {r['temperature']} | {r['reward']:.2f} | {passed} | {r['mixed_groups']:.2f} | "
                      f"{r['distinct_right']:.1f} | {r['answer_line']:.2f} | {r['truncated']:.2f} |")
     return "\n".join(lines) + "\n"
 
@@ -350,6 +380,8 @@ def main(argv=None) -> int:
     base.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
     base.add_argument("--per-kind", type=int, default=BaseTableConfig.per_kind)
     base.add_argument("--n", type=int, default=BaseTableConfig.n)
+    base.add_argument("--kinds", default=None, help="comma-separated task kinds (default: the study's six)")
+    base.add_argument("--temperatures", default=None, help="comma-separated (default: 0.7,1.0)")
     st = sub.add_parser("study", help="GRPO vs SetPO+GRPO over paired seeds: train, evaluate, report")
     st.add_argument("--out", required=True, help="the study's folder (its config.json claims it for one setting)")
     st.add_argument("--preset", default="committed", help="committed | notebook | smoke (default: committed)")
@@ -361,7 +393,10 @@ def main(argv=None) -> int:
                          "record (weights and every logged step), instead of running the stages")
     args = ap.parse_args(argv)
     if args.cmd == "base":
-        base_table(BaseTableConfig(model_path=args.model_path, per_kind=args.per_kind, n=args.n), args.out)
+        chosen = {"kinds": tuple(args.kinds.split(",")) if args.kinds else BaseTableConfig.kinds,
+                  "temperatures": tuple(float(t) for t in args.temperatures.split(","))
+                  if args.temperatures else BaseTableConfig.temperatures}
+        base_table(BaseTableConfig(model_path=args.model_path, per_kind=args.per_kind, n=args.n, **chosen), args.out)
         return 0
     cfg = ShortAnswerStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
     if args.rerun:

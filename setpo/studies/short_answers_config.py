@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from envs.short_answers import KINDS
+from envs.short_answers import KINDS, STUDY_KINDS
 
 PROG = "python -m setpo.studies.short_answers"
 
@@ -21,7 +21,7 @@ class BaseTableConfig:
     """
 
     model_path: str | None = None
-    kinds: tuple[str, ...] = KINDS
+    kinds: tuple[str, ...] = STUDY_KINDS
     per_kind: int = 24
     n: int = 16
     temperatures: tuple[float, ...] = (0.7, 1.0)
@@ -29,6 +29,19 @@ class BaseTableConfig:
     group_size: int = 8
     seed: int = 0
     split: str = field(default="train")
+
+    def __post_init__(self):
+        check_kinds(self.kinds)
+
+
+def check_kinds(kinds) -> None:
+    """A ValueError unless ``kinds`` is a non-empty tuple or list of known kind names (a single string, which
+    would be read letter by letter, says how to write it)."""
+    if isinstance(kinds, str):
+        raise ValueError(f"kinds must be a tuple of task kinds, got the string {kinds!r}; write kinds=({kinds!r},)")
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"unknown task kinds {unknown}; kinds: {', '.join(KINDS)}")
 
 
 #: fields that may change while a folder's results are reused: where the results go and how often it saves
@@ -71,7 +84,7 @@ class ShortAnswerStudyConfig:
     lr: float = 2e-5
     temperature: float = 1.0
     max_new_tokens: int = 24
-    kinds: tuple[str, ...] = KINDS
+    kinds: tuple[str, ...] = STUDY_KINDS
     train_per_kind: int = 48
     eval_per_kind: int = 6
     eval_n: int = 64
@@ -93,9 +106,7 @@ class ShortAnswerStudyConfig:
                      "probe_every", "max_new_tokens", "save_steps"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
-        unknown = [k for k in self.kinds if k not in KINDS]
-        if unknown or not self.kinds:
-            raise ValueError(f"unknown task kinds {unknown}; kinds: {', '.join(KINDS)}")
+        check_kinds(self.kinds)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "ShortAnswerStudyConfig":
