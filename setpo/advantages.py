@@ -28,8 +28,9 @@ from typing import Callable
 
 import torch
 
-from setpo.diversity import DIVERSITY_TERMS, as_embeddings, group_dra_rewards, rewards_and_embeddings
-from setpo.groups import Groups, as_tensor, check_finite, check_real, const
+from setpo.diversity import (DIVERSITY_TERMS, as_embeddings, group_dra_rewards, rewards_and_embeddings,
+                             unchecked_term)
+from setpo.groups import Groups, as_tensor, check_finite, check_real, const, representable
 from setpo.presets import LAMBDA_UNITS
 from setpo.registry import lookup, registrar
 
@@ -204,7 +205,48 @@ def group_advantages(rewards, index=None, *, group_size: int | None = None, esti
 
 def base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float) -> torch.Tensor:
     """Ā of ``estimator`` over built groups: r (N,) rewards (a tensor; NaN and infinities are found and
-    named here), groups of >= 2 rollouts, eps > 0 -> (N,) float32 or float64; flat groups get exactly 0."""
+    named here), groups of >= 2 rollouts, eps > 0 -> (N,) float32 or float64; flat groups get exactly 0.
+    One host read: ``unchecked_base_advantages``' answer (then the checks of ``_checked_base_advantages``
+    run only when it says the rewards are not finite or need float64)."""
+    return settled_base(r, groups, estimator, eps, *_unchecked_or_refused(r, groups, estimator, eps))
+
+
+def _unchecked_or_refused(r, groups, estimator, eps):
+    """``unchecked_base_advantages``, or (None, False) when it raised a ValueError (an estimator's own refusal,
+    e.g. pass@k's groups smaller than k): ``settled_base`` then raises in the checked order (NaN first)."""
+    try:
+        return unchecked_base_advantages(r, groups, estimator, eps)
+    except ValueError:
+        return None, False
+
+
+def unchecked_base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float):
+    """(Ā, ok): ``base_advantages`` with no host read, ok a 0-d bool tensor on r's device. ok is True when every
+    reward is finite and no group's squared deviations can overflow r's dtype, and Ā is then
+    ``base_advantages``' answer; when False, Ā is not, and ``settled_base`` reads ok and names the bad reward
+    or recomputes Ā in float64. Group sizes are checked here, as ``base_advantages`` does."""
+    groups.require_min_size(2, f"the {estimator!r} advantage")
+    valid = groups.valid()
+    padded = groups.pad(r)
+    flat, spread = _flat(padded, valid)
+    # One number answers two questions: any NaN or infinity (then the sum is not finite), and can a group's
+    # squared deviations overflow; a bound of the dtype's own (``representable``) keeps the Python comparison's
+    # answer.
+    ok = spread.sum() <= representable(_spread_limit(padded.dtype, groups.max_size), padded.dtype, up=False)
+    return _estimate(padded, valid, flat, groups, estimator, eps), ok
+
+
+def settled_base(r: torch.Tensor, groups: Groups, estimator: str, eps: float, adv, ok) -> torch.Tensor:
+    """Ā from ``unchecked_base_advantages``' (adv, ok) once ok is read: adv when ok is True, else
+    ``_checked_base_advantages`` (a ValueError naming the bad reward, or Ā in float64)."""
+    if ok is not False and (ok is True or bool(ok)):
+        return adv
+    return _checked_base_advantages(r, groups, estimator, eps)
+
+
+def _checked_base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float) -> torch.Tensor:
+    """``base_advantages`` with its checks read on the host, in order: group sizes, NaN or infinite rewards,
+    float64 rewards whose squared deviations would overflow; float32 ones that would are computed in float64."""
     groups.require_min_size(2, f"the {estimator!r} advantage")
     valid = groups.valid()
     padded = groups.pad(r)
@@ -218,6 +260,13 @@ def base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float)
     if wide and padded.dtype == torch.float64:
         raise ValueError(f"rewards spread over more than {_spread_limit(torch.float64, groups.max_size):.3g} "
                          f"within a group, where squared deviations overflow float64: rescale them")
+    return _estimate(padded, valid, flat, groups, estimator, eps, wide)
+
+
+def _estimate(padded: torch.Tensor, valid, flat: torch.Tensor, groups: Groups, estimator: str, eps: float,
+              wide: bool = False) -> torch.Tensor:
+    """Ā of padded rewards (B, G_max) in their dtype (computed in float64 when ``wide``), exactly 0 in flat
+    groups and padding slots -> (N,)."""
     adv = check_estimator(estimator)(padded.double() if wide else padded, valid, eps).to(padded.dtype)
     adv = adv.masked_fill_(flat.unsqueeze(1), 0.0)
     return groups.unpad(adv if valid is None else adv * valid)
@@ -276,6 +325,12 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
     dtype; 0 in Ā's dtype when no row has a term), for logging.
     λ·s is rounded, then added (two correctly rounded operations, not one fused multiply-add): the same bits
     on every processor, whatever kernels torch picks.
+
+    One host read per call on valid input (the small groups of ``small_groups="verl"``, ``term_rows`` and
+    ``lam_units="term_std"`` add their own): the input checks of s and Ā wait on the device as one flag
+    (``unchecked_setpo_advantages``), read once; only when it says something is off does the call run again
+    with every check read where it is made, which names the problem (or rescales tiny or huge embedding rows,
+    or computes Ā in float64).
     """
     lam = check_real(lam, "lam", minimum=0.0)
     check_estimator(estimator)
@@ -283,6 +338,38 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
     term = lookup(DIVERSITY_TERMS, diversity, "diversity term")
     _check_choice(lam_units, LAMBDA_UNITS, "lam_units")
     _check_choice(small_groups, SMALL_GROUP_RULES, "small_groups")
+    args = (rewards, emb, index, group_size, lam, estimator, eps, term, lam_units, small_groups, base, without_term,
+            term_rows)
+    try:
+        adv, s, ok = _setpo(*args, deferred=True)
+    except ValueError:  # refused before the flag was read: the checked run raises, in the checked order
+        ok = False
+    if ok is not True and (ok is False or not bool(ok)):  # the one host read
+        adv, s, _ = _setpo(*args, deferred=False)
+    return (adv, s) if return_marginals else adv
+
+
+def unchecked_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor, index=None, *, group_size: int | None = None,
+                               lam: float = 0.05, estimator: str = "grpo", eps: float = 1e-6,
+                               diversity: str = "setpo"):
+    """(Â, s, ok): what ``setpo_advantages`` computes first, with no host read, so that
+    ``torch.compile(..., fullgraph=True)`` takes it whole (contiguous groups: ``group_size``; a shuffled
+    ``index`` is numbered on the host). ok is a 0-d bool tensor: True when the rewards and embeddings are
+    finite, no embedding row is zero (or so small or large that its products under- or overflow) and the
+    rewards need no float64, and Â and s are then exactly ``setpo_advantages(..., return_marginals=True)``;
+    when False they are not, and ``setpo_advantages`` with the same arguments gives them or names the problem.
+    rewards (N,), emb (N, d), lam, eps as in ``setpo_advantages``, which checks them; here they are taken as
+    given."""
+    term = lookup(DIVERSITY_TERMS, diversity, "diversity term")
+    return _setpo(rewards, emb, index, group_size, lam, estimator, eps, term, "absolute", "raise", None, None, None,
+                  deferred=True)
+
+
+def _setpo(rewards, emb, index, group_size, lam, estimator, eps, term, lam_units, small_groups, base, without_term,
+           term_rows, *, deferred: bool):
+    """``setpo_advantages``' work after its argument checks: (Â, s, ok). deferred: s's and Ā's input checks stay
+    on the device, ok a 0-d bool tensor (True: Â and s are right; or the Python True when nothing was left to
+    check); else every check is read where it is made, in order (s's errors before the rewards'), ok True."""
     if (rewards is None) == (base is None):
         raise ValueError("give exactly one of rewards (the estimator computes Ā from them) and base (Ā itself)")
     if emb is None:
@@ -306,24 +393,34 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
             raise ValueError(f"term_rows has shape {tuple(members.shape)}; expected ({n},)")
         if small_groups == "raise" and e is not None:
             groups.require_min_size(3, "the diversity term")
-    s = None
+    s, ok = None, True
     if e is not None and base is None:  # s first: its errors (bad embeddings) come before the rewards'
-        s = _term_over(term, e, groups, members) if lenient or members is not None else term(e, groups)
+        s, ok = _term(term, e, groups, members, lenient, deferred)
         device = e.device if s is None else s.device
     if base is None:
         r = as_tensor(rewards, name="rewards", device=device)
         if r.ndim != 1 or r.shape[0] != n:
             raise ValueError(f"rewards has shape {tuple(r.shape)} but emb has {n} rows; expected ({n},)")
-        bar = _lenient_base(r, groups, estimator, eps) if lenient else base_advantages(r, groups, estimator, eps)
+        if lenient:
+            bar = _lenient_base(r, groups, estimator, eps)
+        elif deferred:
+            bar, ok_bar = unchecked_base_advantages(r, groups, estimator, eps)
+            ok = _both(ok, ok_bar)
+        else:
+            bar = base_advantages(r, groups, estimator, eps)
         dtype = None
     else:
         bar = as_tensor(base, name="base")
         if bar.ndim != 1 or bar.shape[0] != n:
             raise ValueError(f"base has shape {tuple(bar.shape)} but there are {n} rows; expected ({n},)")
-        check_finite(bar, "base")
+        if deferred:  # a NaN or infinity makes the sum NaN or ±inf, and then sum · 0 is NaN (a false alarm when
+            ok = bar.sum().mul(0).eq(0)  # finite values overflow the sum: the checked run finds nothing wrong)
+        else:
+            check_finite(bar, "base")
         dtype = bar.dtype
         if e is not None:
-            s = _term_over(term, e, groups, members) if lenient or members is not None else term(e, groups)
+            s, ok_s = _term(term, e, groups, members, lenient, deferred)
+            ok = _both(ok, ok_s)
     if s is None:
         s = torch.zeros_like(bar)
     if without_term is not None:
@@ -332,7 +429,22 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
             raise ValueError(f"without_term has shape {tuple(mask.shape)}; expected ({n},)")
         s = s.masked_fill(mask, 0.0)
     adv = _combine(bar, term_in_lambda_units(s, lam_units), lam, dtype)
-    return (adv, s) if return_marginals else adv
+    return adv, s, ok
+
+
+def _term(term, e: torch.Tensor, groups: Groups, members, lenient: bool, deferred: bool):
+    """(s, ok) of ``_setpo``: over members or with small groups (``_term_over``, checked), else the term itself,
+    checked or (deferred) with its check left on the device (``unchecked_term``)."""
+    if lenient or members is not None:
+        return _term_over(term, e, groups, members), True
+    if deferred:
+        return unchecked_term(term, e, groups)
+    return term(e, groups), True
+
+
+def _both(a, b):
+    """Two oks (the Python True or 0-d bool tensors) as one, without an operation when either is True."""
+    return b if a is True else a if b is True else a & b
 
 
 def _check_choice(value, choices: tuple, name: str) -> None:

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from setpo.groups import Groups, as_tensor, check_finite, const
+from setpo.groups import Groups, as_tensor, check_finite, const, representable
 from setpo.registry import lookup, registrar
 
 
@@ -89,26 +89,49 @@ def group_kernels(e: torch.Tensor, groups: Groups | None = None, name: str = "em
     is bad or so small or large that its products under- or overflow. Then the rows are divided by their
     largest absolute entry (``_rescaled_rows``, which names a bad row) and the Gram matrices formed again, so
     any non-zero scale of a row gives the kernel of the unit row. The Gram matrix is normalised in place.
+    One host read per call: the device-side answer of ``unchecked_group_kernels``.
     """
     _check_layout(e, name)
+    k, ok = unchecked_group_kernels(e, groups)
+    return k if bool(ok) else _rescaled_kernels(e, groups, name)
+
+
+def unchecked_group_kernels(e: torch.Tensor, groups: Groups | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``group_kernels`` without its host read: (k, ok), ok a 0-d bool tensor on e's device, True when every
+    inverse norm lies in ``_inverse_norm_range`` and k is then ``group_kernels``' answer. When ok is False
+    (a NaN, infinite or zero row, or one whose products under- or overflow), k is not the kernel: call
+    ``group_kernels``, which rescales the rows or names the bad one. e's layout is the caller's to check."""
     gram = _gram(e, groups)
     inv = gram.diagonal(dim1=-2, dim2=-1).rsqrt()                # 1/|e_i|; NaN, inf or 0 for a bad row
     lo, hi = torch.aminmax(inv)
     smallest, largest = _inverse_norm_range(gram.dtype)
-    if not (float(lo) >= smallest and float(hi) <= largest):     # also False for NaN
-        gram = _gram(_rescaled_rows(e, name), groups)
-        inv = gram.diagonal(dim1=-2, dim2=-1).rsqrt()
+    ok = (lo >= smallest) & (hi <= largest)                      # also False for NaN
+    return _normalised(gram, inv), ok
+
+
+def _normalised(gram: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """The kernel from Gram matrices and inverse norms: gram normalised in place, clamped, diagonal exactly 1."""
     k = gram.mul_(inv.unsqueeze(-1)).mul_(inv.unsqueeze(-2)).clamp_(0.0, 1.0)
     k.diagonal(dim1=-2, dim2=-1).fill_(1.0)  # exactly 1, not 1 ± rounding
     return k
 
 
+def _rescaled_kernels(e: torch.Tensor, groups: Groups | None, name: str) -> torch.Tensor:
+    """The kernel of e's rows divided by their largest absolute entry (``_rescaled_rows``: a NaN, infinite or
+    zero row is a ValueError naming it): for rows whose inverse norms lie outside ``_inverse_norm_range``."""
+    gram = _gram(_rescaled_rows(e, name), groups)
+    return _normalised(gram, gram.diagonal(dim1=-2, dim2=-1).rsqrt())
+
+
 @functools.lru_cache(maxsize=None)
 def _inverse_norm_range(dtype: torch.dtype) -> tuple[float, float]:
     """Where 1/|e| may lie for the Gram matrix of unscaled rows to be exact: squared norms in
-    [tiny/eps, max/16], so that no product of two entries underflows and no sum of them overflows."""
+    [tiny/eps, max/16], so that no product of two entries underflows and no sum of them overflows.
+    The bounds are numbers of ``dtype`` (``representable``), so that comparing 1/|e| with them on the device
+    gives the same answer as comparing the Python floats."""
     fi = torch.finfo(dtype)
-    return (fi.max / 16) ** -0.5, (fi.tiny / fi.eps) ** -0.5
+    return (representable((fi.max / 16) ** -0.5, dtype, up=True),
+            representable((fi.tiny / fi.eps) ** -0.5, dtype, up=False))
 
 
 def as_embeddings(emb, ndims=(2,), name: str = "emb") -> torch.Tensor:
@@ -225,8 +248,11 @@ register_diversity_term = registrar(DIVERSITY_TERMS, "diversity term")
 @register_diversity_term("setpo")
 def group_marginals(e: torch.Tensor, groups: Groups) -> torch.Tensor:
     """s_i of every row: e (N, d) from ``as_embeddings``, groups of >= 3 rollouts -> (N,)."""
-    groups.require_min_size(3, "the leave-one-out diversity marginal")
-    return groups.unpad(kernel_marginals(group_kernels(e, groups), groups.valid()))
+    return settled_term(group_marginals, e, groups, *unchecked_term(group_marginals, e, groups))
+
+
+def _marginals_of_kernels(k: torch.Tensor, groups: Groups) -> torch.Tensor:
+    return groups.unpad(kernel_marginals(k, groups.valid()))
 
 
 @register_diversity_term("pairwise")
@@ -237,12 +263,46 @@ def group_pairwise_penalty(e: torch.Tensor, groups: Groups) -> torch.Tensor:
     It rewards being far from the others on average, one pair at a time, where SetPO credits what a rollout
     adds to the diversity of the whole set. e (N, d), groups of >= 2 rollouts -> (N,) values in [-1, 0].
     """
-    groups.require_min_size(2, "the pairwise similarity penalty")
-    k = group_kernels(e, groups)
+    return settled_term(group_pairwise_penalty, e, groups, *unchecked_term(group_pairwise_penalty, e, groups))
+
+
+def _pairwise_of_kernels(k: torch.Tensor, groups: Groups) -> torch.Tensor:
     valid = groups.valid()
     keep = pair_mask(valid, k.shape[-1], k.device)
     n = k.new_full((k.shape[0], 1), k.shape[-1]) if valid is None else valid.sum(-1, keepdim=True).to(k.dtype)
     return groups.unpad(-(k * keep).sum(-1) / (n - 1))
+
+
+#: The terms computed from the groups' kernels alone: term -> (the group size it needs, what needs it, the term
+#: from the kernels). Their input check can wait on the device (``unchecked_term``) and be read once per call.
+_KERNEL_TERMS = {group_marginals: (3, "the leave-one-out diversity marginal", _marginals_of_kernels),
+                 group_pairwise_penalty: (2, "the pairwise similarity penalty", _pairwise_of_kernels)}
+
+
+def unchecked_term(term: DiversityTerm, e: torch.Tensor, groups: Groups, name: str = "emb"):
+    """(s, ok): the diversity term ``term`` (a value of ``DIVERSITY_TERMS``) of every row with no host read.
+
+    ok is a 0-d bool tensor for the terms computed from the kernels (``setpo`` and ``pairwise``): False when
+    some row of e is NaN, infinite, zero or so small or large that its products under- or overflow, and s is
+    then not the term; ``settled_term`` reads it and recomputes s, or names the bad row. Any other term is
+    computed (and checked) by itself, ok True. Group sizes and e's layout are checked here, as the term does.
+    """
+    spec = _KERNEL_TERMS.get(term)
+    if spec is None:
+        return term(e, groups), True
+    minimum, what, of_kernels = spec
+    groups.require_min_size(minimum, what)
+    _check_layout(e, name)
+    k, ok = unchecked_group_kernels(e, groups)
+    return of_kernels(k, groups), ok
+
+
+def settled_term(term: DiversityTerm, e: torch.Tensor, groups: Groups, s: torch.Tensor, ok, name: str = "emb"):
+    """s from ``unchecked_term`` once its ok is read: s itself when ok is True, else the term of the rescaled
+    rows (``group_kernels``' way) or a ValueError naming a bad row. One host read when ok is a tensor."""
+    if ok is True or bool(ok):
+        return s
+    return _KERNEL_TERMS[term][2](_rescaled_kernels(e, groups, name), groups)
 
 
 def dra_rewards(rewards, emb, index=None, *, group_size: int | None = None) -> torch.Tensor:

@@ -78,6 +78,8 @@ def const(value: float, like: torch.Tensor) -> torch.Tensor:
     arithmetic itself on a few thousand numbers (TRL's usual sizes). Same rounding: the float is converted
     to ``like``'s dtype either way. Never modify the result in place: it is shared.
     """
+    if torch.compiler.is_compiling():  # under torch.compile: a plain number, which the compiler folds in
+        return value
     return _const(float(value), like.dtype, like.device)
 
 
@@ -85,6 +87,27 @@ def const(value: float, like: torch.Tensor) -> torch.Tensor:
 def _const(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
         return torch.tensor(value, dtype=dtype, device=device)
+
+
+def representable(x: float, dtype: torch.dtype, *, up: bool) -> float:
+    """The nearest number of ``dtype`` at or above x (``up``) or at or below it, as a Python float.
+
+    A tensor compared with a Python number compares in the tensor's dtype, the number first rounded to it,
+    which can land on the wrong side of x: ``t >= x`` in float32 is not ``float(t) >= x``. A bound made
+    representable this way gives the same answer both ways (for t of ``dtype``: t >= x exactly when
+    t >= representable(x, up=True), t <= x exactly when t <= representable(x, up=False)), so that a check can
+    stay on the device without moving its threshold. Pure Python arithmetic (also under torch.compile).
+    """
+    if dtype == torch.float64 or x == 0 or not math.isfinite(x):
+        return float(x)
+    fi = torch.finfo(dtype)
+    digits = 1 - round(math.log2(fi.eps))                          # significand bits: 24 for float32
+    step = max(math.frexp(x)[1], round(math.log2(fi.tiny)) + 1) - digits  # x's unit in the last place, 2**step
+    q = math.ldexp(x, -step)                                         # exact: a power-of-two scaling
+    out = math.ldexp(math.ceil(q) if up else math.floor(q), step)
+    if abs(out) > fi.max:
+        return math.copysign(math.inf if (out > 0) == up else fi.max, out)
+    return out
 
 
 def check_finite(t: torch.Tensor, name: str) -> None:
@@ -222,6 +245,16 @@ def _factorize(ids) -> tuple[np.ndarray, np.ndarray]:
     return codes, position
 
 
+def _to_device(host: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor on ``device``. To a GPU through pinned memory, without blocking: a plain copy from pageable
+    memory waits for all the work already queued on the device (e.g. the embedder's forward pass), a host
+    synchronisation on every call with a shuffled index. The pinned buffer is held by torch's caching host
+    allocator until the copy has run."""
+    if device is not None and torch.device(device).type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
 def _hashable(u) -> bool:
     try:
         hash(u)
@@ -314,7 +347,7 @@ class Groups:
         slots = np.zeros(b * g, dtype=np.int64)                      # padding slots name row 0 (see slots())
         slots[slot_of_row] = np.arange(n_rows)
         # one copy to the device for all three
-        host = torch.from_numpy(np.concatenate([slot_of_row, sizes, slots])).to(device)
+        host = _to_device(torch.from_numpy(np.concatenate([slot_of_row, sizes, slots])), device)
         slot_of_row_t, sizes_t, slots_t = host.split([n_rows, b, b * g])
         return cls(n_rows, b, g, False, smallest == g, device, slot_of_row_t, sizes_t, slots_t.view(b, g), smallest)
 
