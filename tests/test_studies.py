@@ -1,5 +1,5 @@
 """What every study shares (``setpo.studies.stages``): one folder claim that refuses another config naming the
-fields, refusals that end with the file and what to do, exactly the stages asked for, progress lines while
+fields, refusals that name the file and what to do, exactly the stages asked for, progress lines while
 data is built, and one run_study shape returning one StudyResult."""
 
 import json
@@ -42,14 +42,16 @@ def test_stage_done_asks_the_trainers_marker(tmp_path):
 
 
 @pytest.mark.parametrize("content", [b"", b"\x00\x01random bytes\xff" * 50, b"PK\x03\x04" + b"\x00" * 300])
-def test_toy_checkpoint_refusal_ends_with_the_file_and_what_to_do(tmp_path, content):
-    """A damaged checkpoint is one line ending with the file and the remedy, not torch's multi-line text last."""
+def test_toy_checkpoint_refusal_leads_with_the_file_and_what_to_do(tmp_path, content):
+    """A damaged checkpoint is one line that leads with the file and the remedy, then a short cause in the
+    package's words (tests/test_refusals.py checks every loader this way)."""
     (tmp_path / "checkpoint.pt").write_bytes(content)
     with pytest.raises(ValueError) as err:
         train(ToyConfig(checkpoint_dir=str(tmp_path), **SMALL_TOY), progress=False)
     msg = str(err.value)
     assert len(msg.splitlines()) == 1, msg
-    assert msg.endswith(f"{tmp_path / 'checkpoint.pt'}; delete it and rerun to start this run over"), msg
+    assert msg.startswith("checkpoint.pt: cannot be loaded; delete it and rerun to start this run over (cause: "), msg
+    assert msg.endswith(f"; at {tmp_path / 'checkpoint.pt'})"), msg
 
 
 def test_toy_refusal_of_another_config_ends_with_the_file_and_what_to_do(tmp_path):

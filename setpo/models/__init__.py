@@ -42,6 +42,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from setpo.repro.refusals import file_refusal
+
 #: the record ``prepare_model`` writes in the folder: where the weights came from; its presence marks a
 #: finished folder (written last), so a rerun reuses it.
 RECORD_FILE = "setpo_model.json"
@@ -124,10 +126,11 @@ def verified_model_file(name: str = DEFAULT_MODEL) -> Path:
     """``locate_model_file``, with the file's SHA-256 checked against the pinned one (a ValueError if not)."""
     path = locate_model_file(name)
     got = sha256_of(path)
-    if got != packaged_model(name).sha256:
-        raise ValueError(f"{path} has SHA-256 {got}, not the pinned {packaged_model(name).sha256}: the file is "
-                         f"damaged or another build; reinstall with `{packaged_model(name).install_command} "
-                         f"--force-reinstall`")
+    pinned = packaged_model(name)
+    if got != pinned.sha256:  # the file and what to do first (setpo.repro.refusals), the checksums after
+        raise file_refusal(path, "cannot be loaded", f"reinstall with `{pinned.install_command} --force-reinstall`",
+                           detail=f"cause: damaged or another build, SHA-256 {got} where {pinned.sha256} is pinned",
+                           root=path.parent)
     return path
 
 

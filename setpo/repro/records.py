@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable, Collection
 
+from setpo.repro.refusals import cannot_load, file_refusal
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -80,24 +82,30 @@ def append_record(path: Path, record: dict) -> None:
         os.fsync(f.fileno())
 
 
-def read_records(path: Path) -> list[dict]:
+def read_records(path: Path, remedy: str = "delete the file to record it again (or the run folder to start over)",
+                 root: Path | None = None) -> list[dict]:
     """The records of a JSONL file. A last line cut short (a kill mid-write) is dropped; a damaged line
-    elsewhere is a ValueError naming the file and line."""
+    elsewhere, or a file that is not text, is a ValueError that leads with the file (relative to ``root``, by
+    default its folder; ``setpo.repro.refusals``) and ``remedy``."""
     path = Path(path)
     if not path.exists():
         return []
-    lines = path.read_text().split("\n")
+    root = path.parent if root is None else root
+    try:
+        lines = path.read_text().split("\n")
+    except UnicodeDecodeError as e:
+        raise cannot_load(path, e, remedy, expected="JSON lines file", root=root) from None
     out = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             out.append(json.loads(line))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             if i == len(lines) - 1:  # no newline after it: the write was interrupted
                 break
-            raise ValueError(f"{path} line {i + 1} is damaged (not JSON); delete the file to record it again "
-                             "(or the run folder to start over)") from None
+            raise file_refusal(path, f"line {i + 1} cannot be loaded", remedy, detail="cause: not valid JSON",
+                               root=root) from None
     return out
 
 
@@ -109,11 +117,12 @@ def config_differences(old: dict, new: dict, ignore: Collection[str] = ()) -> di
             for k in sorted(set(old) | set(new)) if k not in ignore and old.get(k) != new.get(k)}
 
 
-def read_json(path: Path, remedy: str = "delete it to start over"):
-    """Read a JSON file; a damaged one (truncated, not JSON) is a ValueError naming the file and ``remedy``."""
+def read_json(path: Path, remedy: str = "delete it to start over", root: Path | None = None):
+    """Read a JSON file; a damaged one (empty, cut short, not JSON, not text) is a ValueError that leads with
+    the file (relative to ``root``, by default its folder) and ``remedy``, then a short cause that is the same
+    whatever the damaged bytes are (``setpo.repro.refusals.cannot_load``)."""
     path = Path(path)
     try:
         return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        # torch's / json's text first, then the file and what to do: the last words a user reads
-        raise ValueError(f"not valid JSON ({e}): {path} is damaged; {remedy}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise cannot_load(path, e, remedy, expected="JSON file", root=path.parent if root is None else root) from None

@@ -102,6 +102,7 @@ from setpo.metrics import diversity_width_and_average_modes, pass_at_k
 from setpo.repro.arithmetic import require_pinned
 from setpo.repro.provenance import run_identity
 from setpo.repro.records import read_json, write_json, write_text
+from setpo.repro.refusals import loading
 from setpo.studies import judging
 from setpo.studies.arguments import add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo.studies.countdown_config import (  # noqa: F401  (load_config: the study's public API)
@@ -128,7 +129,6 @@ from setpo.studies.stages import (
     reusable_record,
     run_records,
     stage_done,
-    unreadable,
 )
 from setpo.trl.rewards import countdown_reward
 from setpo.trl.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, build_model, build_tokenizer
@@ -389,11 +389,10 @@ def load_trained(model_dir: Path):
         raise refusal("recorded as trained, but its model is not here (a study folder keeps its records, not its "
                       "models)", model_dir, "rerun with the stage that trains it (--stages sft,rl,eval): it is "
                       "trained again and checked against the recorded weights")
-    try:
+    with loading(model_dir, f"delete {Path(model_dir).parent.name} and rerun to train that stage again",
+                 expected="model folder", root=Path(model_dir).parents[1]):  # damaged weights, config: one message
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
-    except Exception as e:  # noqa: BLE001 - truncated safetensors, missing or damaged config: all unusable
-        raise unreadable(model_dir, e, f"delete {Path(model_dir).parent} and rerun to train that stage again") from None
     return tokenizer, model
 
 

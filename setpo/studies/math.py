@@ -34,6 +34,7 @@ from envs.math import (MathProblem, gsm8k_file, load_math_problems, math_reward,
                        to_trl_records)
 from setpo.metrics import pass_at_k
 from setpo.repro.records import append_record, read_json, read_records, write_json
+from setpo.repro.refusals import loading
 from setpo.studies import judging
 from setpo.studies.arguments import add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
@@ -53,11 +54,26 @@ EVAL_BATCH_SEQUENCES = 64
 PROG = "python -m setpo.studies.math"
 
 
+#: what to do with a model folder that cannot be loaded (``load_tokenizer``, ``load_model``)
+MODEL_REMEDY = "give an intact model folder (MODEL_PATH; a trained one: delete its run folder and rerun)"
+
+
+def load_model(model_path: str | Path, dtype):
+    """The causal LM in the folder ``model_path``; one that cannot be loaded is refused, the folder and what to do
+    first, then a short cause in our words (``setpo.repro.refusals``), never the library's text."""
+    from transformers import AutoModelForCausalLM  # the engine: imported when a model is loaded
+
+    with loading(model_path, MODEL_REMEDY, expected="model folder", root=Path(model_path).parent):
+        return AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=True, dtype=dtype)
+
+
 def load_tokenizer(model_path: str | Path):
-    """The model's tokenizer, left-padded for generation; it must have a chat template."""
+    """The model's tokenizer, left-padded for generation; it must have a chat template. A folder whose tokenizer
+    cannot be loaded is refused like ``load_model``'s."""
     from transformers import AutoTokenizer  # the engine: imported when a model is loaded
 
-    tok = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+    with loading(model_path, MODEL_REMEDY, expected="model folder", root=Path(model_path).parent):
+        tok = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
     if tok.chat_template is None:
         raise ValueError(f"the tokenizer at {model_path} has no chat template; the Qwen-Math prompt needs one")
     tok.padding_side = "left"
@@ -173,7 +189,6 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     Returns ``final/``.
     """
     from datasets import Dataset  # the engine (datasets, transformers, TRL): imported when a run trains
-    from transformers import AutoModelForCausalLM
 
     from setpo.trl import SetPOTrainer, probe_callback, train_resumable
 
@@ -189,7 +204,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     model_path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(model_path)
     # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=True, dtype=torch.float32)
+    model = load_model(model_path, torch.float32)
     args = trl_args(cfg, lam, out, units)
     trainer = SetPOTrainer(model=model, reward_funcs=math_reward_func, args=args,
                            train_dataset=Dataset.from_list(to_trl_records(train)), processing_class=tokenizer,
@@ -265,11 +280,8 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
         return in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
                                 cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
-    from transformers import AutoModelForCausalLM  # the engine, imported when a model is loaded
-
     on_gpu = cuda()
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True,
-                                                 dtype=torch.bfloat16 if on_gpu else torch.float32)
+    model = load_model(model_dir, torch.bfloat16 if on_gpu else torch.float32)
     model.to("cuda" if on_gpu else "cpu")
     questions = [p.question for p in problems]
     step = batch_prompts(cfg.eval_k, EVAL_BATCH_SEQUENCES)

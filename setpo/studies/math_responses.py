@@ -30,10 +30,9 @@ EXCERPT_CHARS = 160
 
 def sample_settings(model_path: str | Path, n: int, max_new_tokens: int, seed: int) -> dict:
     """What the sampled responses depend on (a rerun with other settings samples again)."""
-    import json
-
     record = Path(model_path) / "setpo_model.json"
-    model = json.loads(record.read_text()).get("sha256") if record.is_file() else str(model_path)
+    remedy = "give an intact model folder (`python -m setpo.models prepare` makes one)"
+    model = read_json(record, remedy, Path(model_path).parent).get("sha256") if record.is_file() else str(model_path)
     return {"model": model, "data": "data/gsm8k/test.parquet", "n": n, "max_new_tokens": max_new_tokens,
             "seed": seed, "temperature": PAPER_RUN.eval_temperature, "top_p": PAPER_RUN.eval_top_p}
 
@@ -41,13 +40,12 @@ def sample_settings(model_path: str | Path, n: int, max_new_tokens: int, seed: i
 def sample(model_path: str | Path, settings: dict, log=print) -> list[str]:
     """One response per problem (the first ``settings['n']`` GSM8K test problems)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from setpo.studies.math import load_tokenizer, sample_responses
+    from setpo.studies.math import load_model, load_tokenizer, sample_responses
 
     problems = load_math_problems(GSM8K_TEST, limit=settings["n"])
     tokenizer = load_tokenizer(model_path)
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=True, dtype=torch.float32)
+    model = load_model(model_path, torch.float32)
     t0 = time.perf_counter()
     texts = sample_responses(model, tokenizer, [p.question for p in problems], 1, settings["temperature"],
                              settings["top_p"], settings["max_new_tokens"], seed=settings["seed"],

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from setpo.repro.records import read_json
 from setpo.trl.training import weights_sha256
 
 # tokenizer_config.json keys that say how a folder was loaded, not how it tokenizes (a trainer's copy differs in them)
@@ -72,9 +73,10 @@ def model_identity(model_dir: str | Path) -> str | None:
     if weights is None:
         return None
 
-    def config(name: str) -> dict:
+    def config(name: str) -> dict:  # a damaged one: refused, the folder's file and what to do first
         path = folder / name
-        return json.loads(path.read_text()) if path.is_file() else {}
+        return read_json(path, "give an intact model folder (a trained one: delete its run and rerun)",
+                         folder.parent) if path.is_file() else {}
 
     def ids(value) -> list | None:
         return None if value is None else sorted(value if isinstance(value, list) else [value])

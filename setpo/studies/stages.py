@@ -6,8 +6,10 @@ claiming a run folder for one configuration, refusals in one shape, and progress
 - ``claim_folder(folder, config, ...)``: write the configuration a folder's results come from, or check that
   the folder's is the same one; a folder made with another configuration is refused, naming the fields
   (the toy's checkpoint uses ``check_same_config``, the same comparison, on the configuration it carries).
-- ``refusal`` / ``unreadable``: every refusal is one line that *ends* with the file and what to do, so the
-  last thing a user reads is not a library's multi-line text.
+- ``refusal`` / ``unreadable``: every refusal is one line naming the file and what to do. A file that cannot be
+  loaded (``unreadable``) *leads* with them, then a short cause in the package's own words that is the same
+  whatever bytes are damaged (``setpo.repro.refusals``: never a library's text, never torch's advice to turn
+  off safe loading); any other refusal ends with them, after the package's own short problem.
 - ``chosen_stages``: the stages a command line names, checked against the study's, the valid ones named.
 - ``StudyResult``: what every study's ``run_study`` returns, one shape whichever study ran.
 - ``claim_identity(folder, identity)`` / ``reusable_record(path, identity)``: a folder or record made at another
@@ -33,6 +35,7 @@ from typing import Any
 
 from setpo.repro.provenance import identity_differences
 from setpo.repro.records import config_differences, read_json, write_json
+from setpo.repro.refusals import cannot_load
 from setpo.trl.training import DONE_FILE, WEIGHT_FILES, is_done
 
 RECORDED_FILE = "done.recorded.json"  # a done stage's record, set aside while its missing model is trained again
@@ -142,11 +145,12 @@ def refusal(problem: str, path: str | Path, remedy: str) -> ValueError:
     return ValueError(f"{_one_line(problem)}: {path}; {remedy}")
 
 
-def unreadable(path: str | Path, error: BaseException, remedy: str) -> ValueError:
-    """A file a library failed to load: its error first (type and first line only), then the file and what
-    to do."""
-    return refusal(f"{type(error).__name__}: {_one_line(str(error)) or 'unreadable'} — cannot be loaded", path,
-                   remedy)
+def unreadable(path: str | Path, error: BaseException, remedy: str, *, expected: str,
+               root: str | Path | None = None) -> ValueError:
+    """A file (or model folder) a library failed to load: ``"<file>: cannot be loaded; <remedy> (cause: not a
+    readable <expected>; at <full path>)"``, the file relative to ``root`` (its run folder) when given; the
+    library's own text is dropped (``setpo.repro.refusals.cannot_load``)."""
+    return cannot_load(path, error, remedy, expected=expected, root=root)
 
 
 def _one_line(text: str) -> str:

@@ -134,12 +134,15 @@ def _save(path: Path, step, policy, ref, opt, gen, history, snapshots, cfg):
 
 def _load(path: Path, cfg: ToyConfig) -> dict:
     """The checkpoint at ``path``, checked against ``cfg``: a damaged file or one made with another
-    configuration is a ValueError naming the file (and the fields that differ) and what to do."""
+    configuration is a ValueError naming the file (and the fields that differ) and what to do. A file that
+    cannot be loaded is refused with one message whatever its bytes (``stages.unreadable``): torch's own text
+    varies with them and advises loading unsafely, which a file of unknown origin must never be."""
     try:
         state = torch.load(path, weights_only=True)
         state["history"], saved = json.loads(state["history"]), json.loads(state["config"])
     except Exception as e:  # noqa: BLE001 - truncated zip, planted pickle, old format: all unusable here
-        raise unreadable(path, e, "delete it and rerun to start this run over") from None
+        raise unreadable(path, e, "delete it and rerun to start this run over", expected="toy checkpoint",
+                         root=path.parent) from None
     remedy = "use another checkpoint_dir, or delete it and rerun to start over"
     check_same_config(saved, _config_record(cfg), REUSE_NEUTRAL_FIELDS, path, remedy)
     if state["step"] > cfg.steps:
