@@ -420,7 +420,7 @@ def _cli_error(argv, capsys) -> tuple[int, str]:
     (["{run}", "--local", "{tmp}", "--url", "http://127.0.0.1:1/v1"], "not both"),
     (["{run}", "--local", "{tmp}"], "no model there"),
     (["{tmp}/absent.jsonl", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "no such file"),
-    (["{bad}", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "bad.jsonl line 1 is not JSON"),
+    (["{bad}", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "bad.jsonl: line 1 cannot be loaded; give a JSON list"),
     (["{obj}", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "item 0 is str"),
     (["{one}", "--url", "http://127.0.0.1:1/v1", "--model", "m"], "item 0: judging diversity needs at least 2"),
     (["{run}", "--url", "http://127.0.0.1:1/v1", "--model", "m", "--concurrency", "0"], "--concurrency"),
@@ -515,8 +515,9 @@ def test_cli_environment_errors_are_one_line(scripted, tmp_path):
 
 
 @pytest.mark.parametrize("content, match", [
-    ("[" * 100_000, "is not valid JSON (nested too deeply)"),
-    ("{\"problem\": " + "[" * 100_000 + "\n", "line 1 is not JSON"),
+    ("[" * 100_000, "run.json: cannot be loaded; give a JSON list of {problem, method, responses} objects, or one "
+                    "per line (JSONL) (cause: nested too deeply"),
+    ("{\"problem\": " + "[" * 100_000 + "\n", "run.json: line 1 cannot be loaded; give a JSON list"),
 ])
 def test_cli_hostile_items_file_is_one_line(content, match, tmp_path):
     (tmp_path / "run.json").write_text(content)
@@ -525,9 +526,11 @@ def test_cli_hostile_items_file_is_one_line(content, match, tmp_path):
 
 
 @pytest.mark.parametrize("cache, match", [
-    (b"{not json\n{}\n", "line 1 is damaged (not JSON)"),
-    (b"\xff\xfe\x00\n", "cannot be read (UnicodeDecodeError"),
-    (b'{"k": 1}\n', "record 1 is not a judge verdict (no 'key')"),
+    (b"{not json\n{}\n", "cache.jsonl: line 1 cannot be loaded; give another cache file"),
+    (b"\xff\xfe\x00\n", "cache.jsonl: cannot be loaded; give another cache file, or delete this one to judge again "
+                         "(cause: not a readable JSON lines file"),
+    (b'{"k": 1}\n', "cache.jsonl: record 1 is not a judge verdict; give another cache file, or delete this one to "
+                    "judge again (cause: no 'key'"),
     (b'{"key": "x", "score": 11, "missing": null}\n', "'score' must be null or a whole number from 1 to 10"),
     (b'{"key": "x", "score": "7", "missing": null}\n', "'score' must be null or a whole number"),
     (b'{"key": "x", "score": null, "missing": 3}\n', "'missing' must be null or text"),
@@ -540,8 +543,11 @@ def test_cli_damaged_or_foreign_cache_is_one_line_before_any_request(cache, matc
     assert code == 2 and err.count("\n") == 1 and match in err and "cache.jsonl" in err, err
 
 
-@pytest.mark.parametrize("config", ["{broken", json.dumps({"model_type": "qwen2"})])  # damaged; no weights
-def test_cli_local_model_that_cannot_load_is_one_line(config, tmp_path):
+@pytest.mark.parametrize("config, refusal", [
+    ("{broken", "cannot be loaded; give the folder of a complete chat model"),  # damaged
+    (json.dumps({"model_type": "qwen2"}), "has no chat template; give an instruct/chat model"),  # no tokenizer, weights
+])
+def test_cli_local_model_that_cannot_load_is_one_line(config, refusal, tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text(config)
     (tmp_path / "run.jsonl").write_text(json.dumps(items_for(["P0"])[0]) + "\n")
@@ -549,7 +555,9 @@ def test_cli_local_model_that_cannot_load_is_one_line(config, tmp_path):
                       {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     error = done.stderr.splitlines()[-1]
-    assert error.startswith("python -m setpo.judge: error: cannot load the judge model at"), done.stderr
+    # the folder and what to do first, then a short cause in the package's words, never the library's text
+    assert error.startswith(f"python -m setpo.judge: error: the judge model model: {refusal}"), done.stderr
+    assert "weights_only" not in done.stderr and "JSONDecodeError" not in done.stderr, done.stderr
 
 
 def test_cli_summary_that_cannot_be_written_is_one_line(scripted, tmp_path):

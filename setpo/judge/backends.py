@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from setpo.judge.client import JudgeRejected, JudgeUnavailable, OpenAIJudge, check_positive
+from setpo.repro.refusals import file_refusal, loading
 
 
 class TransformersJudge:
@@ -42,11 +43,17 @@ class TransformersJudge:
     def _load(self):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+        # the folder's files are external input (damaged, foreign): a failed load is refused with the folder and
+        # what to do first, and a cause in our words, never the library's text (setpo.repro.refusals)
+        remedy = "give the folder of a complete chat model (config, weights, tokenizer) as the local judge"
+        with loading(self.path, remedy, expected="model folder", root=self.path.parent):
+            tok = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
         if not getattr(tok, "chat_template", None):
-            raise ValueError(f"the model at {self.path} has no chat template; the judge needs an instruct/chat model")
+            raise file_refusal(self.path, "has no chat template", "give an instruct/chat model as the judge",
+                               root=self.path.parent)
         kw = {"device_map": self.device} if self.device else {}
-        model = AutoModelForCausalLM.from_pretrained(str(self.path), local_files_only=True, dtype=self.dtype, **kw)
+        with loading(self.path, remedy, expected="model folder", root=self.path.parent):
+            model = AutoModelForCausalLM.from_pretrained(str(self.path), local_files_only=True, dtype=self.dtype, **kw)
         model.eval()
         return tok, model
 
@@ -57,10 +64,8 @@ class TransformersJudge:
             if self._model is None:
                 try:
                     self._tokenizer, self._model = self._load()
-                except Exception as err:  # noqa: BLE001 - the folder's files are external input: damaged, foreign
-                    first = (str(err).strip().splitlines() or [""])[0][:300]
-                    raise JudgeUnavailable(f"cannot load the judge model at {self.path} ({type(err).__name__}: "
-                                           f"{first})") from None
+                except ValueError as err:  # the refusals of _load: the folder, what to do, a short cause
+                    raise JudgeUnavailable(f"the judge model {err}") from None
             tok, model = self._tokenizer, self._model
             inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                              return_dict=True).to(model.device)

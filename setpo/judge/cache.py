@@ -21,6 +21,7 @@ from typing import Sequence
 
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, SCALE
 from setpo.repro.records import read_records
+from setpo.repro.refusals import cannot_load, file_refusal
 
 
 def cache_key(judge_name: str, problem: str, responses: Sequence[str], max_chars: int = MAX_RESPONSE_CHARS) -> str:
@@ -53,18 +54,19 @@ class JudgeCache:
         if self.path is not None:
             if self.path.is_dir():
                 raise ValueError(f"judge cache {self.path} is a folder; give a file path (e.g. judge_cache.jsonl)")
+            # a refusal leads with the file and what to do, then a short cause (setpo.repro.refusals)
             remedy = "give another cache file, or delete this one to judge again"
             try:
-                self._drop_cut_last_line()
-                records = read_records(self.path)
-            except (OSError, UnicodeDecodeError, RecursionError) as err:
-                raise ValueError(f"judge cache {self.path} cannot be read ({type(err).__name__}: "
-                                 f"{' '.join(str(err).split())[:200]}); {remedy}") from None
-            for i, rec in enumerate(records):
-                problem = verdict_problem(rec)
-                if problem:
-                    raise ValueError(f"{self.path} record {i + 1} is not a judge verdict ({problem}); {remedy}")
-                self._records[rec["key"]] = rec
+                records = read_records(self.path, remedy)
+                for i, rec in enumerate(records):
+                    problem = verdict_problem(rec)
+                    if problem:
+                        raise file_refusal(self.path, f"record {i + 1} is not a judge verdict", remedy,
+                                           detail=f"cause: {problem}", root=self.path.parent)
+                    self._records[rec["key"]] = rec
+                self._drop_cut_last_line()  # once the file is known to be a cache: a refused one is left as it was
+            except OSError as err:
+                raise cannot_load(self.path, err, remedy, root=self.path.parent) from None
 
     def _drop_cut_last_line(self) -> None:
         # A kill mid-write leaves a last line without its newline; appending after it would glue the next record

@@ -28,6 +28,7 @@ from setpo.judge.client import Judge, JudgeRejected, JudgeUnavailable
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, Verdict, build_messages, check_set, \
     parse_reply, summarize_verdicts
 from setpo.repro.records import progress_bar
+from setpo.repro.refusals import cannot_load, file_refusal
 
 
 @dataclass(frozen=True)
@@ -69,16 +70,18 @@ def load_items(path: str | Path) -> list[Item]:
     if not path.is_file():
         what = "is a folder, not a file" if path.is_dir() else "no such file"
         raise ValueError(f"{path}: {what} (a JSONL or JSON of {{problem, method, responses}} items)")
+    # a file that cannot be read leads with itself and what to do, then a short cause (setpo.repro.refusals)
+    remedy = "give a JSON list of {problem, method, responses} objects, or one per line (JSONL)"
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as err:
-        raise ValueError(f"{path} cannot be read ({err.strerror or err})") from None
+        raise cannot_load(path, err, remedy, root=path.parent) from None
     if text.lstrip().startswith("["):
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested deeper than Python's stack
-            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
-            raise ValueError(f"{path} is not valid JSON ({reason})") from None
+            cause = "nested too deeply" if isinstance(err, RecursionError) else "not valid JSON"
+            raise file_refusal(path, "cannot be loaded", remedy, detail=f"cause: {cause}", root=path.parent) from None
     else:
         data = []
         for i, line in enumerate(text.splitlines(), 1):
@@ -86,8 +89,8 @@ def load_items(path: str | Path) -> list[Item]:
                 try:
                     data.append(json.loads(line))
                 except (json.JSONDecodeError, RecursionError):
-                    raise ValueError(f"{path} line {i} is not JSON: give one {{problem, method, responses}} object "
-                                     "per line (JSONL), or a JSON list of them") from None
+                    raise file_refusal(path, f"line {i} cannot be loaded", remedy, detail="cause: not valid JSON",
+                                       root=path.parent) from None
     try:
         return as_items(data)
     except ValueError as err:
