@@ -2,6 +2,8 @@
 
 - ``setpo.repro.records``: what runs print, time and write (markdown tables, progress bars, atomic JSON files,
   JSONL records, benchmark reports).
+- ``setpo.repro.refusals``: refusing a file that cannot be loaded in one shape, the file (relative to its run
+  folder) and what to do first, then a short cause in the package's own words, never a library's text.
 - ``setpo.repro.provenance``: what made a result (thread count, the code's meaning, package versions, the
   pinned arithmetic) as one identity, and what differs between two.
 - ``setpo.repro.arithmetic``: the pinned floating-point path; ``python -m setpo.repro.arithmetic COMMAND`` runs a

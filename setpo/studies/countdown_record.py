@@ -129,7 +129,8 @@ def check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping,
             copy = Path(tmp) / out.name
             shutil.copytree(out, copy)
             failed = _run_study_at(tree, commit_arguments(argv, copy), timeout)
-            made = read_json(copy / "results.json", "its summary is damaged") if not failed else {}
+            made = read_json(copy / "results.json", "that commit's study wrote it; rerun the check") \
+                if not failed else {}
         seconds = time.time() - t0
         if failed:
             log(f"the record does NOT check at {when} ({seconds:.0f} s): its code refused it: {failed}")
