@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from setpo.diversity import (DIVERSITY_TERMS, as_embeddings, group_dra_rewards, rewards_and_embeddings,
-                             unchecked_term)
+                             unchecked_group_dra_rewards, unchecked_term)
 from setpo.groups import Groups, as_tensor, check_finite, check_real, const, representable
 from setpo.presets import LAMBDA_UNITS
 from setpo.registry import lookup, registrar
@@ -175,6 +175,19 @@ def _spread_limit(dtype: torch.dtype, group_size: int) -> float:
     return math.sqrt(torch.finfo(dtype).max / (4 * group_size))
 
 
+def _spread_bound(dtype: torch.dtype, group_size: int) -> float:
+    """``_spread_limit`` as the largest number of ``dtype`` at or below it (``representable``): for a spread
+    sum t of that dtype, t <= _spread_bound(...) on the device exactly when float(t) <= _spread_limit(...).
+    Worked out once per (dtype, group size): a dict, which torch.compile reads as a constant."""
+    bound = _SPREAD_BOUNDS.get((dtype, group_size))
+    if bound is None:
+        bound = _SPREAD_BOUNDS[dtype, group_size] = representable(_spread_limit(dtype, group_size), dtype, up=False)
+    return bound
+
+
+_SPREAD_BOUNDS: dict = {}
+
+
 def check_estimator(estimator) -> Estimator:
     """The base estimator named ``estimator``: a registered one, or "pass@K" (``pass_at_k`` with k = K, for any
     K >= 1; a family, so it is resolved by name rather than registered); else a ValueError listing them."""
@@ -230,18 +243,16 @@ def unchecked_base_advantages(r: torch.Tensor, groups: Groups, estimator: str, e
     padded = groups.pad(r)
     flat, spread = _flat(padded, valid)
     # One number answers two questions: any NaN or infinity (then the sum is not finite), and can a group's
-    # squared deviations overflow; a bound of the dtype's own (``representable``) keeps the Python comparison's
-    # answer.
-    ok = spread.sum() <= representable(_spread_limit(padded.dtype, groups.max_size), padded.dtype, up=False)
+    # squared deviations overflow; a bound of the dtype's own keeps the Python comparison's answer.
+    total = spread.sum()
+    ok = total <= const(_spread_bound(total.dtype, groups.max_size), total)
     return _estimate(padded, valid, flat, groups, estimator, eps), ok
 
 
 def settled_base(r: torch.Tensor, groups: Groups, estimator: str, eps: float, adv, ok) -> torch.Tensor:
     """Ā from ``unchecked_base_advantages``' (adv, ok) once ok is read: adv when ok is True, else
     ``_checked_base_advantages`` (a ValueError naming the bad reward, or Ā in float64)."""
-    if ok is not False and (ok is True or bool(ok)):
-        return adv
-    return _checked_base_advantages(r, groups, estimator, eps)
+    return adv if _read(ok) else _checked_base_advantages(r, groups, estimator, eps)
 
 
 def _checked_base_advantages(r: torch.Tensor, groups: Groups, estimator: str, eps: float) -> torch.Tensor:
@@ -344,7 +355,7 @@ def setpo_advantages(rewards, emb, index=None, *, group_size: int | None = None,
         adv, s, ok = _setpo(*args, deferred=True)
     except ValueError:  # refused before the flag was read: the checked run raises, in the checked order
         ok = False
-    if ok is not True and (ok is False or not bool(ok)):  # the one host read
+    if not _read(ok):  # the one host read
         adv, s, _ = _setpo(*args, deferred=False)
     return (adv, s) if return_marginals else adv
 
@@ -442,6 +453,11 @@ def _term(term, e: torch.Tensor, groups: Groups, members, lenient: bool, deferre
     return term(e, groups), True
 
 
+def _read(ok) -> bool:
+    """An ok as a Python bool: the Python True or False as is, a 0-d tensor read from the device (a host read)."""
+    return ok is True or (ok is not False and bool(ok))
+
+
 def _both(a, b):
     """Two oks (the Python True or 0-d bool tensors) as one, without an operation when either is True."""
     return b if a is True else a if b is True else a & b
@@ -517,6 +533,15 @@ def dra_advantages(rewards, emb, index=None, *, group_size: int | None = None, e
     (``setpo.diversity.dra_rewards``), the prior art SetPO is compared with. Inputs as ``setpo_advantages``."""
     check_estimator(estimator)
     eps = check_real(eps, "eps", minimum=0.0, strict=True)
+    try:  # one host read: the embeddings' check and the adjusted rewards' (NaN or infinite r makes r̃ so) as one flag
+        r, e, groups = rewards_and_embeddings(rewards, emb, index, group_size, check=False)
+        adjusted, ok = unchecked_group_dra_rewards(r, e, groups)
+        adv, ok_adv = unchecked_base_advantages(adjusted, groups, estimator, eps)
+        ok = _both(ok, ok_adv)
+    except ValueError:  # refused before the flag was read: the checked run raises, in the checked order
+        ok = False
+    if _read(ok):
+        return adv
     r, e, groups = rewards_and_embeddings(rewards, emb, index, group_size)
     return base_advantages(group_dra_rewards(r, e, groups), groups, estimator, eps)
 

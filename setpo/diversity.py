@@ -13,7 +13,6 @@ D on every reduced set (O(G³)) and is the reference the tests hold the closed f
 
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import torch
@@ -105,7 +104,7 @@ def unchecked_group_kernels(e: torch.Tensor, groups: Groups | None = None) -> tu
     inv = gram.diagonal(dim1=-2, dim2=-1).rsqrt()                # 1/|e_i|; NaN, inf or 0 for a bad row
     lo, hi = torch.aminmax(inv)
     smallest, largest = _inverse_norm_range(gram.dtype)
-    ok = (lo >= smallest) & (hi <= largest)                      # also False for NaN
+    ok = (lo >= const(smallest, lo)).logical_and_(hi <= const(largest, hi))  # also False for NaN
     return _normalised(gram, inv), ok
 
 
@@ -123,15 +122,21 @@ def _rescaled_kernels(e: torch.Tensor, groups: Groups | None, name: str) -> torc
     return _normalised(gram, gram.diagonal(dim1=-2, dim2=-1).rsqrt())
 
 
-@functools.lru_cache(maxsize=None)
 def _inverse_norm_range(dtype: torch.dtype) -> tuple[float, float]:
     """Where 1/|e| may lie for the Gram matrix of unscaled rows to be exact: squared norms in
     [tiny/eps, max/16], so that no product of two entries underflows and no sum of them overflows.
     The bounds are numbers of ``dtype`` (``representable``), so that comparing 1/|e| with them on the device
-    gives the same answer as comparing the Python floats."""
-    fi = torch.finfo(dtype)
-    return (representable((fi.max / 16) ** -0.5, dtype, up=True),
-            representable((fi.tiny / fi.eps) ** -0.5, dtype, up=False))
+    gives the same answer as comparing the Python floats. Worked out once per dtype (a dict, which
+    torch.compile reads as a constant, where it would warn about a cache wrapper)."""
+    bounds = _INVERSE_NORM_RANGES.get(dtype)
+    if bounds is None:
+        fi = torch.finfo(dtype)
+        bounds = _INVERSE_NORM_RANGES[dtype] = (representable((fi.max / 16) ** -0.5, dtype, up=True),
+                                                representable((fi.tiny / fi.eps) ** -0.5, dtype, up=False))
+    return bounds
+
+
+_INVERSE_NORM_RANGES: dict = {}
 
 
 def as_embeddings(emb, ndims=(2,), name: str = "emb") -> torch.Tensor:
@@ -323,20 +328,33 @@ def dra_rewards(rewards, emb, index=None, *, group_size: int | None = None) -> t
     return group_dra_rewards(*rewards_and_embeddings(rewards, emb, index, group_size))
 
 
-def rewards_and_embeddings(rewards, emb, index=None, group_size: int | None = None):
-    """(r (N,) finite rewards on emb's device, e (N, d) from ``as_embeddings``, their ``Groups``), checked."""
+def rewards_and_embeddings(rewards, emb, index=None, group_size: int | None = None, *, check: bool = True):
+    """(r (N,) finite rewards on emb's device, e (N, d) from ``as_embeddings``, their ``Groups``), checked
+    (``check`` False: the rewards' NaN and infinities are left for the caller to find, with no host read)."""
     e = as_embeddings(emb)
     r = as_tensor(rewards, name="rewards", device=e.device)
     if r.ndim != 1 or r.shape[0] != e.shape[0]:
         raise ValueError(f"rewards has shape {tuple(r.shape)} but emb has {e.shape[0]} rows; expected ({e.shape[0]},)")
-    check_finite(r, "rewards")
+    if check:
+        check_finite(r, "rewards")
     return r, e, Groups.build(e.shape[0], index, group_size, device=e.device)
 
 
 def group_dra_rewards(r: torch.Tensor, e: torch.Tensor, groups: Groups) -> torch.Tensor:
     """``dra_rewards`` over built groups of >= 2: r (N,), e (N, d) -> r̃ (N,)."""
     groups.require_min_size(2, "DRA's reward adjustment")
-    similarity_to_rest = -group_pairwise_penalty(e, groups) * (groups.sizes[groups.group_id] - 1)  # Σ_{j≠i} k_ij
+    return _dra_of_penalty(r, group_pairwise_penalty(e, groups), groups)
+
+
+def unchecked_group_dra_rewards(r: torch.Tensor, e: torch.Tensor, groups: Groups):
+    """(r̃, ok): ``group_dra_rewards`` with the embeddings' check left on the device (``unchecked_term``)."""
+    groups.require_min_size(2, "DRA's reward adjustment")
+    penalty, ok = unchecked_term(group_pairwise_penalty, e, groups)
+    return _dra_of_penalty(r, penalty, groups), ok
+
+
+def _dra_of_penalty(r: torch.Tensor, penalty: torch.Tensor, groups: Groups) -> torch.Tensor:
+    similarity_to_rest = -penalty * (groups.sizes[groups.group_id] - 1)  # Σ_{j≠i} k_ij
     dtype = torch.promote_types(r.dtype, similarity_to_rest.dtype)
     return r.to(dtype) / (1 + similarity_to_rest.to(dtype))
 
