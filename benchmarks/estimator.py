@@ -14,8 +14,9 @@ a second OpenMP thread waiting for a busy core makes a 40 µs matmul take millis
   copy of the input    one copy of the (N, d) embeddings into a ready buffer: the least that gathering the
                        groups of a shuffled index can cost
   definition           recompute D on every reduced set (O(G³) per group, a Python loop)
-and the peak extra memory of setpo_advantages (peak RSS of a fresh process above what holds the inputs),
-in units of one B·G² float32 matrix. Every engine assembles Â in ``setpo.setpo_advantages`` (the two "as ... calls
+the host reads per call (float()/bool() of a tensor and data-shaped outputs, each a synchronisation on a GPU,
+counted by dispatch here: one per valid call, the input checks' flag), and the peak extra memory of
+setpo_advantages (peak RSS of a fresh process above what holds the inputs), in units of one B·G² float32 matrix. Every engine assembles Â in ``setpo.setpo_advantages`` (the two "as ... calls
 it" rows are the keywords the TRL trainer and the verl estimator pass). The targets, each printed with its
 measured value and PASS / FAIL:
 setpo / floor <= 1.5 at (512, 16, 1024); setpo / floor <= 3 at (64, 8, 384) (TRL's usual size, where fixed
@@ -55,15 +56,24 @@ def make_inputs(b, g, d, seed=0):
     return rewards, emb
 
 
+#: ATen operations that make the host wait for the device: a read of one number (float(), bool(), .item()), or an
+#: output whose shape depends on the data
+HOST_READS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_dim",
+              "unique_consecutive", "equal", "is_nonzero"}
+
+
 class _CountOps(TorchDispatchMode):
-    """Counts the ATen operations a call dispatches (views and host syncs included)."""
+    """Counts the ATen operations a call dispatches (views and host syncs included), and among them the host
+    reads (``HOST_READS``), each a synchronisation on a GPU; the CPU dispatches the same ones."""
 
     def __init__(self):
         super().__init__()
         self.count = 0
+        self.reads = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.count += 1
+        self.reads += func.overloadpacket.__name__ in HOST_READS
         return func(*args, **(kwargs or {}))
 
 
@@ -71,6 +81,13 @@ def tensor_ops(fn) -> int:
     with _CountOps() as counter:
         fn()
     return counter.count
+
+
+def host_reads(fn) -> int:
+    """Host reads (GPU synchronisations) of one call of fn."""
+    with _CountOps() as counter:
+        fn()
+    return counter.reads
 
 
 def definition_all_groups(emb, g):
@@ -174,6 +191,10 @@ def main(argv=None) -> None:
             "B": b, "G": g, "d": d,
             **{f"{k} (ms)": round(v * 1e3, 3) for k, v in t.items()},
             "tensor ops per call": tensor_ops(fns["setpo_advantages"]),
+            "host reads per call": host_reads(fns["setpo_advantages"]),
+            "host reads, shuffled uids": host_reads(fns["shuffled uids"]),
+            "host reads, as verl calls it": host_reads(fns["as verl calls it"]),
+            "host reads, as TRL calls it": host_reads(fns["as TRL calls it"]),
             "setpo / floor": round(t["setpo_advantages"] / t["matmul floor"], 2),
             "shuffled / contiguous": round(t["shuffled uids"] / t["setpo_advantages"], 2),
             "TRL's call / contiguous": round(t["as TRL calls it"] / t["setpo_advantages"], 2),
