@@ -16,9 +16,9 @@ a second OpenMP thread waiting for a busy core makes a 40 µs matmul take millis
   definition           recompute D on every reduced set (O(G³) per group, a Python loop)
 the host reads per call (float()/bool() of a tensor and data-shaped outputs, each a synchronisation on a GPU,
 counted by dispatch here: one per valid call, the input checks' flag), and the peak extra memory of
-setpo_advantages (peak RSS of a fresh process above what holds the inputs), in units of one B·G² float32 matrix. Every engine assembles Â in ``setpo.setpo_advantages`` (the two "as ... calls
-it" rows are the keywords the TRL trainer and the verl estimator pass). The targets, each printed with its
-measured value and PASS / FAIL:
+setpo_advantages (peak RSS of a fresh process above what holds the inputs), in units of one B·G² float32 matrix.
+Every engine assembles Â in ``setpo.setpo_advantages`` (the two "as ... calls it" rows are the keywords the TRL
+trainer and the verl estimator pass). The targets, each printed with its measured value and PASS / FAIL:
 setpo / floor <= 1.5 at (512, 16, 1024); setpo / floor <= 3 at (64, 8, 384) (TRL's usual size, where fixed
 per-operation costs dominate); shuffled / contiguous <= 1.5 at every shape; definition / setpo >= 50 at
 G = 16; peak extra memory <= 8 B·G² float32 matrices at G >= 16. Writes runs/bench/estimator.md (and .json).

@@ -175,9 +175,9 @@ def _spread_limit(dtype: torch.dtype, group_size: int) -> float:
     return math.sqrt(torch.finfo(dtype).max / (4 * group_size))
 
 
-def _spread_bound(dtype: torch.dtype, group_size: int) -> float:
+def spread_bound(dtype: torch.dtype, group_size: int) -> float:
     """``_spread_limit`` as the largest number of ``dtype`` at or below it (``representable``): for a spread
-    sum t of that dtype, t <= _spread_bound(...) on the device exactly when float(t) <= _spread_limit(...).
+    sum t of that dtype, t <= spread_bound(...) on the device exactly when float(t) <= _spread_limit(...).
     Worked out once per (dtype, group size): a dict, which torch.compile reads as a constant."""
     bound = _SPREAD_BOUNDS.get((dtype, group_size))
     if bound is None:
@@ -245,7 +245,7 @@ def unchecked_base_advantages(r: torch.Tensor, groups: Groups, estimator: str, e
     # One number answers two questions: any NaN or infinity (then the sum is not finite), and can a group's
     # squared deviations overflow; a bound of the dtype's own keeps the Python comparison's answer.
     total = spread.sum()
-    ok = total <= const(_spread_bound(total.dtype, groups.max_size), total)
+    ok = total <= const(spread_bound(total.dtype, groups.max_size), total)
     return _estimate(padded, valid, flat, groups, estimator, eps), ok
 
 

@@ -84,7 +84,7 @@ def group_kernels(e: torch.Tensor, groups: Groups | None = None, name: str = "em
 
     The input is read once, by the matmul that forms the Gram matrices. Its diagonal holds every row's squared
     norm, which a NaN or infinity in the row makes NaN or inf and a zero row makes 0; the input is scanned
-    (and rescaled) only when some inverse norm 1/|e_i| lies outside ``_inverse_norm_range``, i.e. when a row
+    (and rescaled) only when some inverse norm 1/|e_i| lies outside ``inverse_norm_range``, i.e. when a row
     is bad or so small or large that its products under- or overflow. Then the rows are divided by their
     largest absolute entry (``_rescaled_rows``, which names a bad row) and the Gram matrices formed again, so
     any non-zero scale of a row gives the kernel of the unit row. The Gram matrix is normalised in place.
@@ -97,13 +97,13 @@ def group_kernels(e: torch.Tensor, groups: Groups | None = None, name: str = "em
 
 def unchecked_group_kernels(e: torch.Tensor, groups: Groups | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``group_kernels`` without its host read: (k, ok), ok a 0-d bool tensor on e's device, True when every
-    inverse norm lies in ``_inverse_norm_range`` and k is then ``group_kernels``' answer. When ok is False
+    inverse norm lies in ``inverse_norm_range`` and k is then ``group_kernels``' answer. When ok is False
     (a NaN, infinite or zero row, or one whose products under- or overflow), k is not the kernel: call
     ``group_kernels``, which rescales the rows or names the bad one. e's layout is the caller's to check."""
     gram = _gram(e, groups)
     inv = gram.diagonal(dim1=-2, dim2=-1).rsqrt()                # 1/|e_i|; NaN, inf or 0 for a bad row
     lo, hi = torch.aminmax(inv)
-    smallest, largest = _inverse_norm_range(gram.dtype)
+    smallest, largest = inverse_norm_range(gram.dtype)
     ok = (lo >= const(smallest, lo)).logical_and_(hi <= const(largest, hi))  # also False for NaN
     return _normalised(gram, inv), ok
 
@@ -117,12 +117,12 @@ def _normalised(gram: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
 
 def _rescaled_kernels(e: torch.Tensor, groups: Groups | None, name: str) -> torch.Tensor:
     """The kernel of e's rows divided by their largest absolute entry (``_rescaled_rows``: a NaN, infinite or
-    zero row is a ValueError naming it): for rows whose inverse norms lie outside ``_inverse_norm_range``."""
+    zero row is a ValueError naming it): for rows whose inverse norms lie outside ``inverse_norm_range``."""
     gram = _gram(_rescaled_rows(e, name), groups)
     return _normalised(gram, gram.diagonal(dim1=-2, dim2=-1).rsqrt())
 
 
-def _inverse_norm_range(dtype: torch.dtype) -> tuple[float, float]:
+def inverse_norm_range(dtype: torch.dtype) -> tuple[float, float]:
     """Where 1/|e| may lie for the Gram matrix of unscaled rows to be exact: squared norms in
     [tiny/eps, max/16], so that no product of two entries underflows and no sum of them overflows.
     The bounds are numbers of ``dtype`` (``representable``), so that comparing 1/|e| with them on the device
