@@ -23,7 +23,8 @@ What "run" (the checks alone, also the default when no command is given) does:
   training    notebook 04's path: GRPO and SetPO+GRPO steps with a small Qwen2 built from a config, avg@k,
               the embedding projection of the probes
   floor       the estimator's time against its floor (one torch.bmm forming the Gram matrices) at
-              (B, G, d) = (512, 16, 1024) and (1024, 64, 4096), contiguous and shuffled groups
+              (B, G, d) = (512, 16, 1024) and (1024, 64, 4096), contiguous and shuffled groups, its host reads
+              per call, and the contiguous path compiled whole (torch.compile(fullgraph=True))
   overhead    SetPO's step time over GRPO's (TRL, interleaved) with random models shaped like the paper's:
               a Qwen2.5-Math-1.5B-shaped policy and a Qwen3-Embedding-0.6B-shaped embedder, 756-token responses
   verl_e2e    verl's own trainer end to end with vLLM rollouts: tests/test_verl_e2e.py's run (`python -m
@@ -81,11 +82,13 @@ def markdown(report: dict) -> str:
     floor = report["checks"].get("floor", {})
     if floor.get("ok"):
         lines += ["", "## Estimator against its floor (one torch.bmm forming the Gram matrices)", "",
-                  "| B | G | d | setpo (ms) | shuffled (ms) | bmm floor (ms) | setpo / floor | shuffled / contiguous |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| B | G | d | setpo (ms) | shuffled (ms) | bmm floor (ms) | setpo / floor | shuffled / contiguous "
+                  "| host reads | compiled / floor |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in floor["rows"]:
             lines.append(f"| {r['B']} | {r['G']} | {r['d']} | {r['setpo_advantages (ms)']} | {r['shuffled uids (ms)']} "
-                         f"| {r['bmm floor (ms)']} | {r['setpo / floor']} | {r['shuffled / contiguous']} |")
+                         f"| {r['bmm floor (ms)']} | {r['setpo / floor']} | {r['shuffled / contiguous']} "
+                         f"| {r.get('host reads per call')} | {r.get('compiled / floor', r.get('compile error'))} |")
     ov = report["checks"].get("overhead", {})
     if ov.get("ok") and "ratio" in ov:
         lines += ["", "## SetPO's step-time overhead (TRL, random paper-shaped models)", "",

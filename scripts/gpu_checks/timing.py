@@ -29,14 +29,18 @@ def time_interleaved(fns: dict, repeats: int, sync) -> dict:
 
 
 def check_floor(device: str, tiny: bool) -> dict:
-    """setpo_advantages against one torch.bmm forming the Gram matrices, contiguous and shuffled groups."""
+    """setpo_advantages against one torch.bmm forming the Gram matrices, contiguous and shuffled groups; the host
+    reads (GPU synchronisations) of each call; and the contiguous path compiled whole (torch.compile(fullgraph=True)
+    of ``unchecked_setpo_advantages``, its validity flag read once per call as setpo_advantages reads it)."""
     import numpy as np
     import torch
 
     import setpo
+    from setpo.advantages import unchecked_setpo_advantages
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     shapes = [(8, 4, 32), (16, 8, 64)] if tiny else [(512, 16, 1024), (1024, 64, 4096)]
+    compiled = torch.compile(unchecked_setpo_advantages, fullgraph=True, dynamic=False)
     rows = []
     for b, g, d in shapes:
         gen = torch.Generator().manual_seed(0)
@@ -49,11 +53,51 @@ def check_floor(device: str, tiny: bool) -> dict:
         fns = {"setpo_advantages": lambda: setpo.setpo_advantages(rewards, emb, group_size=g),
                "shuffled uids": lambda: setpo.setpo_advantages(r_perm, e_perm, index),
                "bmm floor": lambda: torch.bmm(grouped, grouped.transpose(1, 2))}
+        reads = {k: host_reads(fns[k]) for k in ("setpo_advantages", "shuffled uids")}
+        t0 = time.perf_counter()
+        try:
+            adv, _, ok = compiled(rewards, emb, group_size=g, lam=0.05)
+            sync()
+            compile_s, compile_error = time.perf_counter() - t0, None
+            if not bool(ok):
+                raise AssertionError("the compiled flag says the valid input is not")
+            agrees = bool(torch.allclose(adv, setpo.setpo_advantages(rewards, emb, group_size=g, lam=0.05),
+                                         rtol=1e-4, atol=1e-5))
+            fns["compiled"] = lambda: bool(compiled(rewards, emb, group_size=g, lam=0.05)[2])
+        except Exception as err:  # noqa: BLE001 - a compiler missing on the machine is a finding, not a failure
+            compile_s, compile_error, agrees = time.perf_counter() - t0, repr(err)[:300], None
         t = time_interleaved(fns, 5 if tiny else 21, sync)
-        rows.append({"B": b, "G": g, "d": d, **{f"{k} (ms)": round(v * 1e3, 3) for k, v in t.items()},
-                     "setpo / floor": round(t["setpo_advantages"] / t["bmm floor"], 2),
-                     "shuffled / contiguous": round(t["shuffled uids"] / t["setpo_advantages"], 2)})
+        row = {"B": b, "G": g, "d": d, **{f"{k} (ms)": round(v * 1e3, 3) for k, v in t.items()},
+               "setpo / floor": round(t["setpo_advantages"] / t["bmm floor"], 2),
+               "shuffled / contiguous": round(t["shuffled uids"] / t["setpo_advantages"], 2),
+               "host reads per call": reads["setpo_advantages"], "host reads, shuffled": reads["shuffled uids"],
+               "compile (s)": round(compile_s, 1), "compiled agrees": agrees}
+        if "compiled" in t:
+            row["compiled / floor"] = round(t["compiled"] / t["bmm floor"], 2)
+        if compile_error:
+            row["compile error"] = compile_error
+        rows.append(row)
     return {"rows": rows}
+
+
+def host_reads(fn) -> int:
+    """Host reads of one call of fn (after a warm-up): the ATen operations whose answer the host waits for."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_dim",
+             "unique_consecutive", "equal", "is_nonzero"}
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += func.overloadpacket.__name__ in reads
+            return func(*args, **(kwargs or {}))
+
+    fn()
+    with Count():
+        fn()
+    return Count.n
 
 
 def check_overhead(device: str, tiny: bool) -> dict:
