@@ -296,9 +296,6 @@ def test_local_judge_model(tiny_model, tmp_path):
 
 # ---- the TRL resumable stage's checkpoints -------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 49: setpo/trl/training.py's check_checkpoint still puts the library's "
-                   "text before the remedy; that module was being changed in parallel, so its change waits (remove "
-                   "this mark with it)")
 def test_trl_checkpoint_files(tmp_path):
     from setpo.trl.training import check_checkpoint, write_manifest
 

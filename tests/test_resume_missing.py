@@ -61,7 +61,7 @@ def test_a_resume_without_rng_state_is_refused_before_training(runs):
     cfg, data, sft, root = runs
     run_dir = _fresh_copy(root, "no_rng")
     (run_dir / "checkpoint-2" / "rng_state.pth").unlink()
-    with pytest.raises(ValueError, match=r"checkpoint-2/rng_state\.pth is missing.*; delete .*checkpoint-2") as err:
+    with pytest.raises(ValueError, match=r"checkpoint-2/rng_state\.pth: is missing; delete checkpoint-2") as err:
         train_rl(cfg, RUN, data, sft, run_dir, **QUIET)
     assert "\n" not in str(err.value)
     assert not (run_dir / "final").exists() and not (run_dir / "checkpoint-4").exists()  # nothing trained
@@ -84,15 +84,15 @@ def test_every_file_a_checkpoint_holds_is_checked(runs):
     for name in listed:
         saved = work / name
         saved.rename(work.parent / "aside")
-        with pytest.raises(ValueError, match=rf"{ckpt.name}/{name} is missing.*delete "):
+        with pytest.raises(ValueError, match=rf"{ckpt.name}/{name}: is missing; delete "):
             check_checkpoint(work)
         (work.parent / "aside").rename(saved)
     with (work / "tokenizer_config.json").open("a") as f:
         f.write(" ")  # still valid JSON, but not the file that was saved
-    with pytest.raises(ValueError, match=r"tokenizer_config\.json is damaged \(\d+ bytes, \d+ when saved\)"):
+    with pytest.raises(ValueError, match=r"tokenizer_config\.json: is damaged; delete .*\(cause: \d+ bytes, \d+ when saved"):
         check_checkpoint(work)
     (work / MANIFEST).write_text('{"files": ')
-    with pytest.raises(ValueError, match=rf"{MANIFEST} is damaged.*delete "):
+    with pytest.raises(ValueError, match=rf"{MANIFEST}: cannot be loaded; delete "):
         check_checkpoint(work)
 
 
@@ -106,7 +106,7 @@ def test_a_checkpoint_saved_without_a_file_list_needs_what_a_resume_reads(runs):
     (ckpt / MANIFEST).unlink()
     for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth"):
         (ckpt / name).rename(run_dir / "aside")
-        with pytest.raises(ValueError, match=rf"checkpoint-2/{name} is missing.*delete "):
+        with pytest.raises(ValueError, match=rf"checkpoint-2/{name}: is missing; delete "):
             check_checkpoint(ckpt)
         (run_dir / "aside").rename(ckpt / name)
     for f in ckpt.iterdir():

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from setpo.repro.records import read_records, write_json, write_text
+from setpo.repro.refusals import cannot_load, file_refusal
 
 STAGING = ".checkpoint-staging"  # not matched by the Trainer's "checkpoint-*" globs
 MANIFEST = "setpo_checkpoint_files.json"  # {"files": {relative path: bytes}}, written into each checkpoint last
@@ -85,27 +86,32 @@ def check_checkpoint(checkpoint: Path) -> None:
     from safetensors import safe_open
 
     checkpoint = Path(checkpoint)
-    remedy = (f"delete {checkpoint} to resume from an earlier checkpoint (or its parent folder "
-              f"{checkpoint.parent} to start this run over)")
+    # each refusal leads with the file (relative to the run folder) and what to do, then a short cause in our words,
+    # the same whatever bytes are damaged (setpo.repro.refusals), never the library's text
+    root = checkpoint.parent
+    remedy = f"delete {checkpoint.name} to resume from an earlier checkpoint (or the run folder to start over)"
     manifest = checkpoint / MANIFEST
     if manifest.is_file():
         try:
             listed = json.loads(manifest.read_text())["files"]
             listed = {str(name): int(size) for name, size in listed.items()}
         except Exception as e:  # noqa: BLE001 - any failure to read is reported the same way
-            raise ValueError(f"{manifest} is damaged ({type(e).__name__}: {e}); {remedy}") from None
+            raise cannot_load(manifest, e, remedy, expected="checkpoint file list", root=root) from None
         for name, size in listed.items():
             f = checkpoint / name
             if not f.is_file():
-                raise ValueError(f"{f} is missing (the checkpoint was saved with it, and resuming without it would "
-                                 f"not continue the same run); {remedy}")
+                raise file_refusal(f, "is missing", remedy, root=root, detail="the checkpoint was saved with it, and "
+                                   "resuming without it would not continue the same run")
             if f.stat().st_size != size:
-                raise ValueError(f"{f} is damaged ({f.stat().st_size} bytes, {size} when saved); {remedy}")
+                raise file_refusal(f, "is damaged", remedy, root=root,
+                                   detail=f"cause: {f.stat().st_size} bytes, {size} when saved")
     else:
         for names in _RESUME_NEEDS:
             if not any((checkpoint / n).is_file() for n in names):
-                raise ValueError(f"{checkpoint / names[0]} is missing (a resume reads it; without it the run would "
-                                 f"not continue the same way); {remedy}")
+                raise file_refusal(checkpoint / names[0], "is missing", remedy, root=root,
+                                   detail="a resume reads it; without it the run would not continue the same way")
+    expected = {".json": "JSON file", ".safetensors": "safetensors file", ".pt": "torch checkpoint",
+                ".pth": "torch checkpoint", ".bin": "torch checkpoint"}
     for f in sorted(checkpoint.rglob("*")):
         if not f.is_file():
             continue
@@ -120,7 +126,7 @@ def check_checkpoint(checkpoint: Path) -> None:
                     if f.stat().st_size < 64 * 2**20 and z.testzip() is not None:
                         raise ValueError("a member fails its CRC check")
         except Exception as e:  # noqa: BLE001 - any failure to read is reported the same way
-            raise ValueError(f"{f} is damaged ({type(e).__name__}: {e}); {remedy}") from None
+            raise cannot_load(f, e, remedy, expected=expected.get(f.suffix, "checkpoint file"), root=root) from None
 
 
 def generation_aligned_save_steps(args) -> int | None:
