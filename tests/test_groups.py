@@ -94,3 +94,18 @@ def test_blocks_are_recognised_without_sorting():
     arrays[0], arrays[1] = np.zeros(2), np.zeros(2)          # == is elementwise: no block check, a clear error
     with pytest.raises(ValueError, match="hashable"):
         Groups.build(2, arrays)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64])
+def test_integer_ids_numbered_as_before_whatever_their_span(dtype):
+    """Integer ids spanning fewer than 2**16 values are sorted as 16-bit offsets (numpy's linear-time radix
+    sort); the numbering must be the reference's for every integer dtype, at its extremes and across the span
+    limit."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(int(info.bits))
+    for lo, span in ((info.min, 3), (max(info.min, info.max - 300), 300), (info.min, (1 << 16) - 1),
+                     (info.min, 1 << 16), (0, 1 << 17), (info.min, None)):
+        hi = info.max if span is None else min(info.max, lo + span)
+        ids = rng.integers(lo, hi, size=400, endpoint=True, dtype=dtype)
+        ids[:3] = [lo, hi, lo]
+        check(ids[rng.permutation(400)])
