@@ -14,15 +14,174 @@ instead of P·G rows, and the last prompt token is processed on its own instead 
 same seed gives the same tokens unless a draw falls within rounding of a boundary between two tokens'
 cumulative probabilities (about 1e-6 per token: tests/test_rollouts.py finds the samples equal token for
 token). It is not bitwise by construction, and no path that skips G - 1 of the prompt passes can be.
+
+Where it is used (``rollout_refusal``). The argument above holds for a model whose every cache layer is
+transformers' plain full-attention ``DynamicLayer``, with no dropout drawing random numbers while it runs, and for
+the ``generate`` options that act on the same input ids and logits (temperature, top-k/p, min-p, typical-p,
+repetition penalty, n-gram and word bans: tests/test_fast_path_fallbacks.py finds them equal token for token).
+Anything else is refused with a reason, before the model runs: a sliding-window or chunked layer (it keeps only
+the last window - 1 prompt tokens, so the preallocated copy would hold the wrong positions: Mistral and Qwen2 with
+a window shorter than the prompt sampled other tokens, Gemma-2 crashed), linear-attention or hybrid layers, any
+other cache class; dropout > 0 in train mode (the prompt pass would draw its masks in other shapes than
+``generate``'s); beams, several return sequences per row, a cache implementation of ``generate``'s own, and the
+other options ``sampling_refusal`` lists. ``SetPOTrainer`` then runs TRL's own ``generate`` and logs the reason
+once (``note_fallback``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 
 import torch
 from transformers.cache_utils import DynamicLayer
+
+logger = logging.getLogger(__name__)
+
+
+class FastPathRefused(ValueError):
+    """A shared-prompt fast path cannot give the plain path's result for this model or these options; the message
+    says why. Raised before anything that draws random numbers has run, so the caller can take the plain path."""
+
+
+def _configured(model):
+    """``model``, or the module a wrapper without a config holds (DDP's and DeepSpeed's ``.module``)."""
+    while getattr(model, "config", None) is None and isinstance(getattr(model, "module", None), torch.nn.Module):
+        model = model.module
+    return model
+
+
+def text_config(model):
+    """The decoder's config of ``model`` (a multimodal model's text config), or None when it has none."""
+    config = getattr(_configured(model), "config", None)
+    if config is None:
+        return None
+    get = getattr(config, "get_text_config", None)
+    if get is None:
+        return config
+    try:
+        return get(decoder=True)
+    except TypeError:  # an older signature without ``decoder``
+        return get()
+
+
+def cache_refusal(model) -> str | None:
+    """Why ``model``'s KV cache is not all plain full-attention ``DynamicLayer`` layers (None when it is), read
+    from its config: ``layer_types`` other than "full_attention" (sliding, chunked, linear attention, mamba,
+    hybrid ...), or, without ``layer_types``, a ``sliding_window`` / ``attention_chunk_size``, or an
+    encoder-decoder model. Where transformers can build the model's ``DynamicCache`` from the config, every layer
+    it builds must be a ``DynamicLayer`` itself (not a subclass). The caches a forward pass returns are checked
+    again where they are used (``cache_layers_refusal``)."""
+    config = text_config(model)
+    if config is None:
+        return f"{type(model).__name__} has no config to read its attention layers from"
+    if getattr(config, "is_encoder_decoder", False):
+        return "an encoder-decoder model"
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        other = sorted({str(t) for t in layer_types} - {"full_attention"})
+        if other:
+            return f"attention layers of type {', '.join(other)} (only full_attention layers are shared exactly)"
+    else:
+        for name in ("sliding_window", "attention_chunk_size"):
+            if getattr(config, name, None) is not None:
+                return f"{name}={getattr(config, name)} (only full-attention layers are shared exactly)"
+    try:
+        from transformers.cache_utils import DynamicCache
+
+        layers = DynamicCache(config=_configured(model).config).layers
+    except Exception:  # a config transformers cannot build a cache from: the returned cache is checked instead
+        layers = []
+    return cache_layers_refusal(layers) if layers else None
+
+
+def cache_layers_refusal(layers) -> str | None:
+    """Why these cache layers are not all plain ``DynamicLayer`` (exactly that class), or None."""
+    if layers is None:
+        return "the model's cache has no per-layer keys and values"
+    other = sorted({type(layer).__name__ for layer in layers if type(layer) is not DynamicLayer})
+    if other:
+        return f"cache layers of type {', '.join(other)} (only full-attention DynamicLayer layers are shared exactly)"
+    return None
+
+
+#: config fields that hold a dropout probability; "classifier"/"summary" heads are not part of a causal LM's pass
+_DROPOUT_SUFFIXES = ("dropout", "dropout_prob", "dropout_rate", "pdrop")
+_NOT_LM_DROPOUT = ("classifier_dropout", "summary_first_dropout")
+
+
+def dropout_refusal(model) -> str | None:
+    """Why ``model`` would draw dropout masks while it runs (None when it would not): in train mode, a dropout
+    probability > 0 in its config (``attention_dropout``, ``resid_pdrop``, ...) or any ``torch.nn.Dropout``
+    module (a LoRA adapter's among them) in train mode with p > 0. A shared pass draws those masks in other
+    shapes than the plain pass (and rows that share a prompt would share its masks), so it is not the same pass."""
+    for name, module in (model.named_modules() if isinstance(model, torch.nn.Module) else []):
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.training and module.p > 0:
+            return f"dropout p={module.p} at {name or type(model).__name__} in train mode"
+    if not getattr(model, "training", False):
+        return None
+    config = text_config(model)
+    for field, value in sorted(vars(config).items()) if config is not None else []:
+        if field.endswith(_DROPOUT_SUFFIXES) and field not in _NOT_LM_DROPOUT and isinstance(value, (int, float)) \
+                and not isinstance(value, bool) and value > 0:
+            return f"{field}={value} in train mode"
+    return None
+
+
+def _generation_value(config, fallback, name):
+    value = getattr(config, name, None)
+    return getattr(fallback, name, None) if value is None and fallback is not None else value
+
+
+#: generate options the shared-prompt rollouts do not give exactly: (field, is it on?, why)
+_REFUSED_OPTIONS = (
+    ("num_beams", lambda v: v is not None and v > 1, "beam search"),
+    ("num_beam_groups", lambda v: v is not None and v > 1, "group beam search"),
+    ("num_return_sequences", lambda v: v is not None and v > 1,
+     "several sequences per row (generate expands the rows after the cache is built)"),
+    ("penalty_alpha", lambda v: v is not None and v > 0, "contrastive search"),
+    ("dola_layers", lambda v: v is not None, "DoLa decoding"),
+    ("prompt_lookup_num_tokens", lambda v: v is not None, "prompt-lookup decoding"),
+    ("assistant_early_exit", lambda v: v is not None, "assisted decoding"),
+    ("constraints", lambda v: bool(v), "constrained beam search"),
+    ("force_words_ids", lambda v: bool(v), "constrained beam search"),
+    ("token_healing", lambda v: bool(v), "token healing (it rewrites the prompt)"),
+    ("prefill_chunk_size", lambda v: v is not None, "chunked prefill"),
+    ("cache_implementation", lambda v: v is not None, "a cache implementation of generate's own"),
+    ("use_cache", lambda v: v is False, "use_cache=False"),
+    ("return_dict_in_generate", lambda v: bool(v), "return_dict_in_generate (the rollouts return token ids)"),
+)
+
+
+def sampling_refusal(generation_config, model=None) -> str | None:
+    """Why ``generate`` with ``generation_config`` (its unset fields read from ``model.generation_config``, as
+    ``generate`` reads them) would not sample what it samples from a shared prompt cache, or None. What is left
+    acts on the same input ids and logits either way (temperature, top-k/p, min-p, typical-p, epsilon/eta
+    cutoffs, repetition penalties, n-gram and word bans, suppressed tokens, sequence bias, minimum and forced
+    lengths, guidance, watermarking)."""
+    fallback = getattr(model, "generation_config", None)
+    for name, on, why in _REFUSED_OPTIONS:
+        value = _generation_value(generation_config, fallback, name)
+        if on(value):
+            return f"generate option {name}={value!r}: {why}"
+    return None
+
+
+def rollout_refusal(model, generation_config=None) -> str | None:
+    """Why ``shared_prompt_generate`` would not sample what ``model.generate`` samples (None when it would, up to
+    float rounding): ``cache_refusal``, ``dropout_refusal`` or ``sampling_refusal``, in that order."""
+    if generation_config is None:
+        generation_config = getattr(model, "generation_config", None)
+    return cache_refusal(model) or dropout_refusal(model) or sampling_refusal(generation_config, model)
+
+
+def note_fallback(owner, switch: str, reason: str) -> None:
+    """Log once per ``owner`` (a trainer), switch and reason that ``switch`` was not used and why."""
+    seen = owner.__dict__.setdefault("setpo_fallbacks", set())
+    if (switch, reason) not in seen:
+        seen.add((switch, reason))
+        logger.warning("SetPO: %s not used (TRL's own path instead): %s", switch, reason)
 
 
 def prompt_runs(prompt_ids: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
@@ -66,8 +225,10 @@ def prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, c
     their last token go through the model once, with the positions ``generate`` gives left-padded rows
     (cumulative mask - 1); the cache's rows are repeated; ``generate`` then processes only the last prompt
     token of each copy before sampling. capacity: the positions the cache will hold in all (prompt and new
-    tokens); given, its layers are ``PreallocatedLayer`` of that size. Returns {"input_ids", "attention_mask":
-    (B, L), "past_key_values"} with B = sum(counts), rows in prompt order.
+    tokens); given, its layers are ``PreallocatedLayer`` of that size, and a cache whose layers are not all plain
+    ``DynamicLayer`` (a sliding window's layer holds only the last window - 1 positions) raises
+    ``FastPathRefused`` instead. Returns {"input_ids", "attention_mask": (B, L), "past_key_values"} with
+    B = sum(counts), rows in prompt order.
     """
     rows = input_ids.shape[0]
     per_row = [counts] * rows if isinstance(counts, int) else list(counts)
@@ -81,6 +242,10 @@ def prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, c
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     past = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1],
                  position_ids=positions[:, :-1], use_cache=True).past_key_values
+    if capacity is not None:
+        refusal = cache_layers_refusal(getattr(past, "layers", None))
+        if refusal is not None:
+            raise FastPathRefused(f"the prompt cache cannot be preallocated: {refusal}")
     if all(c == per_row[0] for c in per_row):
         past.batch_repeat_interleave(per_row[0])
     else:
@@ -102,7 +267,15 @@ def shared_prompt_generate(model, prompt_ids: Sequence[Sequence[int]], pad_token
     preallocate: the KV cache is allocated once for prompt + ``max_new_tokens`` positions (``PreallocatedLayer``)
     instead of being copied into a new tensor at every step. grouped_attention: decode steps attend with
     ``grouped_query_sdpa`` (``grouped_decode_attention``). Both leave every computed value as it was; they
-    remove copies (the benchmark ``benchmarks/real_lm.py`` measures each)."""
+    remove copies (the benchmark ``benchmarks/real_lm.py`` measures each).
+
+    Raises ``FastPathRefused`` where the result would not be ``generate``'s (``rollout_refusal``; the module
+    docstring), before anything has drawn a random number: the caller then runs plain ``generate``."""
+    refusal = rollout_refusal(model, generate_kwargs.get("generation_config"))
+    if refusal is None:
+        refusal = sampling_refusal(_kwargs_config(generate_kwargs))
+    if refusal is not None:
+        raise FastPathRefused(refusal)
     unique, counts = prompt_runs(prompt_ids)
     ids, mask = left_pad(unique, pad_token_id, pad_to_multiple_of)
     device = model.device
@@ -113,6 +286,13 @@ def shared_prompt_generate(model, prompt_ids: Sequence[Sequence[int]], pad_token
         inputs = prompt_cache(model, ids.to(device), mask.to(device), counts, capacity=capacity)
         out = model.generate(**inputs, **generate_kwargs)
     return out[:, ids.shape[1]:]
+
+
+def _kwargs_config(generate_kwargs: dict):
+    """The ``generate`` options passed as keywords next to ``generation_config``, as an object with those fields."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{k: v for k, v in generate_kwargs.items() if k != "generation_config"})
 
 
 class PreallocatedLayer(DynamicLayer):

@@ -16,14 +16,21 @@ holds exactly the last ``completion_len + 1`` positions of the full pass, each s
 same positions. Positions: TRL passes no ``position_ids``, so a decoder numbers positions from the cache
 length, 0..L-1 in both computations; the attention mask is the full one (left padding stays masked).
 
-Scope: decoder-only text models whose forward takes ``past_key_values`` and returns a cache with per-layer
-keys and values (transformers' ``DynamicCache``); rows with images or other extra model inputs go
-through the plain path (``supports``).
+Scope: decoder-only text models whose forward takes ``past_key_values`` and returns a cache whose every layer
+is transformers' plain full-attention ``DynamicLayer``; rows with images or other extra model inputs go
+through the plain path (``supports``). Where the shared pass would not be the full pass, it is not used
+(``shared_pass_refusal``: ``SetPOTrainer`` then runs TRL's own pass and logs why once): sliding-window, chunked,
+linear-attention or hybrid layers (``setpo.trl.rollouts.cache_refusal``); dropout > 0 in train mode (the masks
+would be drawn in other shapes, and rows that share a prompt would share its masks); router logits (an MoE
+model's load-balancing loss would see the router logits of the B·(C + 1) tokens the continuation runs against
+the mask of all B·(P + C), and TRL 1.16 asks for them whenever the config has a router loss coefficient).
 """
 
 from __future__ import annotations
 
 import torch
+
+from setpo.trl.rollouts import cache_layers_refusal, cache_refusal, dropout_refusal, text_config
 
 #: model inputs the shared pass understands; anything else (pixel values, token type ids) takes the plain path
 TEXT_INPUTS = frozenset({"input_ids", "attention_mask", "labels", "fused_lm_head", "logits_to_keep",
@@ -31,8 +38,22 @@ TEXT_INPUTS = frozenset({"input_ids", "attention_mask", "labels", "fused_lm_head
 
 
 def supports(model_inputs: dict) -> bool:
-    """Whether a call's inputs are plain text that ``SharedPrefixModel`` can split."""
-    return set(model_inputs) <= TEXT_INPUTS
+    """Whether a call's inputs are plain text that ``SharedPrefixModel`` can split (router logits are not
+    split: ``shared_pass_refusal``)."""
+    return set(model_inputs) <= TEXT_INPUTS and not model_inputs.get("output_router_logits")
+
+
+def shared_pass_refusal(model, router_logits: bool = False) -> str | None:
+    """Why ``SharedPrefixModel(model)`` would not give the full pass's log-probs and gradients (None when it
+    would, up to float rounding): cache layers other than full-attention ``DynamicLayer``, dropout in train mode,
+    or router logits (asked for by the caller, ``router_logits=True``, or by the model's config, which TRL's
+    fused LM head follows)."""
+    if router_logits:
+        return "router logits are asked for (an MoE load-balancing loss); they would cover the continuation only"
+    config = text_config(model)
+    if config is not None and getattr(config, "output_router_logits", False):
+        return "the config asks for router logits (output_router_logits=True); they would cover the continuation only"
+    return cache_refusal(model) or dropout_refusal(model)
 
 
 def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,24 +88,35 @@ class SharedPrefixModel(torch.nn.Module):
 
     prompt_len: the (padded) prompt length P of the rows this wrapper will see: input_ids is (B, P + C) with
     the completion in the last C columns. A call whose rows all have distinct prompts, or whose inputs are
-    not plain text, runs ``model`` unchanged.
+    not plain text, runs ``model`` unchanged, and so does one the shared pass would not give exactly
+    (``shared_pass_refusal``; also a cache the prompt pass returns with other layers than ``DynamicLayer``):
+    ``refusals`` then lists why, for the caller to report.
     """
 
     def __init__(self, model: torch.nn.Module, prompt_len: int):
         super().__init__()
         self.model = model
         self.prompt_len = int(prompt_len)
+        self.refusals: list[str] = []
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, **kwargs}
         p = self.prompt_len
         if not supports(inputs) or not 1 < p < input_ids.shape[1]:
             return self.model(**inputs)
+        refusal = shared_pass_refusal(self.model)
+        if refusal is not None:
+            self.refusals.append(refusal)
+            return self.model(**inputs)
         first, inverse = distinct_prompts(input_ids[:, :p], attention_mask[:, :p])
         if len(first) == input_ids.shape[0]:
             return self.model(**inputs)
         ids, mask = input_ids[first, :p - 1], attention_mask[first, :p - 1]
         cache = self.model(input_ids=ids, attention_mask=mask, use_cache=True).past_key_values
+        refusal = cache_layers_refusal(getattr(cache, "layers", None))
+        if refusal is not None:  # nothing random has run (no dropout): the plain pass is still the plain pass
+            self.refusals.append(refusal)
+            return self.model(**inputs)
         select_rows(cache, inverse)
         rest = {k: v for k, v in kwargs.items() if k not in ("labels", "logits_to_keep", "use_cache")}
         if "labels" in kwargs:

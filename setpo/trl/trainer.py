@@ -73,8 +73,9 @@ from setpo.groups import Groups
 from setpo.metrics import mean_pairwise_similarity
 from setpo.reads import ExploitMonitor, check_kernel_reads, kernel_texts
 from setpo.trl.config import SetPOConfig, estimator_group_minimum
-from setpo.trl.rollouts import completion_lists, prompt_runs, shared_prompt_generate
-from setpo.trl.shared_prefix import SharedPrefixModel
+from setpo.trl.rollouts import (FastPathRefused, completion_lists, note_fallback, prompt_runs, rollout_refusal,
+                                shared_prompt_generate)
+from setpo.trl.shared_prefix import SharedPrefixModel, shared_pass_refusal
 
 
 def gather_embeddings(accelerator, embedder: Embedder, completions, prompts=None) -> tuple[torch.Tensor, list[str]]:
@@ -255,28 +256,41 @@ class SetPOTrainer(GRPOTrainer):
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
         """TRL's rollouts, with each prompt's forward pass shared by its G rollouts (``setpo.trl.rollouts``)
-        where TRL would call plain ``generate``: ``setpo_shared_prompt_rollouts`` on, no vLLM, no continuous
-        batching, no images or multimodal inputs, and some prompt repeated. The same samples as TRL's path up to
-        float rounding (the rollouts module says why); anything else goes to TRL."""
+        where TRL would call plain ``generate``: ``setpo_shared_prompt_rollouts`` on, no vLLM, no paged /
+        continuous batching (TRL 1.6's ``use_transformers_paged``, later ``use_transformers_continuous_batching``),
+        no images or multimodal inputs, and some prompt repeated. The same samples as TRL's path up to float
+        rounding (the rollouts module says why); anything else goes to TRL, and so does a model or generation
+        config the shared rollouts would not sample exactly for (``rollout_refusal``: sliding-window or other
+        non-full-attention cache layers, dropout in train mode, beams ...), with the reason logged once."""
+        paged = (getattr(self, "use_transformers_continuous_batching", False)
+                 or getattr(self, "use_transformers_paged", False))
         if not (self.args.setpo_shared_prompt_rollouts and not self.use_vllm and images is None
-                and not multimodal_fields and not getattr(self, "use_transformers_continuous_batching", False)
-                and len(prompt_runs(prompt_ids)[0]) < len(prompt_ids)):
+                and not multimodal_fields and not paged and len(prompt_runs(prompt_ids)[0]) < len(prompt_ids)):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-        # TRL >= 1.16 passes the gradient-checkpointing settings, to switch checkpointing off while generating
-        unwrap_options = ({"gradient_checkpointing_kwargs": self.args.gradient_checkpointing_kwargs}
-                          if "gradient_checkpointing_kwargs" in inspect.signature(unwrap_model_for_generation).parameters
-                          else {})
-        with (profiling_context(self, "transformers.generate"),
-              unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                                          generation_kwargs=self.generation_kwargs, **unwrap_options) as unwrapped_model,
-              torch.no_grad(),
-              self._dist.summon_full_params(self.model_wrapped, recurse=False)):
-            new_tokens = shared_prompt_generate(unwrapped_model, prompt_ids, self._tokenizer.pad_token_id,
-                                                getattr(self, "pad_to_multiple_of", None),
-                                                generation_config=self.generation_config)
-        eos = getattr(self, "eos_token_ids", None) or [self._tokenizer.eos_token_id]
-        return completion_lists(new_tokens, eos), None
+        refusal = rollout_refusal(self.model, self.generation_config)
+        if refusal is None:
+            # TRL >= 1.16 passes the gradient-checkpointing settings, to switch checkpointing off while generating
+            unwrap_parameters = inspect.signature(unwrap_model_for_generation).parameters
+            unwrap_options = ({"gradient_checkpointing_kwargs": self.args.gradient_checkpointing_kwargs}
+                              if "gradient_checkpointing_kwargs" in unwrap_parameters else {})
+            try:
+                with (profiling_context(self, "transformers.generate"),
+                      unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                                  gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                                  generation_kwargs=self.generation_kwargs,
+                                                  **unwrap_options) as unwrapped_model,
+                      torch.no_grad(),
+                      self._dist.summon_full_params(self.model_wrapped, recurse=False)):
+                    new_tokens = shared_prompt_generate(unwrapped_model, prompt_ids, self._tokenizer.pad_token_id,
+                                                        getattr(self, "pad_to_multiple_of", None),
+                                                        generation_config=self.generation_config)
+            except FastPathRefused as err:  # raised before anything random ran: TRL's path samples as it would
+                refusal = str(err)
+            else:
+                eos = getattr(self, "eos_token_ids", None) or [self._tokenizer.eos_token_id]
+                return completion_lists(new_tokens, eos), None
+        note_fallback(self, "setpo_shared_prompt_rollouts", refusal)
+        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -305,11 +319,25 @@ class SetPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         # TRL runs every row's prompt through the model; with setpo_share_prompt_pass each distinct prompt goes
-        # through once (setpo.trl.shared_prefix), for the loss, the old policy and the reference alike
+        # through once (setpo.trl.shared_prefix), for the loss, the old policy and the reference alike, where that
+        # is the same pass (shared_pass_refusal); otherwise TRL's own pass runs and the reason is logged once.
+        # Router logits are refused for every call of a trainer that computes a load-balancing loss (TRL's
+        # aux_loss_enabled), not only the loss's, so that the old policy's log-probs come from the same pass.
+        shared = None
         if self.args.setpo_share_prompt_pass:
-            model = SharedPrefixModel(model, input_ids.shape[1] - logits_to_keep)
-        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
-                                                          *args, **kwargs)
+            call = inspect.signature(super()._get_per_token_logps_and_entropies).bind_partial(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs).arguments
+            router_logits = bool(call.get("compute_aux_loss")) or bool(getattr(self, "aux_loss_enabled", False))
+            refusal = shared_pass_refusal(model, router_logits=router_logits)
+            if refusal is None:
+                model = shared = SharedPrefixModel(model, input_ids.shape[1] - logits_to_keep)
+            else:
+                note_fallback(self, "setpo_share_prompt_pass", refusal)
+        out = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                         *args, **kwargs)
+        for refusal in (shared.refusals if shared is not None else []):
+            note_fallback(self, "setpo_share_prompt_pass", refusal)
+        return out
 
     def _generate_and_score_completions(self, inputs):
         t0, emb0 = time.perf_counter(), self._clock["embedding"]
