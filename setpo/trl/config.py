@@ -76,14 +76,23 @@ class SetPOConfig(GRPOConfig):
         rollouts continue from copies of that KV cache (``setpo.trl.rollouts``) instead of ``generate``'s G
         passes over the same prompt: plain ``generate``'s samples up to float rounding, at a fraction of the
         prompt work (``benchmarks/real_lm.py``). False gives TRL's own ``generate`` call. Ignored with
-        ``use_vllm`` or ``use_transformers_paged``.
+        ``use_vllm`` or paged generation (``use_transformers_paged`` on TRL 1.6, later
+        ``use_transformers_continuous_batching``). Used only where it is exact (``rollout_refusal``): every cache
+        layer plain full attention (no sliding window, chunked, linear-attention or hybrid layers), no dropout
+        > 0 while the model is in train mode, and ``generate`` options that act on the same ids and logits
+        (temperature, top-k/p, min-p, typical-p, repetition penalty, n-gram and word bans ...; not beams,
+        ``num_return_sequences`` or a ``cache_implementation``); elsewhere TRL's own call runs and the reason is
+        logged once.
     setpo_share_prompt_pass: run each distinct prompt through the model once in the loss's forward passes
         instead of once per rollout (``setpo.trl.shared_prefix``): the same log-probs and gradients up to
         floating-point rounding, and G times fewer prompt tokens, which is most of a step when answers are
         short. Off by default: a run's numbers then differ from plain TRL's in the last bits, so a study opts in
         (and keeps one setting). It pays when a micro-batch holds several rollouts of a prompt: TRL shuffles the
         generation batch before splitting it, so use one micro-batch per generation batch where memory allows.
-        Needs ``gradient_checkpointing=False``: checkpointed layers keep no cache to share.
+        Needs ``gradient_checkpointing=False``: checkpointed layers keep no cache to share. Used only where it is
+        exact (``shared_pass_refusal``): plain full-attention cache layers, no dropout > 0 in train mode, and no
+        router logits (an MoE model whose loss has a load-balancing term: TRL computes it whenever the config
+        has a router loss coefficient); elsewhere TRL's own pass runs and the reason is logged once.
     setpo_kernel_reads: what the diversity kernel embeds (``setpo.reads``): "completion" (the paper: the whole
         completion) or "answer": the text the answer reader returns for each completion (the part the reward
         checks). A row whose reader gives None or blank is left out of its group's set and gets s = 0. With a
