@@ -65,7 +65,7 @@ from setpo.metrics import pass_at_k
 from setpo.repro.records import read_json, write_json
 from setpo.studies.short_answers_config import PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, ShortAnswerStudyConfig
 from setpo.studies.stages import (Progress, StudyResult, check_restored, chosen_stages, claim_folder, has_model,
-                                  heartbeat, print_flushed, restore_model, run_records, stage_done)
+                                  heartbeat, print_flushed, refusal, restore_model, run_records, stage_done)
 from setpo.trl.rewards import short_answer_reward
 
 
@@ -102,22 +102,20 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
     """Measure the base model on every kind at every temperature (see the module docstring); returns the record
     that ``base_model.json`` holds."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # the engine, once a model is loaded
 
     from setpo.studies.sampling import sample_completions
 
     out = Path(out)
     claim_folder(out / "base_samples", asdict(cfg))
     model_dir = model_folder(cfg.model_path)
-    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, local_files_only=True)
+    tok, model = load_model(model_dir, torch.float32)
     rows = []
     for temperature in cfg.temperatures:
         for kind in cfg.kinds:
             tasks = sample_tasks([kind], cfg.split, cfg.per_kind, cfg.seed)
             cache = out / "base_samples" / f"{kind}_T{temperature}.json"
             if cache.exists():
-                samples = json.loads(cache.read_text())["samples"]
+                samples = read_json(cache, "delete it and rerun to sample this kind again")["samples"]
             else:
                 started = time.perf_counter()
                 prompts = chat_prompts(tok, tasks)
@@ -131,7 +129,7 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
             log(f"T={temperature} {kind}: reward {row['reward']:.2f}, mixed groups {row['mixed_groups']:.2f}, "
                 f"distinct right {row['distinct_right']:.1f}, truncated {row['truncated']:.2f}")
             rows.append(row)
-    record = {"config": asdict(cfg), **model_record(model_dir, out), "rows": rows, "command": base_command(cfg, out)}
+    record = {"config": asdict(cfg), **model_record(model_dir), "rows": rows, "command": base_command(cfg, out)}
     (out / "base_model.json").write_text(json.dumps(record, indent=1) + "\n")
     (out / "base_model.md").write_text(base_table_markdown(record))
     return record
@@ -150,16 +148,39 @@ def base_command(cfg: BaseTableConfig, out: str | Path) -> str:
     return " ".join(parts)
 
 
-def model_record(model_dir: Path, run_dir: str | Path) -> dict:
-    """How a record names the model it was made with, without a machine path: ``model``, its folder relative to
-    the study's folder when inside it (a trained run), else the folder's own name (the packaged model's is its
-    name, "smollm2-135m-instruct"); and ``model_identity`` (``setpo.studies.sampling.model_identity``: weights,
-    tokenizer, chat template, stop ids), which tells whether a record was made by the model now in that folder."""
+def model_record(model_dir: Path) -> dict:
+    """How a record names the model it was made with, without a machine path: ``model``, the packaged model's
+    name ("smollm2-135m-instruct"), else the folder relative to the working directory when inside it (a trained
+    run: "results/short_answers/study/train/grpo_s0/final"), else the folder's own name; and ``model_identity``
+    (``setpo.studies.sampling.model_identity``: weights, tokenizer, chat template, stop ids), which tells whether
+    a record was made by the model now in a folder."""
+    from setpo.models import CACHE_DIR, DEFAULT_MODEL
     from setpo.studies.sampling import model_identity
 
-    folder, run_dir = Path(model_dir).resolve(), Path(run_dir).resolve()
-    name = str(folder.relative_to(run_dir)) if folder.is_relative_to(run_dir) else folder.name
+    folder, here = Path(model_dir).resolve(), Path.cwd().resolve()
+    if folder == (CACHE_DIR / DEFAULT_MODEL).resolve():
+        name = DEFAULT_MODEL
+    else:
+        name = str(folder.relative_to(here)) if folder.is_relative_to(here) else folder.name
     return {"model": name, "model_identity": model_identity(folder)}
+
+
+def reused_evaluation(record: dict, path: Path, model_dir: Path) -> dict:
+    """An evaluation record read back, reused only if the model now in ``model_dir`` made it: its recorded
+    ``model_identity`` must match (a model that is not here, e.g. a clone's run without its weights, is not
+    compared). A record made before identities were recorded (a machine path in ``model``) gets the model's
+    name and identity written in when the model is here; its numbers stay as they are."""
+    if not (Path(model_dir) / "config.json").is_file():
+        return record
+    now = model_record(model_dir)
+    if "model_identity" in record:
+        if now["model_identity"] is not None and record["model_identity"] != now["model_identity"]:
+            raise refusal(f"was made by another model than the one now in {now['model']}", path,
+                          "delete it and rerun to evaluate this model")
+    elif Path(str(record.get("model", ""))).is_absolute():
+        record.update(now)
+        write_json(path, record)
+    return record
 
 
 def base_table_markdown(record: dict) -> str:
@@ -183,7 +204,15 @@ def train_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
 
 
 def test_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
-    return sample_tasks(cfg.kinds, "test", cfg.eval_per_kind, seed=0)
+    """The prompts every model is evaluated on: the test split (the cure study's pilot: validation)."""
+    return sample_tasks(cfg.kinds, getattr(cfg, "eval_split", "test"), cfg.eval_per_kind, seed=0)
+
+
+def eval_path(cfg: ShortAnswerStudyConfig, label: str, folder: str = "eval") -> Path:
+    """``<folder>/<label>.json`` of the study's folder, or, for the study evaluation of a run (or the base
+    model) the cure study reuses, of the folder it reuses from."""
+    source = getattr(cfg, "reused_folder", lambda _: None)(label) if folder == "eval" else None
+    return Path(source or cfg.run_dir) / folder / f"{label}.json"
 
 
 def probe_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
@@ -206,6 +235,20 @@ def model_folder(model_path: str | None) -> Path:
     return prepared_folder(log=lambda *_: None)
 
 
+def load_model(model_dir: Path, dtype):
+    """(tokenizer, model) of a local model folder; a folder that does not load is refused with the folder and
+    what to do first (``setpo.repro.refusals``), never the library's own text."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # the engine, once a model is loaded
+
+    from setpo.repro.refusals import loading
+
+    with loading(model_dir, "give an intact model folder (a trained run's: delete the run and rerun)",
+                 expected="model folder", root=Path(model_dir).parent):
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=dtype)
+    return tokenizer, model
+
+
 def chat_prompts(tokenizer, tasks: Sequence[TaskSpec]) -> list[str]:
     return [tokenizer.apply_chat_template(task_messages(t), tokenize=False, add_generation_prompt=True)
             for t in tasks]
@@ -222,12 +265,14 @@ def sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg:
                               add_special_tokens=False, share_prompt=True, progress=progress)
 
 
-def trainer_args(cfg: ShortAnswerStudyConfig, lam: float, seed: int, output_dir: Path):
+def trainer_args(cfg: ShortAnswerStudyConfig, settings: dict, seed: int, output_dir: Path):
+    """The ``SetPOConfig`` of one run: the study's GRPO settings and the method's ``settings``
+    (``cfg.trainer_settings``: λ, and for the cure study's arms what the kernel reads, the gate, the estimator)."""
     from setpo.trl import config_for  # imports TRL
 
     return config_for(
-        "grpo", output_dir=str(output_dir), setpo_lambda=lam, setpo_lambda_units=cfg.lam_units,
-        embedder=cfg.embedder, num_generations=cfg.group_size, temperature=cfg.temperature, top_p=1.0,
+        "grpo", output_dir=str(output_dir), **{"setpo_lambda_units": cfg.lam_units, "embedder": cfg.embedder,
+                                               **settings}, num_generations=cfg.group_size, temperature=cfg.temperature, top_p=1.0,
         max_completion_length=cfg.max_new_tokens, beta=0.0, learning_rate=cfg.lr, lr_scheduler_type="constant",
         warmup_steps=0, max_steps=cfg.steps, per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,
         gradient_accumulation_steps=1, setpo_share_prompt_pass=True, gradient_checkpointing=False,
@@ -244,21 +289,20 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
     for bit (``stages.restore_model`` / ``check_restored``), or it is refused and nothing is made from it."""
     import torch
     from datasets import Dataset  # the engine: imported when a run trains
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from setpo.trl import SetPOTrainer, probe_callback, train_resumable
 
     method, seed = cfg.run_labels()[label]
-    lam = cfg.methods()[method]
-    out = Path(cfg.run_dir) / "train" / label
+    settings = cfg.trainer_settings(method)
+    lam = settings["setpo_lambda"]
+    out = run_folder(cfg, label)
     final = out / "final"
     if stage_done(final) and (has_model(final) or not need_model):
         return final
     recorded = restore_model(final)
     kept = run_records(out) if recorded is not None else None
     base = model_folder(cfg.model_path)
-    tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True, dtype=torch.float32)
+    tokenizer, model = load_model(base, torch.float32)
     probes = probe_tasks(cfg)
 
     def sample(model, step: int) -> list[dict]:
@@ -267,9 +311,10 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
                  "answer": parse_answer(x), "reward": float(t.is_right(parse_answer(x)))}
                 for j, (t, xs) in enumerate(zip(probes, texts)) for x in xs]
 
-    trainer = SetPOTrainer(model=model, reward_funcs=short_answer_reward, args=trainer_args(cfg, lam, seed, out),
+    args = trainer_args(cfg, settings, seed, out)
+    trainer = SetPOTrainer(model=model, reward_funcs=short_answer_reward, args=args,
                            train_dataset=Dataset.from_list(to_trl_records(train_tasks(cfg))),
-                           processing_class=tokenizer, embedder=embedder,
+                           processing_class=tokenizer, embedder=embedder if args.embedder == cfg.embedder else None,
                            callbacks=[probe_callback(sample, out / "probes.jsonl", cfg.probe_every, at_end=True)])
     with heartbeat(log, f"[{label}]"):
         train_resumable(trainer, tokenizer, out, final, {"label": label, "method": method, "seed": seed, "lam": lam},
@@ -279,29 +324,36 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
     return final
 
 
-def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed) -> dict:
-    """``eval_n`` samples of every test prompt from one model: answers, texts and within-prompt similarity,
-    cached in ``eval/<label>.json``."""
+def run_folder(cfg: ShortAnswerStudyConfig, label: str) -> Path:
+    """Where run ``label`` lives: ``train/<label>`` of the study's folder, or of the folder it reuses runs from
+    (``CureStudyConfig.reuse_from``, for the committed study's arms)."""
+    source = getattr(cfg, "reused_folder", lambda _: None)(label)
+    return Path(source or cfg.run_dir) / "train" / label
+
+
+def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed, *,
+                   tasks: Sequence[TaskSpec] | None = None, n: int | None = None, folder: str = "eval") -> dict:
+    """``n`` (default ``eval_n``) samples of every prompt of ``tasks`` (default: the study's test prompts) from
+    one model: answers, texts and within-prompt similarity, cached in ``<folder>/<label>.json`` (of the folder
+    the run is reused from, for a reused run's study evaluation) and reused only if that model made it."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from setpo.metrics import mean_pairwise_similarity
 
-    path = Path(cfg.run_dir) / "eval" / f"{label}.json"
+    path = eval_path(cfg, label, folder)
     if path.exists():
-        return read_json(path, f"delete {path} and rerun to evaluate {label} again")
-    tasks = test_tasks(cfg)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        return reused_evaluation(read_json(path, f"delete {path} and rerun to evaluate {label} again"), path,
+                                 model_dir)
+    tasks = test_tasks(cfg) if tasks is None else list(tasks)
+    n = cfg.eval_n if n is None else n
     # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
-    dtype = torch.bfloat16 if cfg.bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=dtype)
+    tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32)
     started = time.perf_counter()
     progress = Progress(log, f"[eval {label}] prompts", len(tasks))
     with heartbeat(log, f"[eval {label}]"):
-        texts = sample_tasks_texts(model, tokenizer, tasks, cfg.eval_n, cfg, seed=cfg.eval_seed,
-                                   progress=progress.step)
+        texts = sample_tasks_texts(model, tokenizer, tasks, n, cfg, seed=cfg.eval_seed, progress=progress.step)
     similarity = [mean_pairwise_similarity(embedder(xs)) if len(xs) > 1 else None for xs in texts]
-    record = {"label": label, "model": str(model_dir), "task_ids": [t.task_id for t in tasks],
+    record = {"label": label, **model_record(model_dir), "task_ids": [t.task_id for t in tasks],
               "answers": [[parse_answer(x) for x in xs] for xs in texts], "texts": texts,
               "similarity": similarity, "seconds": time.perf_counter() - started}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -328,7 +380,9 @@ def rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, lo
     timing = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
     differing = {}
     for a, b in zip(old_log, new_log, strict=True):
-        keys = sorted(k for k in set(a) | set(b) if k not in timing and a.get(k) != b.get(k))
+        # every value the record logged must come back; a metric logged only by newer code (the exploit monitor's,
+        # say) is not a difference in the run
+        keys = sorted(k for k in a if k not in timing and a.get(k) != b.get(k))
         if keys:
             differing[a.get("step")] = keys
     result = {"label": label, "same_weights": recorded["weights_sha256"] == fresh["weights_sha256"],

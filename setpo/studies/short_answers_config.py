@@ -133,6 +133,10 @@ class ShortAnswerStudyConfig:
         """Method -> λ: GRPO (λ = 0) and SetPO+GRPO."""
         return {"GRPO": 0.0, "SetPO+GRPO": self.lam}
 
+    def trainer_settings(self, method: str) -> dict:
+        """The ``SetPOConfig`` fields a method sets on top of the study's GRPO settings: its λ."""
+        return {"setpo_lambda": self.methods()[method]}
+
     def run_labels(self) -> dict[str, tuple[str, int]]:
         """Run label ("grpo_s0", "setpo_s0", ...) -> (method, seed), seeds paired."""
         return {f"{_slug(m)}_s{s}": (m, s) for s in self.seeds for m in self.methods()}
@@ -140,3 +144,152 @@ class ShortAnswerStudyConfig:
 
 def _slug(method: str) -> str:
     return "grpo" if method == "GRPO" else "setpo"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One training method of the short-answer studies: its name in tables and what it sets on top of GRPO's
+    settings (``SetPOConfig`` fields; λ comes from the study's config, ``lam_field``)."""
+
+    method: str
+    lam_field: str | None = None          # the config field that holds this arm's λ (None: λ = 0)
+    settings: tuple[tuple[str, object], ...] = ()
+
+
+#: the arms, by the slug that starts their run labels ("grpo_s0", "key_gated_s3", ...)
+ARMS = {
+    "grpo": Arm("GRPO"),
+    "setpo": Arm("SetPO+GRPO", "lam"),  # the whole completion, the study's embedder: the committed arm
+    "answer": Arm("SetPO, answer by MiniLM", "lam_answer",
+                  (("embedder", "default"), ("setpo_kernel_reads", "answer"),
+                   ("setpo_answer_reader", "envs.short_answers:answer_key"))),
+    "key": Arm("SetPO, answer key", "lam_key",
+               (("embedder", "key"), ("setpo_kernel_reads", "answer"),
+                ("setpo_answer_reader", "envs.short_answers:answer_key"))),
+    "key_gated": Arm("SetPO, answer key, right only", "lam_key_gated",
+                     (("embedder", "key"), ("setpo_kernel_reads", "answer"),
+                      ("setpo_answer_reader", "envs.short_answers:answer_key"), ("setpo_gate_reward", 1.0))),
+    "passk": Arm("Pass@k Training", None, (("setpo_estimator", "pass@4"),)),
+}
+
+#: the cure study's sizes: "cure" (the record), "pilot" (λ of each new arm on the validation split), "smoke"
+CURE_PRESETS = {
+    "cure": {},
+    "pilot": dict(seeds=(0,), arms=("grpo", "answer", "key", "key_gated"), lam_grid=(0.15, 0.5), eval_split="val",
+                  eval_per_kind=4, eval_n=32, hard_kinds=(), reuse_from=None),
+    "smoke": dict(seeds=(0, 1), steps=2, prompts_per_step=2, group_size=4, train_per_kind=2,
+                  kinds=("between", "add_1x1"), eval_per_kind=1, eval_n=4, probe_per_kind=1, probe_samples=3,
+                  probe_every=1, max_new_tokens=6, embedder="hash", bf16=False, save_steps=1,
+                  arms=("grpo", "setpo", "key_gated", "passk"), hard_kinds=("add_3x2",), hard_per_kind=1,
+                  hard_n=8, reuse_from=None),
+}
+
+
+@dataclass(frozen=True)
+class CureStudyConfig(ShortAnswerStudyConfig):
+    """The short-answer study extended with arms that keep SetPO's term where the reward reads (``ARMS``), a
+    peer that is known to keep pass@k, and a harder pass@k test set. The training settings it shares with the
+    committed study are the committed study's, so that study's GRPO and SetPO+GRPO runs are reused
+    (``reuse_from``) when their configs agree on every training field.
+
+    arms: slugs of ``ARMS``. lam_answer, lam_key, lam_key_gated: λ of those arms (``lam_units`` as the study's),
+    chosen by the pilot on the validation split. lam_grid: the pilot's λ values (each a run per seed).
+    eval_split: "test" (the record) or "val" (the pilot). hard_kinds, hard_per_kind, hard_n: the pass@k set
+    (test split); hard_arms: the arms evaluated on it, with the base model (the whole-completion arm is left out:
+    its models would have to be trained again, and it is not a candidate cure). reuse_from: the committed study's folder, whose runs of arms "grpo" and "setpo" are used as
+    they are (None: train them here).
+    """
+
+    run_dir: str = "runs/short_answers_cure"
+    arms: tuple[str, ...] = ("grpo", "setpo", "answer", "key", "key_gated", "passk")
+    lam_answer: float = 0.15
+    lam_key: float = 0.15
+    lam_key_gated: float = 0.15
+    lam_grid: tuple[float, ...] = ()
+    eval_split: str = "test"
+    hard_kinds: tuple[str, ...] = ("add_3x3", "times_2x2")
+    hard_per_kind: int = 24
+    hard_n: int = 128
+    hard_arms: tuple[str, ...] = ("grpo", "answer", "key", "key_gated", "passk")
+    reuse_from: str | None = "results/short_answers/study"
+
+    def __post_init__(self):
+        super().__post_init__()
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown or not self.arms:
+            raise ValueError(f"unknown arms {unknown}; arms: {', '.join(ARMS)}")
+        if self.eval_split not in ("test", "val"):
+            raise ValueError(f"eval_split must be 'test' or 'val' (never train), got {self.eval_split!r}")
+        if self.hard_kinds:
+            check_kinds(self.hard_kinds)
+        for name in ("lam_answer", "lam_key", "lam_key_gated"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if any(not lam > 0 for lam in self.lam_grid):
+            raise ValueError(f"lam_grid values must be > 0, got {self.lam_grid!r}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "CureStudyConfig":
+        if name not in CURE_PRESETS:
+            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(CURE_PRESETS)}")
+        return replace(cls(), **{**CURE_PRESETS[name], **overrides})
+
+    def command(self) -> str:
+        name = next((n for n in CURE_PRESETS
+                     if self.preset(n, run_dir=self.run_dir, model_path=self.model_path) == self), None)
+        if name is None:
+            return f"{CURE_PROG} (a config outside the presets: see config.json) --out {self.run_dir}"
+        model = f" --model-path {self.model_path}" if self.model_path else ""
+        return f"{CURE_PROG} --preset {name} --out {self.run_dir}{model}"
+
+    def methods(self) -> dict[str, float]:
+        """Method -> λ, one per arm (the pilot: one per arm and λ of its grid)."""
+        return {self.method_name(a, lam): lam for a, lam in self.arm_lams()}
+
+    def arm_lams(self) -> list[tuple[str, float]]:
+        """(arm, λ) of every method: the pilot's grid for each arm with a λ, else each arm's own λ."""
+        out = []
+        for arm in self.arms:
+            field_ = ARMS[arm].lam_field
+            lams = self.lam_grid if self.lam_grid and field_ else (getattr(self, field_) if field_ else 0.0,)
+            out += [(arm, lam) for lam in lams]
+        return out
+
+    def method_name(self, arm: str, lam: float) -> str:
+        return f"{ARMS[arm].method} λ={lam:g}" if self.lam_grid and ARMS[arm].lam_field else ARMS[arm].method
+
+    def run_labels(self) -> dict[str, tuple[str, int]]:
+        labels = {}
+        for s in self.seeds:
+            for arm, lam in self.arm_lams():
+                slug = f"{arm}{lam:g}" if self.lam_grid and ARMS[arm].lam_field else arm
+                labels[f"{slug}_s{s}"] = (self.method_name(arm, lam), s)
+        return labels
+
+    def arm_of(self, method: str) -> str:
+        return next(a for a, lam in self.arm_lams() if self.method_name(a, lam) == method)
+
+    def trainer_settings(self, method: str) -> dict:
+        arm = self.arm_of(method)
+        return {"setpo_lambda": self.methods()[method], **dict(ARMS[arm].settings)}
+
+    def reused_folder(self, label: str) -> str | None:
+        """The folder run ``label`` (or the base model's study evaluation, "base") comes from when it is reused:
+        ``reuse_from`` for the committed study's arms, else None (made here)."""
+        if self.reuse_from is None:
+            return None
+        if label == "base":
+            return self.reuse_from
+        method, _ = self.run_labels()[label]
+        return self.reuse_from if self.arm_of(method) in REUSED_ARMS else None
+
+    def training_fields(self) -> dict:
+        """The fields a run's training depends on (what a reused run must agree on)."""
+        shared = [f for f in ShortAnswerStudyConfig.__dataclass_fields__
+                  if f not in ("run_dir", "save_steps", "seeds", "eval_per_kind", "eval_n", "eval_seed")]
+        return {f: getattr(self, f) for f in shared}
+
+
+CURE_PROG = "python -m setpo.studies.short_answers_cure"
+#: the arms the committed study trained, reused from it (``reuse_from``)
+REUSED_ARMS = ("grpo", "setpo")

@@ -1,0 +1,127 @@
+"""The extended short-answer study end to end on a tiny model (its smoke preset), its reuse of the committed
+study's runs, and its report's statistics against independently computed values."""
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from setpo.metrics import pass_at_k
+from setpo.studies.short_answers_config import ARMS, CureStudyConfig, ShortAnswerStudyConfig
+from setpo.studies.short_answers_cure import check_reusable, hard_tasks, run_cure
+from setpo.studies.short_answers_cure_results import guessing_pass_at_k, paired_bootstrap, prompt_metrics
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from setpo.trl.tiny_models import make_tiny_model
+
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="module")
+def cure(tiny_model, tmp_path_factory):
+    cfg = CureStudyConfig.preset("smoke", run_dir=str(tmp_path_factory.mktemp("cure") / "c"), model_path=tiny_model)
+    lines = []
+    return cfg, run_cure(cfg, log=lines.append), lines
+
+
+def test_smoke_cure_study_trains_every_arm_with_its_settings(cure):
+    cfg, result, _ = cure
+    assert set(result.runs) == {f"{a}_s{s}" for a in cfg.arms for s in cfg.seeds}
+    root = Path(cfg.run_dir)
+    for label in result.runs:
+        args = json.loads((root / "train" / label / "final" / "done.json").read_text())
+        assert args["label"] == label
+    # each arm's trainer got its own settings: the gated answer-key arm logs its monitor, pass@k its estimator
+    history = json.loads((root / "train" / "key_gated_s0" / "log_history.json").read_text())
+    assert any("setpo/s_length_corr" in h for h in history)
+    assert {p.stem for p in (root / "eval_hard").glob("*.json")} == {
+        "base", *(label for label in result.runs if label.split("_s")[0] in cfg.hard_arms)}
+    hard = json.loads((root / "eval_hard" / "base.json").read_text())
+    assert hard["task_ids"] == [t.task_id for t in hard_tasks(cfg)] and len(hard["answers"][0]) == cfg.hard_n
+    assert hard["model"] == Path(cfg.model_path).name and len(hard["model_identity"]) == 64
+
+
+def test_the_report_counts_its_comparisons_and_matches_per_prompt_values(cure):
+    cfg, result, _ = cure
+    rep = result.summary
+    methods = list(cfg.methods())
+    # every arm against GRPO (but GRPO itself) and against the base model, on every metric, plus pass@k_max
+    per_metric = (len(methods) - 1) + len(methods)
+    assert len([c for c in rep["comparisons"] if "pass@k prompts" not in c["metric"]]) == per_metric * 8
+    assert f"{len(rep['comparisons'])} comparisons" in rep["reading"]
+    # a comparison's per-seed values are the per-seed differences of the per-prompt means
+    c = next(c for c in rep["comparisons"] if c["metric"] == "length" and c["a"] == "Pass@k Training"
+             and c["b"] == "GRPO")
+    for seed, value in zip(cfg.seeds, c["per_seed"]):
+        a = json.loads((Path(cfg.run_dir) / "eval" / f"passk_s{seed}.json").read_text())
+        b = json.loads((Path(cfg.run_dir) / "eval" / f"grpo_s{seed}.json").read_text())
+        mean = lambda e: np.mean([np.mean([len(t) for t in row]) for row in e["texts"]])  # noqa: E731
+        assert value == pytest.approx(mean(a) - mean(b))
+    assert "not corrected for their number" in rep["reading"]
+    assert json.loads((Path(cfg.run_dir) / "results.json").read_text())["reading"] == rep["reading"]
+
+
+def test_paired_bootstrap_interval_holds_its_mean_and_stays_in_range():
+    rng = np.random.default_rng(1)
+    a, b = rng.random((5, 30)), rng.random((5, 30))
+    d = paired_bootstrap(a, b)
+    assert d["mean"] == pytest.approx(float((a - b).mean()))
+    assert d["lo"] < d["mean"] < d["hi"] and -1 <= d["lo"] and d["hi"] <= 1
+    assert d["per_seed"] == pytest.approx(list((a - b).mean(axis=1)))
+    # values in [0, 1] on both sides: the interval of a share stays inside [-1, 1]; against one base row
+    share = paired_bootstrap(np.ones((5, 3)), np.zeros((1, 3)))
+    assert (share["mean"], share["lo"], share["hi"]) == (1.0, 1.0, 1.0)
+    assert paired_bootstrap(np.full((2, 2), np.nan), np.zeros((2, 2)))["mean"] is None
+
+
+def test_prompt_metrics_and_the_guesser_against_hand_counts():
+    evaluation = {"task_ids": ["between:11:21", "add_1x1:2:2"], "similarity": [0.5, None],
+                  "answers": [[11, 11, 25, None], [4, 5, 4, 4]],
+                  "texts": [["Answer: 11", "Answer: 11\nmore", "Answer: 25", "no"], ["Answer: 4"] * 4]}
+
+    class Flat:  # every answer line alike
+        def __call__(self, texts):
+            import torch
+            return torch.ones(len(texts), 2)
+
+    m = prompt_metrics(evaluation, Flat())
+    assert m["distinct_right"] == [1, None] and m["distinct_all"] == [2, None]
+    assert m["answer_entropy"][0] == pytest.approx(-(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3))
+    assert m["pass@1"] == [None, 0.75] and m["after_answer"] == [0.25, 0.0]
+    assert m["answer_similarity"] == [pytest.approx(1.0), pytest.approx(1.0)]
+    # the guesser: 3 of the 4 pooled add_1x1 answers are 4, so q = 3/4 and pass@2 = 1 - (1/4)^2
+    g = guessing_pass_at_k(evaluation, [1, 2])
+    assert g[1][1] == pytest.approx(0.75) and g[2][1] == pytest.approx(1 - 0.25 ** 2)
+    assert pass_at_k(4, 3, 1) == pytest.approx(0.75)
+
+
+def test_reuse_needs_the_same_training_settings(tmp_path):
+    study = tmp_path / "study"
+    study.mkdir()
+    saved = ShortAnswerStudyConfig()
+    (study / "config.json").write_text(json.dumps(
+        {k: list(v) if isinstance(v, tuple) else v for k, v in saved.__dict__.items()}))
+    check_reusable(CureStudyConfig(reuse_from=str(study)))
+    with pytest.raises(ValueError, match=r"other settings \(lr\).*study/config\.json"):
+        check_reusable(CureStudyConfig(reuse_from=str(study), lr=1e-4))
+    cfg = CureStudyConfig(reuse_from=str(study))
+    assert cfg.reused_folder("grpo_s0") == str(study) and cfg.reused_folder("key_s0") is None
+    assert cfg.reused_folder("base") == str(study)
+
+
+def test_presets_and_arms():
+    assert CureStudyConfig.preset("cure").command() == "python -m setpo.studies.short_answers_cure --preset cure " \
+                                                     "--out runs/short_answers_cure"
+    pilot = CureStudyConfig.preset("pilot")
+    assert pilot.eval_split == "val" and all(ARMS[a].lam_field or a == "grpo" for a in pilot.arms)
+    assert "key_gated0.5_s0" in pilot.run_labels()
+    assert pilot.trainer_settings("SetPO, answer key, right only λ=0.5")["setpo_gate_reward"] == 1.0
+    with pytest.raises(ValueError, match="unknown arms"):
+        CureStudyConfig(arms=("grpo", "nope"))
+    with pytest.raises(ValueError, match="never train"):
+        replace(pilot, eval_split="train")
