@@ -16,7 +16,8 @@ OLDEST_PY     := $(OLDEST_VENV)/bin/python
 OLDEST_PIP    := $(OLDEST_PY) -m pip --disable-pip-version-check
 ADAPTER_TESTS := tests/test_trl.py tests/test_trl_baselines.py tests/test_resume.py tests/test_resume_missing.py \
                  tests/test_countdown_lm.py tests/test_math_data.py tests/test_shared_prefix.py \
-                 tests/test_trl_reads.py tests/test_setgrpo.py::test_trl_trainer_two_reward_functions_as_graders
+                 tests/test_trl_reads.py tests/test_fast_path_fallbacks.py tests/test_rollouts.py \
+                 tests/test_setgrpo.py::test_trl_trainer_two_reward_functions_as_graders
 
 .PHONY: demo test test-trl-oldest chromium bench lab figures countdown real-model docs clean
 
