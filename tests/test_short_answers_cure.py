@@ -63,6 +63,7 @@ def test_the_report_counts_its_comparisons_and_matches_per_prompt_values(cure):
         mean = lambda e: np.mean([np.mean([len(t) for t in row]) for row in e["texts"]])  # noqa: E731
         assert value == pytest.approx(mean(a) - mean(b))
     assert "not corrected for their number" in rep["reading"]
+    assert "pilot_choice" not in rep  # only a pilot (a λ grid) chooses
     assert json.loads((Path(cfg.run_dir) / "results.json").read_text())["reading"] == rep["reading"]
 
 
@@ -125,3 +126,16 @@ def test_presets_and_arms():
         CureStudyConfig(arms=("grpo", "nope"))
     with pytest.raises(ValueError, match="never train"):
         replace(pilot, eval_split="train")
+
+
+def test_pilot_choice_takes_the_most_distinct_right_answers_within_pass_at_1_tolerance():
+    from setpo.studies.short_answers_cure_results import pilot_choice
+
+    cfg = CureStudyConfig.preset("pilot")
+    means = {"GRPO": {"pass@1": 0.70, "distinct_right": 3.0}, "base model": {"pass@1": 0.2, "distinct_right": 6.0}}
+    values = {("answer", 0.15): (0.69, 3.5), ("answer", 0.5): (0.60, 5.0),   # 0.5 is too far below GRPO's pass@1
+              ("key", 0.15): (0.68, 3.2), ("key", 0.5): (0.66, 4.1),
+              ("key_gated", 0.15): (0.50, 4.0), ("key_gated", 0.5): (0.40, 4.5)}
+    for (arm, lam), (p1, d) in values.items():
+        means[cfg.method_name(arm, lam)] = {"pass@1": p1, "distinct_right": d}
+    assert pilot_choice({"means": means}, cfg) == {"answer": 0.15, "key": 0.5, "key_gated": None}

@@ -177,7 +177,7 @@ CURE_PRESETS = {
     "cure": {},
     "pilot": dict(seeds=(0,), arms=("grpo", "answer", "key", "key_gated"), lam_grid=(0.15, 0.5), eval_split="val",
                   eval_per_kind=4, eval_n=32, hard_kinds=(), reuse_from=None),
-    "smoke": dict(seeds=(0, 1), steps=2, prompts_per_step=2, group_size=4, train_per_kind=2,
+    "smoke": dict(seeds=(0,), steps=2, prompts_per_step=2, group_size=4, train_per_kind=2,
                   kinds=("between", "add_1x1"), eval_per_kind=1, eval_n=4, probe_per_kind=1, probe_samples=3,
                   probe_every=1, max_new_tokens=6, embedder="hash", bf16=False, save_steps=1,
                   arms=("grpo", "setpo", "key_gated", "passk"), hard_kinds=("add_3x2",), hard_per_kind=1,

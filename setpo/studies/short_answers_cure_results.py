@@ -163,6 +163,11 @@ def report(cfg: CureStudyConfig, log=print_flushed) -> dict:
                            for label in labels},
               "comparisons": comparisons, "hard": hard, "runs": runs, "reading": None}
     record["reading"] = reading(record)
+    if cfg.lam_grid:
+        record["pilot_choice"] = pilot_choice(record, cfg)
+        record["reading"] += "- Pilot's λ per arm (most distinct right answers at a pass@1 within 0.05 of GRPO's): " \
+            + ", ".join(f"{a}: {lam if lam is not None else 'none qualifies'}"
+                        for a, lam in record["pilot_choice"].items()) + ".\n"
     write_json(Path(cfg.run_dir) / "results.json", record)
     (Path(cfg.run_dir) / "results.md").write_text(results_markdown(record))
     log(f"report: {Path(cfg.run_dir) / 'results.md'} and results.json")
@@ -239,6 +244,25 @@ def reading(record: Mapping) -> str:
                  f"seeds and prompts, {RESAMPLES} resamples); not corrected for their number: expect about one in "
                  f"twenty to exclude 0 by chance.")
     return "\n".join(lines) + "\n"
+
+
+def pilot_choice(record: Mapping, cfg: CureStudyConfig, tolerance: float = 0.05) -> dict[str, float | None]:
+    """The pilot's λ for each arm with a λ grid: the λ whose run keeps the most distinct right answers among
+    those whose pass@1 is within ``tolerance`` of GRPO's (on the pilot's validation prompts); None when no λ
+    qualifies (then the arm's λ needs another look, not a default)."""
+    grpo = next(m for m in record["means"] if m != "base model" and cfg.arm_of(m) == "grpo")
+    out: dict[str, float | None] = {}
+    for arm, lam in cfg.arm_lams():
+        if arm == "grpo":
+            continue
+        m = record["means"][cfg.method_name(arm, lam)]
+        if m["pass@1"] >= record["means"][grpo]["pass@1"] - tolerance:
+            best = out.get(arm)
+            if best is None or m["distinct_right"] > record["means"][cfg.method_name(arm, best)]["distinct_right"]:
+                out[arm] = lam
+        else:
+            out.setdefault(arm, None)
+    return out
 
 
 def results_markdown(record: Mapping) -> str:
