@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar
 
 from envs.short_answers import KINDS, STUDY_KINDS
 
@@ -108,21 +109,25 @@ class ShortAnswerStudyConfig:
                 raise ValueError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
         check_kinds(self.kinds)
 
+    #: the study's presets, and the command that runs one (a subclass names its own)
+    PRESETS: ClassVar[dict] = STUDY_PRESETS
+    COMMAND: ClassVar[str] = f"{PROG} study"
+
     @classmethod
-    def preset(cls, name: str, **overrides) -> "ShortAnswerStudyConfig":
-        """One of ``STUDY_PRESETS`` with ``overrides`` (run_dir, model_path, ...)."""
-        if name not in STUDY_PRESETS:
-            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(STUDY_PRESETS)}")
-        return replace(cls(), **{**STUDY_PRESETS[name], **overrides})
+    def preset(cls, name: str, **overrides):
+        """One of the class's ``PRESETS`` with ``overrides`` (run_dir, model_path, ...)."""
+        if name not in cls.PRESETS:
+            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(cls.PRESETS)}")
+        return replace(cls(), **{**cls.PRESETS[name], **overrides})
 
     def command(self) -> str:
         """The command line that makes this study: its preset, folder and model."""
-        name = next((n for n in STUDY_PRESETS
+        name = next((n for n in self.PRESETS
                      if self.preset(n, run_dir=self.run_dir, model_path=self.model_path) == self), None)
         if name is None:
-            return f"{PROG} study (a config outside the presets: see config.json) --out {self.run_dir}"
+            return f"{self.COMMAND} (a config outside the presets: see config.json) --out {self.run_dir}"
         model = f" --model-path {self.model_path}" if self.model_path else ""
-        return f"{PROG} study --preset {name} --out {self.run_dir}{model}"
+        return f"{self.COMMAND} --preset {name} --out {self.run_dir}{model}"
 
     @classmethod
     def from_record(cls, config: dict) -> "ShortAnswerStudyConfig":
@@ -228,19 +233,8 @@ class CureStudyConfig(ShortAnswerStudyConfig):
         if any(not lam > 0 for lam in self.lam_grid):
             raise ValueError(f"lam_grid values must be > 0, got {self.lam_grid!r}")
 
-    @classmethod
-    def preset(cls, name: str, **overrides) -> "CureStudyConfig":
-        if name not in CURE_PRESETS:
-            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(CURE_PRESETS)}")
-        return replace(cls(), **{**CURE_PRESETS[name], **overrides})
-
-    def command(self) -> str:
-        name = next((n for n in CURE_PRESETS
-                     if self.preset(n, run_dir=self.run_dir, model_path=self.model_path) == self), None)
-        if name is None:
-            return f"{CURE_PROG} (a config outside the presets: see config.json) --out {self.run_dir}"
-        model = f" --model-path {self.model_path}" if self.model_path else ""
-        return f"{CURE_PROG} --preset {name} --out {self.run_dir}{model}"
+    PRESETS: ClassVar[dict] = CURE_PRESETS
+    COMMAND: ClassVar[str] = "python -m setpo.studies.short_answers_cure"
 
     def methods(self) -> dict[str, float]:
         """Method -> λ, one per arm (the pilot: one per arm and λ of its grid)."""
@@ -285,11 +279,11 @@ class CureStudyConfig(ShortAnswerStudyConfig):
 
     def training_fields(self) -> dict:
         """The fields a run's training depends on (what a reused run must agree on)."""
-        shared = [f for f in ShortAnswerStudyConfig.__dataclass_fields__
-                  if f not in ("run_dir", "save_steps", "seeds", "eval_per_kind", "eval_n", "eval_seed")]
+        shared = [f.name for f in fields(ShortAnswerStudyConfig)
+                  if f.name not in ("run_dir", "save_steps", "seeds", "eval_per_kind", "eval_n", "eval_seed")]
         return {f: getattr(self, f) for f in shared}
 
 
-CURE_PROG = "python -m setpo.studies.short_answers_cure"
+CURE_PROG = CureStudyConfig.COMMAND
 #: the arms the committed study trained, reused from it (``reuse_from``)
 REUSED_ARMS = ("grpo", "setpo")

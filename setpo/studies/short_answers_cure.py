@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from envs.short_answers import TaskSpec, sample_tasks
@@ -49,7 +49,7 @@ def check_reusable(cfg: CureStudyConfig) -> None:
     evaluated on the same test prompts and samples."""
     path = Path(cfg.reuse_from) / "config.json"
     saved = ShortAnswerStudyConfig.from_record(read_json(path, "give reuse_from a finished short-answer study"))
-    mine = ShortAnswerStudyConfig(**{f: getattr(cfg, f) for f in ShortAnswerStudyConfig.__dataclass_fields__})
+    mine = ShortAnswerStudyConfig(**{f.name: getattr(cfg, f.name) for f in fields(ShortAnswerStudyConfig)})
     differ = sorted(f for f in (*cfg.training_fields(), "seeds", "eval_per_kind", "eval_n", "eval_seed")
                     if getattr(saved, f) != getattr(mine, f))
     if differ or cfg.eval_split != "test":
