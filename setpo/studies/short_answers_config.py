@@ -212,7 +212,9 @@ class CureStudyConfig(ShortAnswerStudyConfig):
     lam_key_gated: float = 0.15
     lam_grid: tuple[float, ...] = ()
     eval_split: str = "test"
-    hard_kinds: tuple[str, ...] = ("add_3x3", "times_2x2")
+    # base pass@64 0.54 and 0.50 on 24 train prompts (results/short_answers/hard_kinds): inside 0.3-0.8, one sum
+    # and one product, each the nearest its family has to the middle of that range
+    hard_kinds: tuple[str, ...] = ("add_3x2", "times_2x1")
     hard_per_kind: int = 24
     hard_n: int = 128
     hard_arms: tuple[str, ...] = ("grpo", "answer", "key", "key_gated", "passk")
