@@ -50,9 +50,9 @@ _CLOSING = " \t\r\n.,;:!?)]}*$\"'`"
 def check_kernel_reads(kernel_reads, reader: AnswerReader | None, where: str) -> None:
     """A ValueError naming ``where`` unless ``kernel_reads`` is known and "answer" comes with a reader."""
     if kernel_reads not in KERNEL_READS:
-        raise ValueError(f"{where} kernel_reads must be one of {KERNEL_READS}, got {kernel_reads!r}")
+        raise ValueError(f"{where}kernel_reads must be one of {KERNEL_READS}, got {kernel_reads!r}")
     if kernel_reads == "answer" and reader is None:
-        raise ValueError(f"{where} kernel_reads='answer' needs an answer reader (a function completion text -> "
+        raise ValueError(f"{where}kernel_reads='answer' needs an answer reader (a function completion text -> "
                          f"the part the reward checks, e.g. 'envs.short_answers:answer_key')")
 
 
