@@ -180,8 +180,11 @@ ARMS = {
 #: the cure study's sizes: "cure" (the record), "pilot" (λ of each new arm on the validation split), "smoke"
 CURE_PRESETS = {
     "cure": {},
+    # the arms' own λ are unused under a λ grid: pinned to the values the committed pilot was made with, so that its
+    # command still claims results/short_answers/pilot after the record's λ changed
     "pilot": dict(seeds=(0,), arms=("grpo", "answer", "key", "key_gated"), lam_grid=(0.15, 0.5), eval_split="val",
-                  eval_per_kind=4, eval_n=32, hard_kinds=(), reuse_from=None),
+                  eval_per_kind=4, eval_n=32, hard_kinds=(), reuse_from=None, lam_answer=0.15, lam_key=0.15,
+                  lam_key_gated=0.15),
     "smoke": dict(seeds=(0,), steps=2, prompts_per_step=2, group_size=4, train_per_kind=2,
                   kinds=("between", "add_1x1"), eval_per_kind=1, eval_n=4, probe_per_kind=1, probe_samples=3,
                   probe_every=1, max_new_tokens=6, embedder="hash", bf16=False, save_steps=1,
