@@ -21,7 +21,8 @@ from transformers import (GenerationConfig, Gemma2Config, Gemma2ForCausalLM, Mis
 
 import setpo.trl.shared_prefix as shared_prefix
 import setpo.trl.trainer as trainer_module
-from setpo.trl import SetPOConfig, SetPOTrainer, config_for
+from helpers import packed_rows, quiet_trainer
+from setpo.trl import SetPOTrainer, config_for
 from setpo.trl.rollouts import (FastPathRefused, left_pad, prompt_cache, rollout_refusal, sampling_refusal,
                                 shared_prompt_generate)
 from setpo.trl.shared_prefix import SharedPrefixModel, shared_pass_refusal
@@ -199,13 +200,7 @@ def test_moe_rollouts_give_generate_s_tokens(tok):
 
 
 def _trainer(tok, model, tmp_path, **kwargs):
-    args = SetPOConfig(output_dir=str(tmp_path), num_generations=G, per_device_train_batch_size=len(PROMPTS) * G,
-                       max_completion_length=8, report_to=[], bf16=False, use_cpu=True, save_strategy="no",
-                       temperature=1.0, beta=0.0, seed=0, disable_tqdm=True, setpo_lambda=0.0,
-                       setpo_log_diversity=False, **kwargs)
-    return SetPOTrainer(model=copy.deepcopy(model), reward_funcs=lambda completions, **_: [0.0] * len(completions),
-                        args=args, train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
-                        processing_class=tok)
+    return quiet_trainer(tok, model, tmp_path, PROMPTS, G, **kwargs)
 
 
 def _rollouts(trainer, seed=0, train=True):
@@ -303,14 +298,7 @@ def _chat_batch(chat, g=3):
     rows = [(chat(p, add_special_tokens=False)["input_ids"],
              torch.randint(5, 60, (int(torch.randint(1, 9, (1,), generator=gen)),), generator=gen).tolist())
             for p in prompts for _ in range(g)]
-    P, C = max(len(p) for p, _ in rows), max(len(c) for _, c in rows)
-    ids = torch.full((len(rows), P + C), chat.pad_token_id)
-    mask = torch.zeros_like(ids)
-    for i, (p, c) in enumerate(rows):
-        ids[i, P - len(p):P], mask[i, P - len(p):P] = torch.tensor(p), 1
-        ids[i, P:P + len(c)], mask[i, P:P + len(c)] = torch.tensor(c), 1
-    order = torch.randperm(len(rows), generator=gen)
-    return ids[order], mask[order], P, C
+    return packed_rows(rows, chat.pad_token_id, gen)
 
 
 def _loss_trainer(chat, model, tmp_path, share, bf16=False):

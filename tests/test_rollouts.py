@@ -1,15 +1,12 @@
 """Shared-prompt rollouts (setpo.trl.rollouts): the samples plain ``generate`` draws under the same seeds, and the
 CPU default of ``SetPOTrainer``, which ``setpo_shared_prompt_rollouts=False`` turns back into TRL's own call."""
 
-import copy
-
 import pytest
 import torch
-from datasets import Dataset
 from transformers import GenerationConfig
 
 import setpo.trl.trainer as trainer_module
-from setpo.trl import SetPOConfig, SetPOTrainer
+from helpers import quiet_trainer
 from setpo.trl.rollouts import completion_lists, left_pad, prompt_cache, prompt_runs, shared_prompt_generate
 from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
 
@@ -78,13 +75,7 @@ def test_the_shared_prompt_pass_gives_generate_s_first_logits(tiny):
 
 
 def _trainer(tok, model, tmp_path, **kwargs):
-    args = SetPOConfig(output_dir=str(tmp_path), num_generations=G, per_device_train_batch_size=len(PROMPTS) * G,
-                       max_completion_length=8, report_to=[], bf16=False, use_cpu=True, save_strategy="no",
-                       temperature=1.0, beta=0.0, seed=0, disable_tqdm=True, setpo_lambda=0.0,
-                       setpo_log_diversity=False, **kwargs)
-    return SetPOTrainer(model=copy.deepcopy(model), reward_funcs=lambda completions, **_: [0.0] * len(completions),
-                        args=args, train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
-                        processing_class=tok)
+    return quiet_trainer(tok, model, tmp_path, PROMPTS, G, **kwargs)
 
 
 def test_trainer_uses_shared_prompts_by_default_and_the_switch_turns_them_off(tiny, tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from helpers import packed_rows
 from setpo.trl.shared_prefix import SharedPrefixModel, distinct_prompts
 from setpo.trl.tiny_models import ModelSize, build_chat_tokenizer, build_model
 
@@ -23,15 +24,7 @@ def _batch(tok, g=3):
             n = int(torch.randint(1, 9, (1,), generator=gen))
             rows.append((tok(p, add_special_tokens=False)["input_ids"],
                          torch.randint(5, 60, (n,), generator=gen).tolist()))
-    P = max(len(p) for p, _ in rows)
-    C = max(len(c) for _, c in rows)
-    ids = torch.full((len(rows), P + C), tok.pad_token_id)
-    mask = torch.zeros_like(ids)
-    for i, (p, c) in enumerate(rows):
-        ids[i, P - len(p):P], mask[i, P - len(p):P] = torch.tensor(p), 1
-        ids[i, P:P + len(c)], mask[i, P:P + len(c)] = torch.tensor(c), 1
-    order = torch.randperm(len(rows), generator=gen)
-    return ids[order], mask[order], P, C
+    return packed_rows(rows, tok.pad_token_id, gen)
 
 
 def _logps(model, ids, mask, k):

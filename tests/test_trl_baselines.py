@@ -11,6 +11,7 @@ from datasets import Dataset
 from helpers import TIME_KEYS
 from trl import GRPOConfig, GRPOTrainer
 
+from helpers import completion_texts, score_batch
 from setpo import diversity_marginals
 from setpo.advantages import group_advantages
 from setpo.diversity import kernel_marginals
@@ -57,13 +58,11 @@ def _trainer(tiny, tmp_path, reward=digit_reward, embedder=None, cls=SetPOTraine
 
 
 def _score(trainer, seed=0):
-    trainer.model.train()
-    torch.manual_seed(seed)
-    return trainer._generate_and_score_completions([{"prompt": p} for p in PROMPTS for _ in range(G)])
+    return score_batch(trainer, PROMPTS, G, seed)
 
 
 def _texts(trainer, out):
-    return trainer.processing_class.batch_decode(out["completion_ids"], skip_special_tokens=True)
+    return completion_texts(trainer, out)
 
 
 def _trl_normalise(r: torch.Tensor) -> torch.Tensor:

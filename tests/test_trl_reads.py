@@ -8,6 +8,7 @@ import pytest
 import torch
 from datasets import Dataset
 
+from helpers import completion_texts, score_batch
 from setpo import setpo_advantages
 from setpo.embed import HashedNgramEmbedder, TextKeyEmbedder
 from setpo.reads import SetPOExploitWarning, kernel_texts
@@ -73,13 +74,11 @@ def _trainer(tiny, tmp_path, embedder=None, answer_reader=None, **kw):
 
 
 def _score(trainer, seed=0):
-    trainer.model.train()
-    torch.manual_seed(seed)
-    return trainer._generate_and_score_completions([{"prompt": p} for p in PROMPTS for _ in range(G)])
+    return score_batch(trainer, PROMPTS, G, seed)
 
 
 def _texts(trainer, out):
-    return trainer.processing_class.batch_decode(out["completion_ids"], skip_special_tokens=True)
+    return completion_texts(trainer, out)
 
 
 @pytest.mark.parametrize("gate", [None, 1.0])
