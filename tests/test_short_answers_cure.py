@@ -122,6 +122,7 @@ def test_presets_and_arms():
     assert pilot.eval_split == "val" and all(ARMS[a].lam_field or a == "grpo" for a in pilot.arms)
     assert "key_gated0.5_s0" in pilot.run_labels()
     assert pilot.trainer_settings("SetPO, answer key, right only λ=0.5")["setpo_gate_reward"] == 1.0
+    assert set(CureStudyConfig.preset("pilot_answer").run_labels()) == {"grpo_s0", "answer0.02_s0", "answer0.05_s0"}
     with pytest.raises(ValueError, match="unknown arms"):
         CureStudyConfig(arms=("grpo", "nope"))
     with pytest.raises(ValueError, match="never train"):
