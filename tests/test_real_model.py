@@ -112,21 +112,17 @@ def test_left_padded_batches_generate_what_single_prompts_do(model_dir):
 @pytest.mark.slow
 def test_verl_trains_setpo_on_gsm8k_with_the_real_model_on_the_cpu(model_dir, tmp_path):
     pytest.importorskip("verl")
-    from setpo.verl.cpu_demo import run_in_session
+    from setpo.verl.cpu_demo import run_in_session, smoke_train_command
 
     out, audit = tmp_path / "runs", tmp_path / "audit"
-    cmd = [sys.executable, "-m", "setpo.verl", "train", "--device", "cpu", "--model-path", str(model_dir),
-           "--train-file", str(ROOT / "data/gsm8k/train.parquet"), "--val-file", str(ROOT / "data/gsm8k/test.parquet"),
-           "--embedding-model", "hash", "--rollout-n", "4", "--train-batch-size", "2", "--max-prompt-length", "256",
-           "--max-response-length", "48", "--micro-batch-per-gpu", "2", "--val-n", "1", "--test-freq", "-1",
-           "--save-freq", "-1", "--total-steps", "2", "--output-dir", str(out), "--experiment-name", "real",
-           "--logger", "console,file", "trainer.val_before_train=false", "data.train_max_samples=8",
-           "data.val_max_samples=2", f"+ray_kwargs.ray_init.runtime_env.env_vars.SETPO_VERL_AUDIT={audit}"]
+    # one worker and β = 0 (no reference model): the light run (benchmarks/verl_real_memory.py measures both)
+    cmd = smoke_train_command(model_dir, ROOT / "data/gsm8k/train.parquet", ROOT / "data/gsm8k/test.parquet", out,
+                              extra=(f"+ray_kwargs.ray_init.runtime_env.env_vars.SETPO_VERL_AUDIT={audit}",))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "RAY_DEDUP_LOGS": "1", "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
-    status, output, left = run_in_session(cmd, 600, cwd=ROOT, env=env)
-    print(f"verl, real model, 2 steps: {time.perf_counter() - t0:.0f} s")
+    status, output, left, peak = run_in_session(cmd, 600, cwd=ROOT, env=env)
+    print(f"verl, real model, 2 steps: {time.perf_counter() - t0:.0f} s, peak {peak / 2**30:.1f} GiB")
     assert status == 0, output[-6000:]
     assert not left, f"processes of the run still alive after it ended: {left}"
     rows = [json.loads(line) for line in (out / "real" / "metrics.jsonl").read_text().splitlines() if line.strip()]

@@ -297,6 +297,22 @@ def _launch(**kw):
     return sv.VerlLaunchConfig(**{**base, **kw})
 
 
+def test_beta_zero_turns_the_kl_loss_and_the_reference_model_off():
+    from verl.trainer.ppo.utils import need_reference_policy
+
+    with_kl = sv.compose_config(sv.build_overrides(_launch()))
+    without = sv.compose_config(sv.build_overrides(_launch(kl_coef=0.0)))
+    assert need_reference_policy(with_kl) and not need_reference_policy(without)  # verl's own test of the role
+    assert not without.actor_rollout_ref.actor.use_kl_loss and not without.algorithm.use_kl_in_reward
+    with pytest.raises(ValueError, match="kl_coef must be >= 0"):
+        _launch(kl_coef=-1e-4)
+    from setpo.verl.launch import build_parser
+
+    args = build_parser().parse_args(["train", "--model-path", "m", "--train-file", "a", "--val-file", "b",
+                                      "--kl-coef", "0"])
+    assert args.kl_coef == 0.0
+
+
 @pytest.mark.parametrize("algo", ["grpo", "gspo", "dapo"])
 def test_launcher_config_is_accepted_by_verls_config_system(algo):
     from verl.utils.config import omega_conf_to_dataclass

@@ -200,12 +200,24 @@ def test_run_in_session_reports_and_kills_what_a_run_leaves_behind():
 
     from setpo.verl.cpu_demo import run_in_session
 
-    status, out, left = run_in_session(["sh", "-c", "sleep 60 & echo started"], timeout=30, grace_s=1)
+    status, out, left, _ = run_in_session(["sh", "-c", "sleep 60 & echo started"], timeout=30, grace_s=1)
     assert status == 0 and out.strip() == "started" and len(left) == 1  # the orphaned sleep, then killed
     time.sleep(0.5)
     for pid in left:  # killed: gone, or a zombie waiting for init to reap it
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if os.path.exists(
             f"/proc/{pid}/stat") else "gone"
         assert state in ("gone", "Z"), (pid, state)
-    status, _, left = run_in_session(["sleep", "60"], timeout=1, grace_s=1)
+    status, _, left, _ = run_in_session(["sleep", "60"], timeout=1, grace_s=1)
     assert status is None and left == []  # a timeout kills the whole session
+
+
+def test_run_in_session_measures_the_sessions_peak_memory():
+    """The peak is of the whole session: a child that holds 200 MiB for two seconds is seen, and counted once."""
+    import sys
+
+    from setpo.verl.cpu_demo import run_in_session
+
+    hold = "import time; b = b'x' * (200 << 20); time.sleep(2)"
+    run = run_in_session(["sh", "-c", f"{sys.executable} -c \"{hold}\"; true"], timeout=60, grace_s=1)
+    assert run.status == 0 and run.left == []
+    assert 200 << 20 <= run.peak_bytes < 320 << 20, run.peak_bytes

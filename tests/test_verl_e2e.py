@@ -57,7 +57,7 @@ def _train(demo: dict, out: Path, audit: Path, lam: float, steps: int, timeout: 
         cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, f"hydra.run.dir={out / 'hydra'}"]
         # the driver imports the plug-in (and the CPU platform) too; the overrides carry it to every worker
         env.update(VERL_USE_EXTERNAL_MODULES="setpo.verl,setpo.verl.cpu", VERL_PLATFORM="cpu")
-    status, output, left = run_in_session(cmd, timeout, cwd=ROOT, env=env)
+    status, output, left, _ = run_in_session(cmd, timeout, cwd=ROOT, env=env)
     assert status is not None, f"the CPU run did not finish in {timeout:.0f} s:\n{output[-4000:]}"
     assert not left, f"processes of the run still alive after it ended: {left}"
     return subprocess.CompletedProcess(cmd, status, output, "")

@@ -45,7 +45,7 @@ def rehearsal(tmp_path_factory):
     cmd = [sys.executable, str(SCRIPT), "--out", str(tmp), "--pid-file", str(pid_file)]
     sessions: list[int] = []
     try:
-        status, output, left = run_in_session(cmd, 560, cwd=ROOT, env=env)
+        status, output, left, _ = run_in_session(cmd, 560, cwd=ROOT, env=env)
         sessions = json.loads(pid_file.read_text()) if pid_file.is_file() else []
         leftover = [pid for sid in sessions for pid in session_pids(sid)]
     finally:  # the nodes' own sessions: whatever the script could not stop (it was killed, or it failed)

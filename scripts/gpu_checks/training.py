@@ -121,7 +121,7 @@ def check_verl_e2e(device: str, run_root: Path, requested: bool = False) -> dict
            **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if device == "cpu" else {})}
     env.pop("RAY_ADDRESS", None)  # a cluster of its own, stopped at the end
     t0 = time.time()
-    status, output, left = run_in_session(cmd, VERL_E2E_TIMEOUT_S, cwd=ROOT, env=env)
+    status, output, left, _ = run_in_session(cmd, VERL_E2E_TIMEOUT_S, cwd=ROOT, env=env)
     wall = round(time.time() - t0, 1)
     assert status is not None, f"the verl run did not finish in {VERL_E2E_TIMEOUT_S} s:\n{output[-3000:]}"
     assert status == 0, f"the verl run exited with {status}:\n{output[-3000:]}"

@@ -6,6 +6,7 @@ end-to-end test and the CPU step benchmark use it)."""
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 
 def _prompt_text(inst) -> str:
@@ -57,6 +58,26 @@ def write_countdown_demo(out_dir, n_train: int = 64, n_val: int = 16, seed: int 
     return {k: str(v) for k, v in paths.items()}
 
 
+def smoke_train_command(model_path, train_file, val_file, out_dir, *, workers: int = 1, kl_coef: float = 0.0,
+                        steps: int = 2, response_length: int = 48, tokenizer_path=None,
+                        extra: tuple[str, ...] = ()) -> list[str]:
+    """The smallest verl training run of a real model folder on the CPU: SetPO+GRPO (hashed n-grams), 2 prompts x
+    G = 4 a step, ``steps`` steps, ``workers`` FSDP2 workers, metrics in ``<out_dir>/real/metrics.jsonl``.
+
+    Its defaults are the light ones: one worker, and β = 0, so that verl builds no reference model (SmolLM2-135M:
+    see docs/guides/verl.md for the memory each setting takes, ``benchmarks/verl_real_memory.py``)."""
+    import sys
+
+    return [sys.executable, "-m", "setpo.verl", "train", "--device", "cpu", "--model-path", str(model_path),
+            "--train-file", str(train_file), "--val-file", str(val_file), "--embedding-model", "hash",
+            "--rollout-n", "4", "--train-batch-size", "2", "--max-prompt-length", "256",
+            "--max-response-length", str(response_length), "--micro-batch-per-gpu", "2", "--val-n", "1",
+            "--test-freq", "-1", "--save-freq", "-1", "--total-steps", str(steps), "--n-gpus-per-node", str(workers),
+            "--kl-coef", repr(float(kl_coef)), "--output-dir", str(out_dir), "--experiment-name", "real",
+            "--logger", "console,file", "trainer.val_before_train=false", "data.train_max_samples=8",
+            "data.val_max_samples=2", *(["--tokenizer-path", str(tokenizer_path)] if tokenizer_path else []), *extra]
+
+
 # --------------------------------------------------------------------------------------------------- runs
 
 
@@ -79,12 +100,41 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
-def run_in_session(cmd: list[str], timeout: float, grace_s: float = 30.0, **popen) -> tuple[int | None, str, list]:
+class SessionRun(NamedTuple):
+    """What ``run_in_session`` saw: the exit status (None on timeout), the output, the pids still alive
+    ``grace_s`` after the run ended (then killed), and the peak memory of the whole session (bytes; the sum of
+    its processes' proportional set sizes, shared pages split between the processes that share them, sampled
+    every ``SAMPLE_S`` seconds: what a Ray job's processes together take from the machine)."""
+
+    status: int | None
+    output: str
+    left: list
+    peak_bytes: int
+
+
+SAMPLE_S = 0.5
+
+
+def session_pss(sid: int) -> int:
+    """The summed proportional set size (bytes) of session ``sid``'s live processes (``/proc/<pid>/smaps_rollup``)."""
+    from pathlib import Path
+
+    total = 0
+    for pid in session_pids(sid):
+        try:
+            rollup = (Path("/proc") / str(pid) / "smaps_rollup").read_text()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        total += next((int(line.split()[1]) * 1024 for line in rollup.splitlines() if line.startswith("Pss:")), 0)
+    return total
+
+
+def run_in_session(cmd: list[str], timeout: float, grace_s: float = 30.0, **popen) -> SessionRun:
     """Run ``cmd`` as the leader of a new session and leave nothing of it behind, pass or fail.
 
-    Returns (exit status or None on timeout, its output, the pids still alive ``grace_s`` after it ended, which
-    are then killed). A CPU training run starts a Ray cluster that its driver shuts down; this is the check that
-    it did, and the clean-up when it could not.
+    Returns a ``SessionRun`` (it unpacks as status, output, leftover pids, peak bytes). A CPU training run starts
+    a Ray cluster that its driver shuts down; the leftover pids are the check that it did, and they are killed
+    when it could not.
     """
     import signal
     import subprocess
@@ -94,10 +144,14 @@ def run_in_session(cmd: list[str], timeout: float, grace_s: float = 30.0, **pope
 
     with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: a leftover child may hold the output open
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, **popen)
-        status = None
-        try:
-            status = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        status, peak, deadline = None, 0, time.time() + timeout
+        while status is None and time.time() < deadline:
+            peak = max(peak, session_pss(proc.pid))
+            try:
+                status = proc.wait(timeout=SAMPLE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        if status is None:
             for pid in session_pids(proc.pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -115,4 +169,4 @@ def run_in_session(cmd: list[str], timeout: float, grace_s: float = 30.0, **pope
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return status, out, left
+    return SessionRun(status, out, left, peak)

@@ -120,7 +120,8 @@ class VerlLaunchConfig:
     max_prompt_length: int = field(default=512, metadata=_option("prompt tokens (default: %(default)s)"))
     max_response_length: int = field(default=PAPER_RUN.max_completion_length,
                                      metadata=_option("response tokens (default: %(default)s)"))
-    kl_coef: float = PAPER_RUN.beta
+    kl_coef: float = field(default=PAPER_RUN.beta, metadata=_option(
+        "KL coefficient β; 0 turns the KL loss off and with it verl's reference model (default: %(default)s)"))
     train_batch_size: int = field(default=PAPER_RUN.prompts_per_step,
                                   metadata=_option("prompts per step (default: %(default)s)"))
     ppo_mini_batch_size: int | None = None
@@ -172,6 +173,8 @@ class VerlLaunchConfig:
             raise ValueError(f"task must be one of {sorted(TASK_REWARDS)}, got {self.task!r}")
         if self.total_training_steps is not None and self.total_training_steps < 1:
             raise ValueError(f"total_training_steps must be >= 1, got {self.total_training_steps}")
+        if not self.kl_coef >= 0:
+            raise ValueError(f"kl_coef must be >= 0 (0: no KL loss, no reference model), got {self.kl_coef!r}")
         if self.rollout_n < 3 and self.setpo:
             raise ValueError(f"SetPO needs at least 3 rollouts per prompt (rollout_n), got {self.rollout_n}")
         for name in ("nnodes", "n_gpus_per_node", "rollout_n", "train_batch_size", "total_epochs", "val_n"):
@@ -217,7 +220,9 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
         f"{ar}.model.enable_gradient_checkpointing={_fmt(cfg.device != 'cpu')}",
         f"{ar}.actor.ppo_mini_batch_size={cfg.ppo_mini_batch_size or cfg.train_batch_size}",
         f"{ar}.actor.ppo_micro_batch_size_per_gpu={cfg.micro_batch_per_gpu}",
-        f"{ar}.actor.use_kl_loss=true",
+        # β = 0: no KL loss, and then verl builds no reference model (need_reference_policy): a copy of the weights
+        # and a log-prob pass a step saved, bit for bit the same update
+        f"{ar}.actor.use_kl_loss={_fmt(cfg.kl_coef != 0)}",
         f"{ar}.actor.kl_loss_coef={cfg.kl_coef!r}",
         f"{ar}.actor.kl_loss_type=low_var_kl",  # verl's k3 estimator
         f"{ar}.actor.entropy_coeff=0",
