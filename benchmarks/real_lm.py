@@ -11,7 +11,9 @@ Roofline (measured here, not assumed): the bandwidth a decode step can use (a ma
 float32 matrix the size of the model's weights) and matmul throughput in float32 and bfloat16 (products of the
 model's own shapes). From them: the floor of one decode step at batch B and context c, max(weight bytes + KV
 bytes read) / bandwidth, 2 x params x B / matmul throughput), and of a whole rollout (one pass over each
-distinct prompt plus every decode step); of a training step, 6 x params x tokens / float32 throughput.
+distinct prompt plus every decode step); of a training step's update, ``update_floor``: 6 FLOPs per parameter and
+position over what the step computes (no LM head at prompt positions, each distinct prompt once with the shared
+prompt pass, the tokens actually generated), at the throughput of the step's precision.
 
 Rollout paths, each on one generation batch of the shape, the same seed for all (new tokens per second, the
 tokens TRL keeps: up to and including the end token):
@@ -23,18 +25,27 @@ tokens TRL keeps: up to and including the end token):
   cache per step) and decode attention on the grouped KV heads as they are (no copy to every query head);
   "shared prompt alone": the first without the other two; "static KV cache": TRL's
   ``cache_implementation="static"``; "bfloat16 weights": the default path on a bfloat16 copy of the model (not
-  exact: rows identical to (a) are counted); "2 steps' prompts in one batch": a generation batch twice as large
+  exact: its "max Δ log p" shows it); "2 steps' prompts in one batch": a generation batch twice as large
   (TRL's ``generation_batch_size``: weight reads amortised over more rows, samples a step staler);
   "torch.compile" of the decode step (static cache) with ``--compile`` only: its compile time is minutes on 2
   cores, more than a short run saves.
 - (c) the roofline's rollout floor.
 
-RL step: one optimizer step (TRL's ``step_time``: generation, rewards, advantages, embedding, loss and
-backward) of a GRPO trainer (λ = 0, nothing embedded) and a SetPO+GRPO trainer (λ = 0.05, MiniLM-L6 embedder,
-``setpo.embed.load_embedder("default")``), at the short-answer shape, both with the default rollouts.
+Equality with (a): the same batch and seed, so an exact path samples (a)'s tokens; "max Δ log p" is the largest
+difference between a path's and (a)'s log-probability of a sampled token, over each row's common prefix
+(``SampledLogProbs``, recorded inside ``generate`` on every path), and "exact" says whether it is within float32
+rounding (``EXACT_LOGPROB_TOL``). Equal tokens alone cannot tell: bfloat16 weights usually sample the same tokens.
+Tokens counted are the ones generated: each row up to and including its end token (``generate`` stops when every
+row has ended).
+
+RL step (``STEP_SETUPS``): one optimizer step of the short-answer study's own trainer (its ``trainer_args``:
+8 prompts x G = 8, at most 24 new tokens, bf16 autocast, β = 0, its tasks, reward and MiniLM embedder), as TRL runs
+it by default (``generate``, every row's prompt pass) and in the study's setup (shared-prompt rollouts and prompt
+pass), GRPO and SetPO+GRPO: TRL's ``step_time``, SetPOTrainer's phases, tokens generated and their rate, and the
+update's floor.
 
 Targets (PASS / FAIL): rollout tokens/s of the trainer's default path >= 3 x TRL's default, or within 1.5 x of
-the roofline's floor, at each shape; SetPO step <= 1.10 x GRPO step.
+the roofline's floor, at each shape; SetPO step <= 1.10 x GRPO step (the study's setup).
 
 Usage: ``.venv/bin/python benchmarks/real_lm.py`` (about 8 minutes on 2 cores), ``--model DIR`` (default: the
 packaged model, prepared on first use), ``--no-step``, ``--compile``; ``--smoke``: the tiny random model at tiny
@@ -138,9 +149,6 @@ def rollout_floor(roof: dict, params: int, kv_token: int, shape: Shape, prompt_l
     return total
 
 
-def train_floor(roof: dict, params: int, shape: Shape, prompt_len: int, new_tokens: int) -> float:
-    """Seconds of the loss's forward and backward (6 x params x tokens at float32 throughput), rollouts excluded."""
-    return 6 * params * shape.prompts * shape.G * (prompt_len + new_tokens) / (roof["fp32_GFLOPs"] * 1e9)
 
 
 # ------------------------------------------------------------------------------------------------ prompts
@@ -204,16 +212,79 @@ def shared_options(**options):
         trainer_module.shared_prompt_generate = original
 
 
-def time_rollout(trainer, prompts: list[str], G: int, seed: int = 0) -> tuple[float, list[list[int]]]:
+class SampledLogProbs:
+    """A logits processor that records, for every row and step, the log-probability of the token the row samples
+    there, under the scores ``generate`` samples from: at each step it keeps that step's log-normaliser and scores,
+    and reads the sampled token's value at the next step (the token is then the last input id) or, for the last
+    step, from the completions (``finish``). Two paths that sample from the same distributions record the same
+    values up to float rounding; one that computes other distributions (bfloat16 weights) records other values."""
+
+    def __init__(self):
+        self.values: list[torch.Tensor] = []  # one (B,) per step but the last
+        self._last = None
+
+    def __call__(self, input_ids, scores):
+        if self._last is not None:
+            self.values.append(self._chosen(input_ids[:, -1]))
+        self._last = (scores, torch.logsumexp(scores.float(), dim=-1))
+        return scores
+
+    def _chosen(self, tokens: torch.Tensor) -> torch.Tensor:
+        scores, norm = self._last
+        return scores.float().gather(1, tokens.view(-1, 1).to(scores.device)).squeeze(1) - norm
+
+    def finish(self, completions: list[list[int]]) -> list[list[float]]:
+        """Per row, the log-probabilities of its completion's tokens (as many as it has)."""
+        steps = len(self.values) + (self._last is not None)
+        last = torch.tensor([c[steps - 1] if len(c) >= steps else 0 for c in completions])
+        table = torch.stack([*self.values, self._chosen(last)], dim=1) if steps else torch.zeros(len(completions), 0)
+        return [table[i, :len(c)].tolist() for i, c in enumerate(completions)]
+
+
+@contextmanager
+def recording(model):
+    """Within the block, ``model.generate`` (the call TRL's path and the shared-prompt path both make) records
+    ``SampledLogProbs``; yields the recorder."""
+    from transformers import LogitsProcessorList
+
+    recorder = SampledLogProbs()
+    model.generate = functools.partial(type(model).generate, model,
+                                       logits_processor=LogitsProcessorList([recorder]))
+    try:
+        yield recorder
+    finally:
+        del model.generate  # the class's method again
+
+
+def time_rollout(trainer, prompts: list[str], G: int, seed: int = 0) -> tuple[float, list[list[int]], list]:
     """Seconds of one ``_generate_single_turn`` over ``prompts`` x G (each prompt G times in a row, as TRL's
-    sampler hands them over), and the completions' token ids."""
+    sampler hands them over), the completions' token ids, and each sampled token's log-probability
+    (``SampledLogProbs``: a log-sum-exp over the vocabulary a step, the same work on every path)."""
     ids = trainer.processing_class(prompts, add_special_tokens=False)["input_ids"]
     batch = [p for p in ids for _ in range(G)]
     trainer.model.train()
     torch.manual_seed(seed)
-    t0 = time.perf_counter()
-    completions, _ = trainer._generate_single_turn(batch, None, {}, G)
-    return time.perf_counter() - t0, completions
+    with recording(trainer.model) as recorder:
+        t0 = time.perf_counter()
+        completions, _ = trainer._generate_single_turn(batch, None, {}, G)
+        seconds = time.perf_counter() - t0
+    return seconds, completions, recorder.finish(completions)
+
+
+EXACT_LOGPROB_TOL = 1e-3  # float32 rounding of another batch composition: ~1e-5; bfloat16 weights: ~1e-2 and more
+
+
+def logprob_gap(reference: tuple[list, list], path: tuple[list, list]) -> float:
+    """The largest |Δ log-probability| of a sampled token between a path and the reference, over each row's
+    common prefix (the positions where both sampled the same tokens so far, so the distributions are comparable)."""
+    (ref_ids, ref_lp), (ids, lp) = reference, path
+    gap = 0.0
+    for a, b, la, lb in zip(ref_ids, ids, ref_lp, lp):
+        for t in range(min(len(a), len(b))):
+            if a[t] != b[t]:
+                break
+            gap = max(gap, abs(la[t] - lb[t]))
+    return gap
 
 
 def rollout_rows(model, tok, tmp: str, shape: Shape, prompt_len: int, roof: dict, params: int, kv_token: int,
@@ -225,15 +296,17 @@ def rollout_rows(model, tok, tmp: str, shape: Shape, prompt_len: int, roof: dict
     def add(path: str, trainer, batch_prompts=prompts, exact: bool = True, extra: dict | None = None):
         nonlocal reference
         print(f"  {shape.name}: {path} ...", flush=True)
-        seconds, completions = time_rollout(trainer, batch_prompts, shape.G)
-        tokens = sum(len(c) for c in completions)
+        seconds, completions, logprobs = time_rollout(trainer, batch_prompts, shape.G)
+        tokens = sum(len(c) for c in completions)  # generated: each row up to and including its end token
         row = {"shape": shape.name, "path": path, "rows": len(completions), "new_tokens": tokens,
                "seconds": seconds, "tokens_per_s": tokens / seconds}
         if reference is None:
-            reference = completions
-        elif len(completions) == len(reference):  # the same batch: the same RNG draws
-            same = sum(a == b for a, b in zip(reference, completions[:len(reference)]))
-            row["rows_equal_to_trl_default"] = f"{same}/{len(reference)}"
+            reference = (completions, logprobs)
+        elif len(completions) == len(reference[0]):  # the same batch: the same RNG draws
+            same = sum(a == b for a, b in zip(reference[0], completions))
+            row["rows_equal_to_trl_default"] = f"{same}/{len(reference[0])}"
+            row["logprob_gap"] = logprob_gap(reference, (completions, logprobs))
+            row["measured_exact"] = row["logprob_gap"] <= EXACT_LOGPROB_TOL
         row["exact"] = exact
         floor_shape = Shape(shape.name, len(batch_prompts), shape.G, prompt_len, shape.new_tokens)
         row["floor_s"] = rollout_floor(roof, params, kv_token, floor_shape, prompt_len,
@@ -271,24 +344,74 @@ def rollout_rows(model, tok, tmp: str, shape: Shape, prompt_len: int, roof: dict
     return rows
 
 
-def step_rows(model, tok, tmp: str, shape: Shape, smoke: bool) -> list[dict]:
-    """One optimizer step of GRPO and of SetPO+GRPO (λ = 0.05, MiniLM; hashed n-grams in a smoke run), the
-    same model, data and seed; TRL's step_time and SetPOTrainer's phase seconds."""
+STEP_SETUPS = {  # name -> (study method, what changes from the study's own trainer settings)
+    "GRPO, TRL default: generate, every row's prompt pass": ("GRPO", {"setpo_shared_prompt_rollouts": False,
+                                                                     "setpo_share_prompt_pass": False}),
+    "GRPO, the study's setup: shared rollouts and prompt pass": ("GRPO", {}),
+    "SetPO+GRPO, the study's setup": ("SetPO+GRPO", {}),
+}
+
+
+def study_step_rows(folder: Path, tmp: str, roof: dict, smoke: bool) -> list[dict]:
+    """One optimizer step of the short-answer study's own trainer (``setpo.studies.short_answers.trainer_args``:
+    8 prompts x G = 8, 24 new tokens, bf16 autocast, its tasks, reward and embedder; the smoke preset's tiny
+    sizes with ``smoke``) under each of ``STEP_SETUPS``, the same model, data and seed: TRL's step_time,
+    SetPOTrainer's phases, the tokens generated, and the floor of the update (``update_floor``)."""
+    from dataclasses import replace
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
 
+    from envs.short_answers import to_trl_records
     from setpo.embed import load_embedder
+    from setpo.studies.short_answers import chat_prompts, train_tasks, trainer_args
+    from setpo.studies.short_answers_config import ShortAnswerStudyConfig
+    from setpo.trl import SetPOTrainer
+    from setpo.trl.rewards import short_answer_reward
 
-    embedder = load_embedder("hash" if smoke else "default", device="cpu")
+    cfg = replace(ShortAnswerStudyConfig.preset("smoke" if smoke else "committed"), steps=1, save_steps=10**6)
+    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    embedder = load_embedder(cfg.embedder, device="cpu")
+    tasks = train_tasks(cfg)
+    prompt_len = statistics.mean(len(tok(p, add_special_tokens=False)["input_ids"]) for p in chat_prompts(tok, tasks))
     rows = []
-    setpo_label = "SetPO+GRPO (hashed n-grams)" if smoke else "SetPO+GRPO (MiniLM-L6)"
-    for label, kwargs in (("GRPO", {}), (setpo_label, {"embedder": embedder, "lam": 0.05})):
-        print(f"  RL step at {shape.name}: {label} ...", flush=True)
-        tr = _trainer(copy.deepcopy(model), tok, tmp, shape, **kwargs)
-        tr.remove_callback(PrinterCallback)
-        tr.train()
-        (step,) = [h["step_time"] for h in tr.state.log_history if "step_time" in h]
-        rows.append({"trainer": label, "step_s": step, **{f"{k}_s": v for k, v in tr.setpo_seconds.items()}})
+    for name, (method, changes) in STEP_SETUPS.items():
+        print(f"  RL step, {name} ...", flush=True)
+        args = trainer_args(cfg, cfg.trainer_settings(method), 0, Path(tmp) / "step")
+        for key, value in changes.items():
+            setattr(args, key, value)
+        model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+        trainer = SetPOTrainer(model=model, reward_funcs=short_answer_reward, args=args, processing_class=tok,
+                               train_dataset=Dataset.from_list(to_trl_records(tasks)),
+                               embedder=embedder if args.embedder == cfg.embedder else None)
+        trainer.remove_callback(PrinterCallback)
+        trainer.train()
+        (log,) = [h for h in trainer.state.log_history if "step_time" in h]
+        completions = cfg.prompts_per_step * cfg.group_size
+        generated = log["completions/mean_length"] * completions
+        phases = trainer.setpo_seconds
+        floor = update_floor(roof, model, cfg.prompts_per_step, completions, prompt_len, generated,
+                             shared_prompt=args.setpo_share_prompt_pass, bf16=cfg.bf16)
+        rows.append({"trainer": name, "step_s": log["step_time"], "generated_tokens": generated,
+                     "generation_tokens_per_s": generated / phases["generation"], "update_floor_s": floor,
+                     **{f"{k}_s": v for k, v in phases.items()}})
     return rows
+
+
+def update_floor(roof: dict, model, prompts: int, completions: int, prompt_len: float, generated: float, *,
+                 shared_prompt: bool, bf16: bool) -> float:
+    """Seconds the loss's forward and backward cannot beat here: 6 FLOPs per parameter and position, counting only
+    what the step computes. The transformer body runs over every prompt position (each distinct prompt once with
+    the shared prompt pass, every row's copy without) and every generated token; the LM head (tied to the
+    embedding matrix, which is a lookup, not a product) only over the generated tokens (TRL's logits_to_keep).
+    At the matmul throughput of the step's precision (bf16 autocast or float32); the reference model (β = 0)
+    and the old policy's pass (one update per generation) do not run."""
+    head = model.get_output_embeddings().weight.numel()
+    body = sum(p.numel() for p in model.parameters()) - head
+    prompt_positions = (prompts if shared_prompt else completions) * prompt_len
+    flops = 6 * body * (prompt_positions + generated) + 6 * head * generated
+    return flops / (roof["bf16_GFLOPs" if bf16 else "fp32_GFLOPs"] * 1e9)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -334,10 +457,9 @@ def main(argv=None) -> str:
                            "decode_step_floor_ms": 1e3 * rollout_floor(roof, params, kv_token,
                                                                        Shape("", 1, rows, prompt_len, 1), 0, 1),
                            "rollout_floor_s": rollout_floor(roof, params, kv_token, shape, prompt_len,
-                                                            shape.new_tokens),
-                           "train_floor_s": train_floor(roof, params, shape, prompt_len, shape.new_tokens)})
+                                                            shape.new_tokens)})
             rollouts += rollout_rows(model, tok, tmp, shape, prompt_len, roof, params, kv_token, args.compile)
-        steps = [] if args.no_step else step_rows(model, tok, tmp, shapes[0], args.smoke)
+        steps = [] if args.no_step else study_step_rows(folder, tmp, roof, args.smoke)
 
     targets = []
     for shape in shapes:
@@ -350,8 +472,8 @@ def main(argv=None) -> str:
                                     f"x the floor (default: {default['seconds'] / default['floor_s']:.2f} x)",
                         "met": "PASS" if met else "FAIL"})
     if steps:
-        ratio = steps[1]["step_s"] / steps[0]["step_s"]
-        targets.append({"target": f"SetPO step <= {STEP_TARGET:g} x GRPO step ({shapes[0].name})",
+        ratio = steps[2]["step_s"] / steps[1]["step_s"]
+        targets.append({"target": f"SetPO step <= {STEP_TARGET:g} x GRPO step (the short-answer study's setup)",
                         "measured": f"{ratio:.3f}", "met": "PASS" if ratio <= STEP_TARGET else "FAIL"})
 
     text = [f"Model: {folder.name} ({params / 1e6:.1f}M parameters, float32), {THREADS} CPU threads, torch "
@@ -363,21 +485,28 @@ def main(argv=None) -> str:
             markdown_table([{"shape": f["shape"], "batch": f"{f['prompts']} x G={f['G']}",
                              "prompt tokens (max)": f["prompt_len"], "new tokens (max)": f["new_tokens"],
                              "decode step floor (ms)": f"{f['decode_step_floor_ms']:.1f}",
-                             "rollout floor (s)": f"{f['rollout_floor_s']:.2f}",
-                             "training floor (s)": f"{f['train_floor_s']:.2f}"} for f in floors]), "",
+                             "rollout floor (s)": f"{f['rollout_floor_s']:.2f}"} for f in floors]), "",
             "Rollouts (one generation batch, same seed for every path; floor: the roofline for the tokens sampled):",
             "", markdown_table([{"shape": r["shape"], "path": r["path"], "rows": r["rows"], "new tokens": r["new_tokens"],
                                  "s": f"{r['seconds']:.2f}", "tokens/s": f"{r['tokens_per_s']:.1f}",
                                  "vs (a)": f"{r['speedup']:.2f}x", "floor (s)": f"{r['floor_s']:.2f}",
                                  "of roofline": f"{r['floor_over_seconds']:.0%}",
                                  "same rows as (a)": r.get("rows_equal_to_trl_default", "–"),
+                                 "max Δ log p vs (a)": f"{r['logprob_gap']:.1e}" if "logprob_gap" in r else "–",
+                                 "exact": ("yes" if r["measured_exact"] else "no") if "measured_exact" in r else "–",
                                  **({"compile (s)": f"{r['compile_s']:.0f}"} if "compile_s" in r else {})}
                                 for r in rollouts])]
     if steps:
-        text += ["", f"One RL optimizer step at {shapes[0].name} (TRL's step_time; phases from SetPOTrainer):", "",
+        text += ["", "One RL optimizer step of the short-answer study's trainer (TRL's step_time; phases from "
+                     "SetPOTrainer; update floor: ``update_floor``):", "",
                  markdown_table([{"trainer": s["trainer"], "step (s)": f"{s['step_s']:.1f}",
-                                  "generation (s)": f"{s['generation_s']:.1f}", "embedding (s)": f"{s['embedding_s']:.2f}",
-                                  "update (s)": f"{s['update_s']:.1f}"} for s in steps])]
+                                  "generation (s)": f"{s['generation_s']:.1f}",
+                                  "tokens generated": f"{s['generated_tokens']:.0f}",
+                                  "generated tokens/s": f"{s['generation_tokens_per_s']:.0f}",
+                                  "embedding (s)": f"{s['embedding_s']:.2f}", "update (s)": f"{s['update_s']:.1f}",
+                                  "update floor (s)": f"{s['update_floor_s']:.2f}",
+                                  "vs TRL default step": f"{s['step_s'] / steps[0]['step_s']:.2f}x"}
+                                 for s in steps])]
     text += ["", markdown_table(targets)]
     table = "\n".join(text)
     report(args, "real_lm", table, {"roofline": roof, "floors": floors, "rollouts": rollouts, "steps": steps,

@@ -1,7 +1,8 @@
 """Every benchmark runs and writes its rows: `setpo bench --smoke` (what `make bench` runs, at tiny sizes), each
 benchmark's report and rows parsed and checked, and nothing written to the full runs' folder (runs/bench/).
 
-About 1 min on 2 cores without verl, 3 min with it (verl_cpu_step's smoke run is one Ray cluster: about 2 min).
+About 1 min on 2 cores without verl, 5 min with it (the smoke runs of verl_cpu_step and verl_real_memory are one Ray
+cluster each: about 2 min).
 verl_ray_nodes is run by tests/test_verl_ray_nodes.py (its full size is already its smoke size).
 """
 
@@ -21,11 +22,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import harness  # noqa: E402 - benchmarks/, after the path entry above
+import real_lm  # noqa: E402
 
 HAS_VERL = all(importlib.util.find_spec(m) for m in ("verl", "ray", "transfer_queue"))
 #: benchmarks whose smoke run another test file makes (so that make test runs it once)
 RUN_ELSEWHERE = {"verl_ray_nodes": "tests/test_verl_ray_nodes.py"}
-NEEDS_VERL = {"verl_cpu_step"}
+NEEDS_VERL = {"verl_cpu_step", "verl_real_memory"}
 
 
 def benchmark_names() -> list[str]:
@@ -147,6 +149,15 @@ def test_smoke_verl_cpu_step(smoke):
     assert "SetPO+GRPO (hash)" in md
 
 
+def test_smoke_verl_real_memory(smoke):
+    md, record = _report(smoke, "verl_real_memory")
+    (row,) = record["rows"]
+    assert row["workers"] == 1 and row["beta"] == 0.0 and row["steps"] == 1 and row["exit_status"] == 0
+    assert row["reference_model"] is False  # β = 0: verl built no reference model, so it timed no ref pass
+    assert 50 << 20 < row["peak_bytes"] < 64 << 30 and positive(row["wall_s"])  # Ray and torch take >50 MB
+    assert "| 1 worker, β = 0: the test now | yes | 1 | no |" in md and "| 1.00 |" in md
+
+
 def test_options_default_folders_keep_smoke_apart_from_full_runs(tmp_path):
     assert harness.options("", []).out == harness.FULL_OUT
     assert harness.options("", ["--smoke"]).out == harness.SMOKE_OUT != harness.FULL_OUT
@@ -176,16 +187,20 @@ def test_smoke_real_lm(smoke):
         assert positive(roof[key]), (key, roof[key])
     assert [f["shape"] for f in record["floors"]] == ["short answers", "GSM8K"]
     for f in record["floors"]:
-        assert all(positive(f[k]) for k in ("decode_step_floor_ms", "rollout_floor_s", "train_floor_s")), f
+        assert all(positive(f[k]) for k in ("decode_step_floor_ms", "rollout_floor_s")), f
     paths = [(r["shape"], r["path"]) for r in record["rollouts"]]
     assert ("short answers", "(a) TRL default (generate)") in paths
     assert ("GSM8K", "(b) shared prompt + preallocated KV + grouped attention [trainer default]") in paths
     for r in record["rollouts"]:
         assert positive(r["tokens_per_s"]) and positive(r["floor_s"]) and positive(r["speedup"]), r
-        if r["exact"] and "rows_equal_to_trl_default" in r:  # the exact paths sample what TRL's default samples
-            same, rows = r["rows_equal_to_trl_default"].split("/")
-            assert same == rows, r
-    assert [s["trainer"] for s in record["steps"]] == ["GRPO", "SetPO+GRPO (hashed n-grams)"]
-    assert all(positive(s["step_s"]) for s in record["steps"])
+        if r["exact"] and "rows_equal_to_trl_default" in r:  # the exact paths sample what TRL's default samples,
+            same, rows = r["rows_equal_to_trl_default"].split("/")  # from the same distributions
+            assert same == rows and r["measured_exact"] and r["logprob_gap"] <= 1e-3, r
+    compared = [r for r in record["rollouts"] if "logprob_gap" in r]
+    assert len(compared) >= 2 * 4 and all(r["path"] != "(a) TRL default (generate)" for r in compared)
+    assert [s["trainer"] for s in record["steps"]] == list(real_lm.STEP_SETUPS)
+    for s in record["steps"]:
+        assert all(positive(s[k]) for k in ("step_s", "generated_tokens", "generation_tokens_per_s", "update_floor_s"))
+        assert s["generated_tokens"] <= 2 * 3 * 6  # the smoke preset: 2 prompts x G = 3, at most 6 new tokens
     assert len(record["targets"]) == 3 and {t["met"] for t in record["targets"]} <= {"PASS", "FAIL"}
     assert "Roofline (measured)" in md and "| shape | path |" in md
