@@ -60,6 +60,30 @@ def test_shared_prompt_samples_equal_plain_generate(tiny, sampling):
         assert len({tuple(r) for r in plain[:G].tolist()}) > 1  # the rows of a group differ: they are samples
 
 
+def test_rollouts_stop_when_every_row_has_ended(tiny):
+    """No decode step after the last row's end token: with every token an end token each row ends at its first,
+    so the batch is one token wide and the model ran twice (the shared prompt pass, one step), not 12 times; with
+    half the vocabulary the batch is as wide as its longest row, and equal to plain ``generate``'s."""
+    tok, model = tiny
+    prompt_ids = [tok(p)["input_ids"] for p in PROMPTS for _ in range(G)]
+    calls = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        config = GenerationConfig(max_new_tokens=12, do_sample=True, pad_token_id=tok.pad_token_id,
+                                  eos_token_id=list(range(len(tok))))
+        torch.manual_seed(0)
+        out = shared_prompt_generate(model, prompt_ids, tok.pad_token_id, generation_config=config)
+    finally:
+        hook.remove()
+    assert out.shape == (len(prompt_ids), 1) and len(calls) == 2
+    half = list(range(0, len(tok), 2))
+    config = GenerationConfig(max_new_tokens=12, do_sample=True, pad_token_id=tok.pad_token_id, eos_token_id=half)
+    torch.manual_seed(1)
+    out = shared_prompt_generate(model, prompt_ids, tok.pad_token_id, generation_config=config)
+    longest = max(len(row) for row in completion_lists(out, half))
+    assert out.shape[1] == longest < 12 and torch.equal(out, _plain(model, tok, prompt_ids, config, 1))
+
+
 def test_the_shared_prompt_pass_gives_generate_s_first_logits(tiny):
     """Why the samples agree: the first sampled token's logits from the shared cache equal those of a full pass
     over each padded row, to float rounding."""
