@@ -215,9 +215,10 @@ class CureStudyConfig(ShortAnswerStudyConfig):
 
     run_dir: str = "runs/short_answers_cure"
     arms: tuple[str, ...] = ("grpo", "setpo", "answer", "key", "key_gated", "passk")
-    # λ (in lam_units) chosen by the pilot (results/short_answers/pilot): key 0.5σ and key_gated 0.5σ; for answer
-    # neither 0.15σ nor 0.5σ kept pass@1 within 0.05 of GRPO's, so its λ needs a smaller pilot value before the record
-    lam_answer: float = 0.15
+    # λ (in lam_units) chosen by the pilots on the validation split: key 0.5σ and key_gated 0.5σ
+    # (results/short_answers/pilot); answer 0.05σ (results/short_answers/pilot_answer: neither 0.15σ nor 0.5σ kept
+    # its pass@1 within 0.05 of GRPO's)
+    lam_answer: float = 0.05
     lam_key: float = 0.5
     lam_key_gated: float = 0.5
     lam_grid: tuple[float, ...] = ()
