@@ -54,7 +54,6 @@ shapes, every path once (seconds), ``--out DIR``.
 
 from __future__ import annotations
 
-import copy
 import functools
 import statistics
 import tempfile
@@ -179,6 +178,12 @@ def shape_prompts(tok, shape: Shape) -> list[str]:
 # ------------------------------------------------------------------------------------------------ trainers
 
 
+def load_model(folder: Path, dtype):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
+
+
 def _trainer(model, tok, tmp: str, shape: Shape, *, generation_batch: int | None = None, embedder=None,
              lam: float = 0.0, **config):
     from datasets import Dataset
@@ -287,8 +292,8 @@ def logprob_gap(reference: tuple[list, list], path: tuple[list, list]) -> float:
     return gap
 
 
-def rollout_rows(model, tok, tmp: str, shape: Shape, prompt_len: int, roof: dict, params: int, kv_token: int,
-                 compile_decode: bool) -> list[dict]:
+def rollout_rows(model, folder: Path, tok, tmp: str, shape: Shape, prompt_len: int, roof: dict, params: int,
+                 kv_token: int, compile_decode: bool) -> list[dict]:
     """Every rollout path at ``shape``: tokens/s, seconds, speed-up over TRL's default, floor / seconds."""
     prompts = shape_prompts(tok, shape)
     rows, reference = [], None
@@ -320,7 +325,9 @@ def rollout_rows(model, tok, tmp: str, shape: Shape, prompt_len: int, roof: dict
         add("(b) shared prompt alone (DynamicCache, repeated KV heads)", _trainer(model, tok, tmp, shape))
     add("(b) static KV cache", _trainer(model, tok, tmp, shape, setpo_shared_prompt_rollouts=False,
                                         cache_implementation="static"))
-    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    # loaded afresh: a deep copy of ``model`` would carry the forward that accelerate's prepare_model set on it,
+    # which still calls the float32 original (this benchmark's bfloat16 row measured float32 weights that way)
+    bf16 = load_model(folder, torch.bfloat16)
     add("(b) trainer default on bfloat16 weights", _trainer(bf16, tok, tmp, shape), exact=False)
     del bf16
     if shape.name != "GSM8K":  # a 2x batch at 192 tokens is minutes; the short shape shows the scaling
@@ -360,7 +367,7 @@ def study_step_rows(folder: Path, tmp: str, roof: dict, smoke: bool) -> list[dic
     from dataclasses import replace
 
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
 
     from envs.short_answers import to_trl_records
@@ -381,7 +388,7 @@ def study_step_rows(folder: Path, tmp: str, roof: dict, smoke: bool) -> list[dic
         args = trainer_args(cfg, cfg.trainer_settings(method), 0, Path(tmp) / "step")
         for key, value in changes.items():
             setattr(args, key, value)
-        model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+        model = load_model(folder, torch.float32)
         trainer = SetPOTrainer(model=model, reward_funcs=short_answer_reward, args=args, processing_class=tok,
                                train_dataset=Dataset.from_list(to_trl_records(tasks)),
                                embedder=embedder if args.embedder == cfg.embedder else None)
@@ -424,7 +431,7 @@ def main(argv=None) -> str:
         ap.add_argument("--compile", action="store_true", help="also time torch.compile of the decode step")
 
     args = options(__doc__, argv, more)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from setpo.trl import quiet_libraries
 
@@ -442,7 +449,7 @@ def main(argv=None) -> str:
             folder = Path(args.model) if args.model else prepared_folder()
             shapes = (SHORT, GSM8K)
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+        model = load_model(folder, torch.float32)
         cfg = model.config
         params = sum(p.numel() for p in model.parameters())  # tied: the LM head counted once, as it is read once
         print("  roofline ...", flush=True)
@@ -458,7 +465,7 @@ def main(argv=None) -> str:
                                                                        Shape("", 1, rows, prompt_len, 1), 0, 1),
                            "rollout_floor_s": rollout_floor(roof, params, kv_token, shape, prompt_len,
                                                             shape.new_tokens)})
-            rollouts += rollout_rows(model, tok, tmp, shape, prompt_len, roof, params, kv_token, args.compile)
+            rollouts += rollout_rows(model, folder, tok, tmp, shape, prompt_len, roof, params, kv_token, args.compile)
         steps = [] if args.no_step else study_step_rows(folder, tmp, roof, args.smoke)
 
     targets = []

@@ -58,7 +58,7 @@ def _run(name: str, extra: list[str], demo: dict, out: Path, steps: int = STEPS)
     cmd += [*extra, "--experiment-name", run_name, "--logger", "console,file", "trainer.val_before_train=false"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.perf_counter()
-    status, output, left = run_in_session(cmd, timeout=600, cwd=ROOT, env=env)
+    status, output, left, _ = run_in_session(cmd, timeout=600, cwd=ROOT, env=env)
     wall = time.perf_counter() - t0
     if status != 0 or left:
         raise RuntimeError(f"{name}: exit {status}, leftover processes {left}\n{output[-3000:]}")
