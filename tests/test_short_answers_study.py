@@ -1,10 +1,13 @@
 """The short-answer study end to end on a tiny model (its smoke preset), and its report's arithmetic."""
 
 import json
+import math
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import scipy.stats
 
 from setpo.studies.short_answers import STAGES, main, run_study
 from setpo.studies.short_answers_config import ShortAnswerStudyConfig
@@ -39,7 +42,11 @@ def test_smoke_study_trains_evaluates_and_reports_every_paired_run(study):
         assert run["probe_step"] == [0, 1, 2]  # probed before training, every step, and at the end
     paired = {(p["metric"], p["a"], p["b"]): p for p in rep["paired"]}
     d = paired[("reward", "SetPO+GRPO", "GRPO")]
-    assert d["n"] == 2 and len(d["per_seed"]) == 2 and d["lo"] <= d["mean"] <= d["hi"]
+    models = rep["models"]  # each per-seed value against the per-model metrics; the interval from scipy's t
+    assert d["per_seed"] == [models[f"setpo_s{s}"]["reward"] - models[f"grpo_s{s}"]["reward"] for s in cfg.seeds]
+    half = scipy.stats.t.ppf(0.975, 1) * statistics.stdev(d["per_seed"]) / math.sqrt(2)
+    assert d["n"] == 2 and d["mean"] == pytest.approx(statistics.mean(d["per_seed"]))
+    assert (d["lo"], d["hi"]) == pytest.approx((d["mean"] - half, d["mean"] + half), abs=1e-9)
     saved = json.loads((Path(cfg.run_dir) / "results.json").read_text())
     assert saved["paired"] == json.loads(json.dumps(rep["paired"]))
     assert ShortAnswerStudyConfig.from_record(saved["config"]) == cfg
@@ -97,7 +104,12 @@ def test_results_markdown_names_the_command_and_intervals(study):
     text = results_markdown(result.summary)
     assert "python -m setpo.studies.short_answers" in text and "SetPO+GRPO − GRPO" in text
     said = reading(result.summary)
-    assert "GRPO's training reward" in said and said.count("\n- ") in (5, 6)
+    grpo, setpo = list(result.summary["by_method"])
+    went = [p for p in result.summary["paired"] if p["a"] == setpo and p["b"] == grpo and p["lo"] is not None
+            and ((p["metric"] == "similarity" and p["hi"] < 0) or (p["metric"] == "after_answer" and p["lo"] > 0)
+                 or (p["metric"] == "distinct_right" and p["lo"] <= 0))]
+    # one bullet for the reward's rise, one per metric compared, and the closing one exactly when its rule holds
+    assert "GRPO's training reward" in said and said.count("- **") == 1 + 5 + (len(went) == 3)
 
 
 def test_reading_says_where_setpo_diversity_went_only_when_the_numbers_say_so(study):
