@@ -43,8 +43,8 @@ SMOKE_CONFIGURATIONS = ["SetPO+GRPO (hash)"]
 
 
 def _run(name: str, extra: list[str], demo: dict, out: Path, steps: int = STEPS) -> dict:
-    from setpo.verl.cpu_demo import run_in_session
-    from setpo.verl.launch import METRICS_FILE, cpu_demo_command
+    from setpo.verl.cpu_demo import cpu_demo_command, run_in_session
+    from setpo.verl.launch import METRICS_FILE
 
     cmd = cpu_demo_command(demo, str(out))
     cmd[0] = sys.executable  # the demo's command, with this bench's steps, run name and logger

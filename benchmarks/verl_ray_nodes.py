@@ -222,7 +222,7 @@ class RayNodes:
 
 def job_command(demo: dict, out: Path) -> list[str]:
     """The CPU demo's training command for two nodes of one worker each, ``STEPS`` steps, a checkpoint at the end."""
-    from setpo.verl.launch import cpu_demo_command
+    from setpo.verl.cpu_demo import cpu_demo_command
 
     cmd = cpu_demo_command(demo, str(out))
     cmd[0] = sys.executable

@@ -18,6 +18,8 @@ def by_enumeration(rewards: list[float], k: int) -> list[float]:
     """Each response's mean over the k-subsets containing it of (best reward - mean best) / std best."""
     subsets = list(itertools.combinations(range(len(rewards)), k))
     best = {s: max(rewards[i] for i in s) for s in subsets}
+    if len(set(best.values())) == 1:  # every subset has the same best: no signal (a float mean of equal values
+        return [0.0] * len(rewards)   # can miss them by rounding and leave a "std" of 1e-17 to divide by)
     mean = sum(best.values()) / len(subsets)
     std = math.sqrt(sum((v - mean) ** 2 for v in best.values()) / len(subsets))
     out = []

@@ -72,7 +72,7 @@ def verl_e2e_command(demo: dict, out: Path, device: str) -> list[str]:
     """tests/test_verl_e2e.py's training command (the CPU demo's inputs, SetPO+GRPO at λ = 0.5, G = 4, 3 steps,
     a checkpoint at step 3, verl's file logger); on "cuda" only the platform and the rollout change: one GPU,
     vLLM (eager, a small share of the GPU: the policy has ~80K parameters), its tokenizer from the demo's folder."""
-    from setpo.verl.launch import cpu_demo_command
+    from setpo.verl.cpu_demo import cpu_demo_command
 
     cmd = cpu_demo_command(demo, str(out))
     cmd[0] = sys.executable

@@ -1,7 +1,9 @@
-"""The inputs and the process hygiene of a verl run on the CPU (``setpo.verl.cpu``): the tiny Countdown model
-and data that ``python -m setpo.verl cpu-demo`` writes, and ``run_in_session``, which runs a training command
-as the leader of its own process session and leaves none of its Ray processes behind, pass or fail (the
-end-to-end test and the CPU step benchmark use it)."""
+"""The inputs, the commands and the process hygiene of a verl run on the CPU (``setpo.verl.cpu``): the tiny
+Countdown model and data that ``python -m setpo.verl cpu-demo`` writes and the command that trains on them
+(``cpu_demo_command``), the smallest run of a real model folder (``smoke_train_command``), and
+``run_in_session``, which runs a training command as the leader of its own process session, measures its peak
+memory and leaves none of its Ray processes behind, pass or fail (the end-to-end and real-model tests and the
+CPU benchmarks use it)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,17 @@ def write_countdown_demo(out_dir, n_train: int = 64, n_val: int = 16, seed: int 
                              "extra_info": {"split": split, "index": i, **truth}})
             pd.DataFrame(rows).to_parquet(paths[split], index=False)
     return {k: str(v) for k, v in paths.items()}
+
+
+def cpu_demo_command(paths: dict[str, str], output_dir: str = "runs/verl") -> list[str]:
+    """``python -m setpo.verl train`` on the CPU for the inputs ``setpo.verl.cpu_demo.write_countdown_demo`` wrote:
+    SetPO+GRPO on Countdown, 2 FSDP2 workers, 4 prompts x 4 rollouts a step, 3 steps, hashed n-gram embedder."""
+    return ["python", "-m", "setpo.verl", "train", "--device", "cpu", "--task", "countdown",
+            "--model-path", paths["model"], "--tokenizer-path", paths["tokenizer"], "--train-file", paths["train"],
+            "--val-file", paths["val"], "--embedding-model", "hash", "--rollout-n", "4", "--train-batch-size", "4",
+            "--max-prompt-length", "48", "--max-response-length", "24", "--micro-batch-per-gpu", "4",
+            "--val-n", "2", "--test-freq", "3", "--save-freq", "3", "--total-steps", "3",
+            "--output-dir", output_dir]
 
 
 def smoke_train_command(model_path, train_file, val_file, out_dir, *, workers: int = 1, kl_coef: float = 0.0,

@@ -220,9 +220,7 @@ def build_overrides(cfg: VerlLaunchConfig) -> list[str]:
         f"{ar}.model.enable_gradient_checkpointing={_fmt(cfg.device != 'cpu')}",
         f"{ar}.actor.ppo_mini_batch_size={cfg.ppo_mini_batch_size or cfg.train_batch_size}",
         f"{ar}.actor.ppo_micro_batch_size_per_gpu={cfg.micro_batch_per_gpu}",
-        # β = 0: no KL loss, and then verl builds no reference model (need_reference_policy): a copy of the weights
-        # and a log-prob pass a step saved, bit for bit the same update
-        f"{ar}.actor.use_kl_loss={_fmt(cfg.kl_coef != 0)}",
+        f"{ar}.actor.use_kl_loss={_fmt(cfg.kl_coef != 0)}",  # β = 0: verl then builds no reference model
         f"{ar}.actor.kl_loss_coef={cfg.kl_coef!r}",
         f"{ar}.actor.kl_loss_type=low_var_kl",  # verl's k3 estimator
         f"{ar}.actor.entropy_coeff=0",
@@ -465,17 +463,6 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, **kwargs)
 
 
-def cpu_demo_command(paths: dict[str, str], output_dir: str = "runs/verl") -> list[str]:
-    """``python -m setpo.verl train`` on the CPU for the inputs ``setpo.verl.cpu_demo.write_countdown_demo`` wrote:
-    SetPO+GRPO on Countdown, 2 FSDP2 workers, 4 prompts x 4 rollouts a step, 3 steps, hashed n-gram embedder."""
-    return ["python", "-m", "setpo.verl", "train", "--device", "cpu", "--task", "countdown",
-            "--model-path", paths["model"], "--tokenizer-path", paths["tokenizer"], "--train-file", paths["train"],
-            "--val-file", paths["val"], "--embedding-model", "hash", "--rollout-n", "4", "--train-batch-size", "4",
-            "--max-prompt-length", "48", "--max-response-length", "24", "--micro-batch-per-gpu", "4",
-            "--val-n", "2", "--test-freq", "3", "--save-freq", "3", "--total-steps", "3",
-            "--output-dir", output_dir]
-
-
 def launch_config_from_args(args) -> VerlLaunchConfig:
     """The ``VerlLaunchConfig`` of parsed train / print-config options (``build_parser``), the command line's
     own forms turned into the config's: comma-separated data files, each prepared by ``prepare_data``
@@ -501,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.cmd == "cpu-demo":
         import shlex
 
-        from setpo.verl.cpu_demo import write_countdown_demo
+        from setpo.verl.cpu_demo import cpu_demo_command, write_countdown_demo
 
         paths = write_countdown_demo(Path(args.out).expanduser().resolve())
         print(shlex.join(cpu_demo_command(paths)))
