@@ -56,8 +56,9 @@ docs: $(VENV)/.deps-docs
 bench: $(VENV)/.deps-test
 	$(PY) -m setpo.cli bench
 
-# Runs every notebook in full: writes figures/ and saves each notebook back with its outputs. 04's CPU study takes
-# about 6 hours the first time (resumable, cached in runs/qwen_math_cpu); after that it only draws.
+# Runs every notebook in full: writes figures/ and saves each notebook back with its outputs. 04's own study takes
+# about half an hour on 2 cores the first time (resumable, cached in runs/real_llm_notebook); after that it only
+# draws.
 figures: $(VENV)/.deps-lab
 	$(PY) -m setpo.cli figures
 

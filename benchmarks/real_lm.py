@@ -4,7 +4,7 @@ Model: SmolLM2-135M-Instruct (``setpo.models``, float32), 2 CPU threads. Two RL 
 
 - "short answers": 8 prompts x G = 8, a ~100-token chat prompt (a system message with one worked example, then
   the question), at most 32 new tokens: the shape of a study on tasks with short verifiable answers;
-- "GSM8K": 4 prompts x G = 4, notebook 04's Qwen-Math chat prompt over GSM8K training questions, at most 192
+- "GSM8K": 4 prompts x G = 4, notebook 06's Qwen-Math chat prompt over GSM8K training questions, at most 192
   new tokens (``MathRunConfig.cpu_real``).
 
 Roofline (measured here, not assumed): the bandwidth a decode step can use (a matrix-vector product over a
@@ -154,7 +154,7 @@ def rollout_floor(roof: dict, params: int, kv_token: int, shape: Shape, prompt_l
 
 
 def shape_prompts(tok, shape: Shape) -> list[str]:
-    """``shape.prompts`` chat prompts: GSM8K training questions in notebook 04's Qwen-Math template, or the short-
+    """``shape.prompts`` chat prompts: GSM8K training questions in notebook 06's Qwen-Math template, or the short-
     answer prompt (system message with one example, a question) padded with worked examples to ~prompt_tokens."""
     if shape.name == "GSM8K":
         from envs.math import gsm8k_file, load_math_problems

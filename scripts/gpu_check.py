@@ -20,7 +20,7 @@ What "run" (the checks alone, also the default when no command is given) does:
               an import-time stub when it is not installed (the estimator path never calls it)
   embedders   an embedder on CUDA agrees with the CPU (all-MiniLM-L6-v2 if its package is installed, else a
               random Qwen3-shaped encoder built from a config); verl's embedding_device "auto" picks the GPU
-  training    notebook 04's path: GRPO and SetPO+GRPO steps with a small Qwen2 built from a config, avg@k,
+  training    notebook 06's path: GRPO and SetPO+GRPO steps with a small Qwen2 built from a config, avg@k,
               the embedding projection of the probes
   floor       the estimator's time against its floor (one torch.bmm forming the Gram matrices) at
               (B, G, d) = (512, 16, 1024) and (1024, 64, 4096), contiguous and shuffled groups, its host reads

@@ -20,15 +20,17 @@ from setpo.repro.arithmetic import pinned_children, pinned_environment
 from setpo.repro.records import ROOT
 from envs.arguments import Parser, nonnegative_float, positive_int
 
-# Notebooks whose full run regenerates committed figures. 04 runs its CPU part (the short-answer study's notebook
-# preset: about 26 minutes on 2 cores the first time, resumable in runs/short_answers_notebook; later runs only
-# draw) and draws the committed short-answer record (`python -m setpo.studies.short_answers study`).
+# Notebooks whose full run regenerates committed figures. 04 runs its own study (the cure study's notebook
+# preset: resumable in runs/real_llm_notebook; later runs only draw) and draws the committed short-answer
+# records (`python -m setpo.studies.short_answers study`, `python -m setpo.studies.short_answers_cure`). 06 needs a
+# model path (a GPU): without one its cells say so and draw nothing.
 FIGURE_NOTEBOOKS = [
     "01_toy_mode_collapse",
     "02_estimator_explained",
     "03_countdown_pass_at_k",
-    "04_qwen_math_gpu",
+    "04_real_llm_cpu",
     "05_setgrpo_noisy_graders",
+    "06_qwen_math_gpu",
 ]
 # Notebooks that run (or resume) a study made across sittings on other machines: run on the pinned floating-point
 # path (setpo.repro.arithmetic), the one their study was made on.

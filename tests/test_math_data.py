@@ -184,7 +184,7 @@ def test_cli_prepare_and_smoke(tmp_path, capsys):
     assert {p.source for p in md.load_math_problems(tmp_path / "out.parquet")} == {"s"}
 
 
-# --------------------------------------------------------------------------------- the TRL driver (notebook 04)
+# --------------------------------------------------------------------------------- the TRL driver (notebook 06)
 
 
 def test_chat_tokenizer_round_trips_and_renders_the_template():
@@ -288,7 +288,7 @@ def test_vllm_work_goes_to_fresh_processes(monkeypatch):
 
 
 def test_pass_at_k_curves_table_and_figure():
-    """The large-budget comparison of notebook 04: one curve per model from its pass@k list, the base model
+    """The large-budget comparison of notebook 06: one curve per model from its pass@k list, the base model
     dashed grey, powers of two marked on a log axis, and a table at the k that were sampled."""
     from setpo.studies import math as ml
 

@@ -3,7 +3,7 @@
 - ``wheels``: the pinned wheel folder a bare CUDA machine installs from (``prepare``, ``install``);
 - ``ray_stub``: inert stand-ins for Ray, which ``import verl`` needs and the estimator never calls;
 - ``numerics``: the estimator, verl's registered estimator and the embedders on the device against the CPU;
-- ``training``: notebook 04's TRL training path, and verl's own trainer end to end;
+- ``training``: notebook 06's TRL training path, and verl's own trainer end to end;
 - ``timing``: the estimator against its floor, and SetPO's step-time overhead at the paper's shapes.
 
 Imported by scripts/gpu_check.py, which puts the repository and benchmarks/ on ``sys.path`` first.

@@ -1,4 +1,4 @@
-"""Training on the device: notebook 04's TRL path (``check_training``) and verl's own trainer end to end
+"""Training on the device: notebook 06's TRL path (``check_training``) and verl's own trainer end to end
 (``check_verl_e2e``)."""
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ read configs, never the other way round.
 - ``countdown``: a tiny Qwen2 model on Countdown, SFT warm start, GRPO vs SetPO+GRPO, pass@k and distinct
   solutions (notebook 03, ``python -m setpo.studies.countdown``);
 - ``short_answers``: SmolLM2-135M-Instruct on short-answer number tasks, the base model's table and GRPO vs
-  SetPO+GRPO over paired seeds (notebook 04's CPU part, ``python -m setpo.studies.short_answers``);
-- ``math``: Qwen2.5-Math (or a tiny model of the same architecture on the CPU) on GSM8K-style data (notebook 04's
-  GPU part, ``python -m setpo.studies.math``);
+  SetPO+GRPO over paired seeds (notebook 04, ``python -m setpo.studies.short_answers``), and its
+  extension with the kernel kept where the reward reads (``python -m setpo.studies.short_answers_cure``);
+- ``math``: Qwen2.5-Math (or a tiny model of the same architecture on the CPU) on GSM8K-style data (notebook 06,
+  ``python -m setpo.studies.math``);
 - ``rubric``: SetGRPO on the rubric-graded toy (notebook 05, ``python -m setpo.studies.rubric``).
 
 Shared by them: ``stages`` (is a stage done, which stages to run, claiming a run folder for one config,

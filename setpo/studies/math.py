@@ -1,4 +1,4 @@
-"""Training and evaluation on math word problems with TRL: the math study behind notebook 04.
+"""Training and evaluation on math word problems with TRL: the math study behind notebook 06.
 
 GRPO vs SetPO+GRPO (GSPO / DAPO one switch away, ``setpo.presets``) on one machine with TRL's
 ``GRPOTrainer`` (``setpo.trl.SetPOTrainer``), vLLM for generation when there is a GPU, and a tiny randomly
@@ -456,7 +456,7 @@ def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: S
 
 
 def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> StudyResult:
-    """The whole study, resumable, as notebook 04 runs it: data; the base model's large-budget pass@k (stage
+    """The whole study, resumable, as notebook 06 runs it: data; the base model's large-budget pass@k (stage
     "base", first, so that the "base model at large budgets" reading exists before any training); the RL runs
     (stage "rl"); avg@k on the validation problems and pass@k of the trained runs (stage "eval"; everything
     cached beside the runs in ``run_dir``); then, only with a judge configured, the judged diversity of the avg@k
@@ -492,10 +492,10 @@ def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=pr
 
 def parse_args(argv=None) -> tuple[MathRunConfig, list[str]]:
     """The config and stages a command line asks for, every value checked before any work starts."""
-    p = Parser(prog=PROG, description="GRPO vs SetPO+GRPO on math word problems with TRL (notebook 04).")
+    p = Parser(prog=PROG, description="GRPO vs SetPO+GRPO on math word problems with TRL (notebook 06).")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="the paper's settings (give --set model_path=DIR ...)")
-    mode.add_argument("--cpu-real", action="store_true", help="notebook 04's CPU setting: the packaged SmolLM2-135M-"
+    mode.add_argument("--cpu-real", action="store_true", help="notebook 06's CPU setting: the packaged SmolLM2-135M-"
                       "Instruct on GSM8K, GRPO and two SetPO+GRPO runs, pass@k to 256 (hours on 2 cores, resumable)")
     mode.add_argument("--cpu-demo", action="store_true", help="the CPU demo: tiny random model, generated problems")
     mode.add_argument("--smoke", action="store_true", help="the CPU demo at toy size (seconds)")

@@ -1,4 +1,4 @@
-"""The math study's configuration (notebook 04): every knob of one study in one dataclass, the paper's run
+"""The math study's configuration (notebook 06): every knob of one study in one dataclass, the paper's run
 settings (``setpo.presets.PAPER_RUN``) as its defaults, and the fields a run folder may change on reuse."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
 
     @classmethod
     def cpu_real(cls, **overrides) -> "MathRunConfig":
-        """Notebook 04's CPU setting: the real SmolLM2-135M-Instruct (``setpo.models``) on GSM8K, sized to 2 cores.
+        """Notebook 06's CPU setting: the real SmolLM2-135M-Instruct (``setpo.models``) on GSM8K, sized to 2 cores.
 
         Three runs from the base model, identical but for λ: GRPO; SetPO+GRPO at the paper's λ (0.05, absolute,
         the GRPO preset); and SetPO+GRPO at λ = 0.15σ (``term_std``), the setting the Countdown study chose on its

@@ -1,4 +1,4 @@
-"""Reading the math study (notebook 04): its figures and tables, each drawn from what the runs wrote (probe
+"""Reading the math study (notebook 06): its figures and tables, each drawn from what the runs wrote (probe
 records, ``log_history.json``, evaluation results), with the shared builders of ``setpo.studies.figures``.
 
 - ``pass_at_k_figure`` / ``pass_at_k_table``: the large-budget pass@k comparison against the base model;
@@ -127,7 +127,7 @@ def results_table(results: Mapping[str, dict], eval_k: int, note: str = "", judg
     return markdown_table(rows) + (f"\n\n*{note}*" if note else "")
 
 
-def figure_record(cfg: MathRunConfig, command: str = "notebooks/04_qwen_math_gpu", **extra) -> dict:
+def figure_record(cfg: MathRunConfig, command: str = "notebooks/06_qwen_math_gpu", **extra) -> dict:
     """The run record of a notebook-04 figure: config, seed, model, embedder and data by name."""
     uses = {"embedder": embedder_name(cfg.embedder),
             "model": (cfg.model_path or (cfg.packaged_model and f"{cfg.packaged_model} (setpo.models)")
@@ -221,7 +221,7 @@ def training_signal(run_dirs: Mapping[str, str | Path]) -> dict[str, dict[str, l
 def reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[dict],
             similarity: Mapping[str, Mapping[int, float]], train_minutes: Mapping[str, float],
             training: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> str:
-    """Notebook 04's closing text, written from its numbers: the base model's coverage at small and large k, how
+    """Notebook 06's closing text, written from its numbers: the base model's coverage at small and large k, how
     much reward each run saw in training and how many rollouts the length limit cut (``training_signal``), whether
     its model moved at all (an
     evaluation ``same_model_as`` another), what each run did to pass@1 and pass@n against the base model and

@@ -44,7 +44,7 @@ with β = 0 and a constant learning rate; SetPO's λ in units of its term's spre
 (``setpo_share_prompt_pass``), one micro-batch per step, bf16 autocast (the CPU's bf16 matrix units).
 
 ``python -m setpo.studies.short_answers study --preset committed --out results/short_answers/study`` makes the
-committed record; ``--preset notebook`` is notebook 04's first-run default and ``--preset smoke`` the test's.
+committed record; ``--preset notebook`` is the size of notebook 04's own run and ``--preset smoke`` the test's.
 ``--rerun grpo_s0`` trains one recorded run again in a scratch folder and says whether it came back bit for bit.
 """
 

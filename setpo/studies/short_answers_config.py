@@ -49,8 +49,8 @@ def check_kinds(kinds) -> None:
 REUSE_NEUTRAL_FIELDS = ("run_dir", "save_steps")
 
 
-#: the study's sizes: "committed" (the README's numbers), "notebook" (notebook 04's first run, about 20 minutes
-#: on 2 cores) and "smoke" (the test's, for a tiny model given as model_path)
+#: the study's sizes: "committed" (the README's numbers), "notebook" (the size of notebook 04's own run) and
+#: "smoke" (the test's, for a tiny model given as model_path)
 STUDY_PRESETS = {
     "committed": {},
     "notebook": dict(seeds=(0, 1), steps=20, eval_per_kind=3, eval_n=32, probe_every=5),
@@ -190,6 +190,9 @@ CURE_PRESETS = {
     "pilot_answer": dict(seeds=(0,), arms=("grpo", "answer"), lam_grid=(0.02, 0.05), eval_split="val",
                          eval_per_kind=4, eval_n=32, hard_kinds=(), reuse_from=None, lam_answer=0.15, lam_key=0.5,
                          lam_key_gated=0.5),
+    # notebook 04's own run: GRPO and the gated answer-key arm on 2 seeds at the study's "notebook" size (the
+    # harder pass@k set and the other arms come from the committed record)
+    "notebook": dict(STUDY_PRESETS["notebook"], arms=("grpo", "key_gated"), hard_kinds=(), reuse_from=None),
     "smoke": dict(seeds=(0,), steps=2, prompts_per_step=2, group_size=4, train_per_kind=2,
                   kinds=("between", "add_1x1"), eval_per_kind=1, eval_n=4, probe_per_kind=1, probe_samples=3,
                   probe_every=1, max_new_tokens=6, embedder="hash", bf16=False, save_steps=1,

@@ -265,6 +265,35 @@ def pilot_choice(record: Mapping, cfg: CureStudyConfig, tolerance: float = 0.05)
     return out
 
 
+def training_figure(record: Mapping):
+    """Every arm's training curves from the record (``short_answers_results.training_figure``): reward, distinct
+    right answers per probe prompt (the real-model Figure 1), within-group similarity and completion length."""
+    from setpo.studies.short_answers_results import training_figure as curves
+
+    return curves(CureStudyConfig.from_record(record["config"]), record, title="every arm")
+
+
+def hard_pass_at_k_figure(record: Mapping):
+    """pass@k on the harder one-answer prompts: the base model (dotted), the guesser (dashed) and each arm (the
+    mean over its seeds); None when the record has no pass@k prompts."""
+    from setpo.studies.figures import pass_at_k_curves, run_colour
+
+    hard = record.get("hard") or {}
+    if not hard:
+        return None
+    ks = [int(k) for k in hard["k"]]
+    methods = [m for m in record["means"] if m != "base model"]  # each arm keeps its training figure's colour
+    lines = []
+    for name, curve in hard["curves"].items():
+        style = {"base model": {"color": "#555555", "dash": "dot"}, "guessing": {"color": "#000000", "dash": "dash"}
+                 }.get(name) or {"color": run_colour(methods.index(name))}
+        lines.append({"x": ks, "y": [curve[str(k)] if str(k) in curve else curve[k] for k in ks],
+                      "name": "guessing from the base model's answers" if name == "guessing" else name, **style})
+    return pass_at_k_curves([{"title": f"{hard['prompts']} harder one-answer test prompts × {hard['n']} samples",
+                              "lines": lines}], max(ks),
+                            title="pass@k where there is room to move: base model, guesser and every arm")
+
+
 def results_markdown(record: Mapping) -> str:
     """The means per method, every comparison with its interval, and the reading."""
     cfg = record["config"]

@@ -177,10 +177,11 @@ def _band(series: Sequence[Sequence[float]]) -> tuple[list, list, list]:
         [c["hi"] if c["hi"] is not None else c["mean"] for c in cis]
 
 
-def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
+def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping, title: str = "GRPO vs SetPO+GRPO"):
     """Training reward, distinct right answers per probe prompt, within-group similarity and completion length
-    over training, one colour per method: the mean over seeds with its 95% band, or, with fewer than 3 seeds
-    (where a t-interval is many times the data's range), each seed as a thin line under the mean."""
+    over training, one colour per method (``cfg.methods()``: the extended study's arms too): the mean over seeds
+    with its 95% band, or, with fewer than 3 seeds (where a t-interval is many times the data's range), each seed
+    as a thin line under the mean."""
     from setpo.studies.figures import line_grid, run_colour
 
     panels = [{"title": "training reward", "lines": []},
@@ -203,7 +204,7 @@ def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping):
                 panel["lines"].append({**line, "band": (lo, hi)})
     spread = "each seed (dotted) and their mean" if few_seeds else "mean and 95% band"
     return line_grid(panels, cols=2, x_title="step",
-                     title=f"SmolLM2-135M on short answers: GRPO vs SetPO+GRPO ({len(cfg.seeds)} seeds, {spread})")
+                     title=f"SmolLM2-135M on short answers: {title} ({len(cfg.seeds)} seeds, {spread})")
 
 
 def pass_at_k_figure(cfg: ShortAnswerStudyConfig, record: Mapping):

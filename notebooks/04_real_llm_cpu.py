@@ -1,0 +1,189 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · A real LLM on the CPU: does RL narrow its answers, and does SetPO keep them where the reward reads?
+#
+# The paper's thesis on a pretrained language model, **SmolLM2-135M-Instruct**, a real instruct model that ships
+# inside a package (`make real-model`; no download), trained on 2 CPU cores. RL with a 0/1 reward (GRPO) raises
+# the reward and is said to narrow what the model says; SetPO adds to each rollout's group advantage its
+# leave-one-out diversity marginal, $\hat A_i = \bar A_i + \lambda s_i$ (`setpo.advantages`), to keep the
+# distinct ways of being right. Every run starts from the same base model and differs from its GRPO twin only in
+# its diversity term.
+#
+# The tasks are short-answer number questions (`envs.short_answers`) chosen by measuring the base model: some
+# prompts have many right answers ("Name a number between 23 and 41."), where narrowing shows as fewer *distinct*
+# right answers; others have one ("What is 23 + 41?"), where pass@k at large k against the base model applies.
+#
+# This notebook has three parts:
+#
+# 1. **Its own run** (about 26 minutes on 2 cores the first time; resumable; a second run only draws): GRPO and
+#    SetPO with the gated answer-key kernel, on 2 paired seeds, evaluated against the base model.
+# 2. **The first committed study** (5 paired seeds): SetPO embedding the whole completion, against GRPO. Its
+#    diversity was paid in text after the answer line, which the reward never reads.
+# 3. **The cure study** (5 paired seeds, every arm): SetPO's kernel kept where the reward reads (the answer,
+#    embedded or as a key, and gated to right answers), and Pass@k Training as a peer, with pass@k on harder
+#    prompts beside a guessing baseline.
+#
+# Parts 2 and 3 are read from their committed records; their commands are named where they are shown. The GPU
+# run on Qwen2.5-Math is notebook 06. `SMOKE = True` swaps in a tiny random model and a few steps: it checks that
+# every cell runs (the tests use it); its numbers mean nothing.
+
+# %% tags=["parameters"]
+SMOKE = False                      # tiny random model, two steps, one evaluation: checks the notebook runs (tests)
+OUT_DIR = "../runs/notebooks"      # figures and tables (scratch; `make figures` passes ../figures)
+STUDY_DIR = None                   # part 1's runs (resumable); None: ../runs/real_llm_notebook
+RECORD_DIR = "../results/short_answers/study"  # part 2: the committed GRPO vs whole-completion SetPO study
+CURE_DIR = "../results/short_answers/cure"     # part 3: the committed cure study
+
+# %%
+import tempfile
+from pathlib import Path
+
+import torch
+from IPython.display import Image, Markdown, display
+
+from setpo.embed import load_embedder
+from setpo.repro.records import read_json
+from setpo.studies import math_results as mr
+from setpo.studies import short_answers_cure_results as cure
+from setpo.studies import short_answers_results as sar
+from setpo.studies.figures import ROOT, save_figure, save_table, show, show_table
+from setpo.studies.short_answers import run_folder
+from setpo.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig
+from setpo.studies.short_answers_cure import run_cure
+from setpo.trl import quiet_libraries
+from setpo.trl.tiny_models import make_tiny_model
+
+quiet_libraries()
+torch.set_num_threads(2)
+out = Path(OUT_DIR)
+NOTE = " · tiny random model: numbers mean nothing" if SMOKE else ""
+if SMOKE:  # a fresh folder every time, so the smoke run really trains instead of resuming a finished one
+    scratch = Path(tempfile.mkdtemp())
+    cfg = CureStudyConfig.preset("smoke", run_dir=str(scratch / "study"),
+                                 model_path=str(make_tiny_model(scratch / "model")))
+else:
+    cfg = CureStudyConfig.preset("notebook", run_dir=STUDY_DIR or "../runs/real_llm_notebook")
+cfg
+
+# %% [markdown]
+# ## The task family, chosen by measuring the base model
+# A system message asks for one line `Answer: N`, and one worked example of the same kind comes before the
+# question. The checker reads only the completion's first line, `Answer: N` with one whole number; anything
+# else scores 0, and model text is never executed. The family was chosen so that GRPO has a signal from its
+# first step: a mean reward between about 0.15 and 0.6 and most groups of G = 8 rollouts mixed. The base
+# model's table (`python -m setpo.studies.short_answers base --out results/short_answers`):
+
+# %%
+show_table((ROOT / "results" / "short_answers" / "base_model.md").read_text())
+
+# %% [markdown]
+# ## Part 1 · Train GRPO and SetPO with the gated answer-key kernel, then evaluate against the base model
+# The gated answer-key arm (`setpo_kernel_reads="answer"` with the task's answer reader, the `"key"` embedder,
+# `setpo_gate_reward=1.0`: the [TRL guide](../docs/guides/trl.md#what-the-kernel-reads)) counts two rollouts alike
+# exactly when their parsed answers are equal, and computes its marginal over, and adds it to, the rollouts the
+# reward marks right: text after the answer line earns nothing, and neither does a wrong answer. A seed fixes the prompt order and the first step's rollouts,
+# the same for both arms, so the comparison is paired seed by seed. Then every model, the base model included,
+# draws the same number of samples of each held-out test prompt from the same random numbers. A progress line
+# comes at least every 10 s; a stopped run resumes from its last checkpoint when this cell runs again, and a
+# finished piece is not redone.
+
+# %%
+study = run_cure(cfg)
+
+# %% [markdown]
+# This notebook's own run: 2 seeds are a first look, not a result (an interval over 2 seeds is wide); the
+# committed records below have 5. Every metric but the last two is read from the parsed answers, not from any
+# embedding that SetPO optimises.
+
+# %%
+show_table(cure.results_markdown(study.summary))
+show(cure.training_figure(study.summary))
+
+# %% [markdown]
+# ## Part 2 · The first committed study: SetPO on the whole completion
+# GRPO against SetPO+GRPO with the kernel reading the whole completion (λ = 0.15σ), 30 steps, 5 seeds, 6 test
+# prompts per kind × 64 samples, read from its record; its figures are drawn from that record here. The list
+# under the tables is written from the numbers by `short_answers_results.reading`, so it cannot drift from them.
+# Look at the row "samples with text after the answer line": that is where this SetPO's diversity went.
+
+# %%
+record_file = Path(RECORD_DIR) / "results.json"
+if record_file.exists():
+    committed = read_json(record_file)
+    committed_cfg = ShortAnswerStudyConfig.from_record(committed["config"])
+    rec = {"command": committed["command"], "record": str(record_file)}
+    for name, figure in (("training", sar.training_figure(committed_cfg, committed)),
+                         ("pass_at_k", sar.pass_at_k_figure(committed_cfg, committed))):
+        html, png = save_figure(figure, out / f"04_short_answers_{name}", rec)
+        show(figure, png)
+    save_table(sar.results_markdown(committed), out / "04_short_answers_results", rec)
+    show_table(sar.results_markdown(committed))
+    display(Markdown(sar.reading(committed)))
+else:
+    display(Markdown(f"> No committed record at `{record_file}`: run `python -m setpo.studies.short_answers study "
+                     "--preset committed --out results/short_answers/study` from the repository."))
+
+# %% [markdown]
+# ## Part 3 · The cure study: every arm, 5 paired seeds
+# The same base model, tasks and budget as part 2 (its GRPO and whole-completion runs are reused), with SetPO's
+# kernel kept where the reward reads: the answer line embedded by MiniLM, the answer-key kernel, and the
+# answer-key kernel gated to right answers; and Pass@k Training, a peer known to keep pass@k. Each arm's λ was
+# chosen on the validation split by a committed pilot (`results/short_answers/pilot*`), never on test.
+#
+# Every comparison is a paired bootstrap over seeds and prompts, so an interval stays inside its metric's range;
+# the table names how many comparisons there are (each 95%, not corrected for their number). pass@k is measured
+# on harder one-answer prompts (the base model's pass@64 between about 0.3 and 0.8), to k = 128, beside a guesser
+# that draws from the base model's pooled answers. The list under the tables is written by
+# `short_answers_cure_results.reading` from the numbers.
+
+# %%
+cure_file = Path(CURE_DIR) / "results.json"
+if cure_file.exists():
+    cured = read_json(cure_file)
+    rec = {"command": cured["command"], "record": str(cure_file)}
+    figures = {"training": cure.training_figure(cured), "pass_at_k": cure.hard_pass_at_k_figure(cured)}
+    for name, figure in figures.items():
+        if figure is not None:
+            html, png = save_figure(figure, out / f"04_cure_{name}", rec)
+            show(figure, png)
+    save_table(cure.results_markdown(cured), out / "04_cure_results", rec)
+    show_table(cure.results_markdown(cured))
+else:
+    display(Markdown(f"> No committed record at `{cure_file}`: run `python -m setpo.studies.short_answers_cure "
+                     "--preset cure --out results/short_answers/cure` from the repository."))
+
+# %% [markdown]
+# ## Beside the bandit's Figure 1
+# The toy (notebook 01) shows the same quantity in a bandit whose modes are known: how many distinct right
+# answers GRPO keeps, against SetPO+GRPO.
+
+# %%
+display(Image(filename=str(ROOT / "figures" / "fig1_toy_mode_collapse.png"), width=720))
+
+# %% [markdown]
+# ## Where the responses go
+# Responses to fixed validation prompts (many right answers each) over training, from this notebook's seed-0
+# runs, embedded with the study's embedder and projected together (PCA). Colour is the step; each marker shape
+# is one prompt; filled markers are right. A narrowing policy's responses to a prompt gather on a few points.
+
+# %%
+embedder = load_embedder(cfg.embedder)
+seed0 = {method: run_folder(cfg, label) / "probes.jsonl"
+         for label, (method, seed) in cfg.run_labels().items() if seed == cfg.seeds[0]}
+traj, _ = mr.trajectory_figure({m: mr.read_probes(p) for m, p in seed0.items()}, embedder, method="pca",
+                               title_note=NOTE)
+show(traj)
