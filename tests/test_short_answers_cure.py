@@ -68,6 +68,44 @@ def test_the_report_counts_its_comparisons_and_matches_per_prompt_values(cure):
     assert json.loads((Path(cfg.run_dir) / "results.json").read_text())["reading"] == rep["reading"]
 
 
+def test_the_records_figures_draw_every_arm_and_the_guesser_from_its_numbers(cure):
+    """Notebook 04's figures of a cure record: the training figure has one mean line per arm in each panel, its
+    reward the mean over seeds of each run's logged reward; the pass@k figure has the base model, the guesser and
+    every arm evaluated on the harder prompts, each line the record's curve."""
+    from setpo.studies.short_answers_cure_results import hard_pass_at_k_figure, training_figure
+
+    cfg, result, _ = cure
+    rec = json.loads((Path(cfg.run_dir) / "results.json").read_text())
+    fig = training_figure(rec)
+    methods = list(cfg.methods())
+    reward = [t for t in fig.data if t.name in methods and t.xaxis in ("x", None) and t.line.dash in (None, "solid")]
+    assert [t.name for t in reward] == methods
+    for trace in reward:
+        runs = [rec["runs"][label] for label, (m, _) in cfg.run_labels().items() if m == trace.name]
+        assert list(trace.y) == pytest.approx(np.mean([r["reward"] for r in runs], axis=0))
+    passk = hard_pass_at_k_figure(rec)
+    curves = rec["hard"]["curves"]
+    drawn = {t.name: list(t.y) for t in passk.data if t.name}
+    assert set(drawn) == {"base model", "guessing from the base model's answers",
+                          *(m for m in methods if cfg.arm_of(m) in cfg.hard_arms)}
+    assert drawn["guessing from the base model's answers"] == pytest.approx([curves["guessing"][str(k)]
+                                                                           for k in rec["hard"]["k"]])
+    assert hard_pass_at_k_figure({**rec, "hard": {}}) is None
+
+
+def test_a_rerun_of_one_new_arms_run_reproduces_its_record(cure, tiny_model, capsys):
+    """``--rerun LABEL`` trains a recorded run of the cure study again in a scratch folder: on one machine it
+    comes back bit for bit (exit status 0), and a run the study does not have is refused by name."""
+    from setpo.studies.short_answers_cure import main
+
+    cfg, _, _ = cure
+    args = ["--preset", "smoke", "--out", cfg.run_dir, "--model-path", tiny_model]
+    assert main([*args, "--rerun", "key_gated_s0"]) == 0
+    assert "weights identical (SHA-256)" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="unknown run 'key_s0'"):
+        main([*args, "--rerun", "key_s0"])
+
+
 def test_paired_bootstrap_interval_holds_its_mean_and_stays_in_range():
     rng = np.random.default_rng(1)
     a, b = rng.random((5, 30)), rng.random((5, 30))
@@ -130,6 +168,9 @@ def test_presets_and_arms():
     assert "key_gated0.5_s0" in pilot.run_labels()
     assert pilot.trainer_settings("SetPO, answer key, right only λ=0.5")["setpo_gate_reward"] == 1.0
     assert set(CureStudyConfig.preset("pilot_answer").run_labels()) == {"grpo_s0", "answer0.02_s0", "answer0.05_s0"}
+    notebook = CureStudyConfig.preset("notebook")  # notebook 04's own run: the study's notebook size, two arms
+    assert set(notebook.run_labels()) == {"grpo_s0", "grpo_s1", "key_gated_s0", "key_gated_s1"}
+    assert (notebook.steps, notebook.eval_n, notebook.hard_kinds, notebook.reuse_from) == (20, 32, (), None)
     with pytest.raises(ValueError, match="unknown arms"):
         CureStudyConfig(arms=("grpo", "nope"))
     with pytest.raises(ValueError, match="never train"):

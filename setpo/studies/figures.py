@@ -40,7 +40,9 @@ STATIC_ENV = "SETPO_STATIC_FIGURES"
 # with the file browser open, and plotly's 17 px title font averages ~9 px a character.
 SCREEN_TITLE_CHARS = 80
 SCREEN_CONFIG = {"responsive": True}  # plotly.js redraws the figure when its container changes width
-BASELINE_COLOUR, SETPO_COLOURS = "#1f77b4", ["#d62728", "#ff7f0e", "#9467bd", "#8c564b"]
+# the first four are the studies' SetPO colours since their first figures; the rest tell a study's later arms apart
+BASELINE_COLOUR, SETPO_COLOURS = "#1f77b4", ["#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#2ca02c", "#e377c2",
+                                             "#17becf"]
 GROUP_SYMBOLS = ["circle", "square", "diamond", "triangle-up", "pentagon", "hexagon", "star", "triangle-down"]
 
 

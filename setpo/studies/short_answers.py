@@ -380,10 +380,11 @@ def rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, lo
     run is expected to come back bit for bit."""
     if label not in cfg.run_labels():
         raise ValueError(f"unknown run {label!r}; runs: {', '.join(cfg.run_labels())}")
-    recorded_dir = Path(cfg.run_dir) / "train" / label
+    recorded_dir = run_folder(cfg, label)  # a reused run's record is in the folder it is reused from
     if not stage_done(recorded_dir / "final"):
         raise ValueError(f"run {label} has no record to compare with: {recorded_dir / 'final'}; train it first")
-    again = replace(cfg, run_dir=str(scratch))
+    # trained here, never into a reused folder
+    again = replace(cfg, run_dir=str(scratch), **({"reuse_from": None} if hasattr(cfg, "reuse_from") else {}))
     final = train_run(again, label, log=log)
     recorded = read_json(recorded_dir / "final" / "done.json")
     fresh = read_json(final / "done.json")

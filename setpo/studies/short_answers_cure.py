@@ -10,10 +10,12 @@ the pilot (``--preset pilot``: the validation split, never test).
 
 Stages (resumable; a finished piece is never redone): ``train`` every (arm, seed) run; ``evaluate`` every model
 on the study's test prompts (``eval/``) and the base model and ``hard_arms`` on the harder pass@k prompts
-(``eval_hard/``); ``report`` (``short_answers_cure_results``).
+(``eval_hard/``); ``report`` (``short_answers_cure_results``). ``--rerun LABEL`` trains one recorded run
+again in a scratch folder and says whether it came back bit for bit (exit status 1 if not).
 
     python -m setpo.studies.short_answers_cure --preset pilot --out results/short_answers/pilot
     python -m setpo.studies.short_answers_cure --preset cure --out results/short_answers/cure
+    python -m setpo.studies.short_answers_cure --preset cure --out results/short_answers/cure --rerun key_gated_s0
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from envs.short_answers import TaskSpec, sample_tasks
 from setpo.repro.records import read_json
-from setpo.studies.short_answers import evaluate_model, model_folder, run_folder, train_run
+from setpo.studies.short_answers import evaluate_model, model_folder, rerun_check, run_folder, train_run
 from setpo.studies.short_answers_config import (CURE_PRESETS, CURE_PROG, REUSE_NEUTRAL_FIELDS, CureStudyConfig,
                                                 ShortAnswerStudyConfig)
 from setpo.studies.stages import StudyResult, chosen_stages, claim_folder, print_flushed, refusal, stage_done
@@ -106,8 +108,17 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="cure", help=f"{' | '.join(CURE_PRESETS)} (default: cure)")
     ap.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
     ap.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(STAGES)} (default: all)")
+    ap.add_argument("--rerun", default=None, metavar="LABEL",
+                    help="train one recorded run (e.g. key_gated_s0) again in a scratch folder and compare it with "
+                         "the record (weights and every logged step), instead of running the stages")
     args = ap.parse_args(argv)
     cfg = CureStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
+    if args.rerun:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="setpo_rerun_") as scratch:
+            again = rerun_check(cfg, args.rerun, scratch)
+        return 0 if again["same_weights"] and not again["differing_steps"] else 1
     result = run_cure(cfg, args.stages)
     if result.summary:
         from setpo.studies.short_answers_cure_results import results_markdown

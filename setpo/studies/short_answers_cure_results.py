@@ -267,10 +267,12 @@ def pilot_choice(record: Mapping, cfg: CureStudyConfig, tolerance: float = 0.05)
 
 def training_figure(record: Mapping):
     """Every arm's training curves from the record (``short_answers_results.training_figure``): reward, distinct
-    right answers per probe prompt (the real-model Figure 1), within-group similarity and completion length."""
+    right answers per probe prompt (the real-model Figure 1), within-group similarity (as each run logged it: under
+    its own kernel, so not comparable across arms) and completion length."""
     from setpo.studies.short_answers_results import training_figure as curves
 
-    return curves(CureStudyConfig.from_record(record["config"]), record, title="every arm")
+    return curves(CureStudyConfig.from_record(record["config"]), record, title="every arm",
+                  similarity="within-group similarity (each arm's own kernel)")
 
 
 def hard_pass_at_k_figure(record: Mapping):

@@ -177,7 +177,8 @@ def _band(series: Sequence[Sequence[float]]) -> tuple[list, list, list]:
         [c["hi"] if c["hi"] is not None else c["mean"] for c in cis]
 
 
-def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping, title: str = "GRPO vs SetPO+GRPO"):
+def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping, title: str = "GRPO vs SetPO+GRPO",
+                    similarity: str = "within-group similarity"):
     """Training reward, distinct right answers per probe prompt, within-group similarity and completion length
     over training, one colour per method (``cfg.methods()``: the extended study's arms too): the mean over seeds
     with its 95% band, or, with fewer than 3 seeds (where a t-interval is many times the data's range), each seed
@@ -186,7 +187,7 @@ def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping, title: str = "
 
     panels = [{"title": "training reward", "lines": []},
               {"title": "distinct right answers per probe prompt", "lines": []},
-              {"title": "within-group similarity", "lines": []},
+              {"title": similarity, "lines": []},
               {"title": "completion length (tokens)", "lines": []}]
     labels = cfg.run_labels()
     few_seeds = len(cfg.seeds) < 3
@@ -204,7 +205,8 @@ def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping, title: str = "
                 panel["lines"].append({**line, "band": (lo, hi)})
     spread = "each seed (dotted) and their mean" if few_seeds else "mean and 95% band"
     return line_grid(panels, cols=2, x_title="step",
-                     title=f"SmolLM2-135M on short answers: {title} ({len(cfg.seeds)} seeds, {spread})")
+                     title=f"SmolLM2-135M on short answers: {title} ({len(cfg.seeds)} seed"
+                           f"{'s' if len(cfg.seeds) > 1 else ''}, {spread})")
 
 
 def pass_at_k_figure(cfg: ShortAnswerStudyConfig, record: Mapping):

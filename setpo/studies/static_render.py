@@ -243,8 +243,10 @@ def plotly_to_png(fig, path: Path, dpi: int = 100) -> Path:
         out.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes.values()), label=label, shrink=0.9)
     if layout.showlegend is True or (layout.showlegend is None and len(handles) >= 2):
         title = layout.legend.title.text if layout.legend and layout.legend.title else None
-        # below the panels, in columns: never on the title, a colour bar or the data
-        ncol = max(1, min(len(handles), int(width // 190)))
+        # below the panels, in columns as wide as the longest name (about 5.5 px a character at 8 pt, and the
+        # line sample): never on the title, a colour bar or the data, and never wider than the figure
+        widest = max(len(_text(k)) for k in handles) * 5.5 + 40
+        ncol = max(1, min(len(handles), int(width // max(190, widest))))
         out.legend(list(handles.values()), [_text(k) for k in handles], loc="outside lower center", fontsize=8,
                    title=_text(title) if title else None, frameon=False, ncol=ncol)
     if layout.title and layout.title.text:
