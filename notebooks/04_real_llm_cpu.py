@@ -111,7 +111,7 @@ study = run_cure(cfg)
 
 # %%
 show_table(cure.results_markdown(study.summary))
-show(cure.training_figure(study.summary))
+show(cure.arms_training_figure(study.summary))
 
 # %% [markdown]
 # ## Part 2 · The first committed study: SetPO on the whole completion
@@ -155,7 +155,7 @@ cure_file = Path(CURE_DIR) / "results.json"
 if cure_file.exists():
     cured = read_json(cure_file)
     rec = {"command": cured["command"], "record": str(cure_file)}
-    figures = {"training": cure.training_figure(cured), "pass_at_k": cure.hard_pass_at_k_figure(cured)}
+    figures = {"training": cure.arms_training_figure(cured), "pass_at_k": cure.hard_pass_at_k_figure(cured)}
     for name, figure in figures.items():
         if figure is not None:
             html, png = save_figure(figure, out / f"04_cure_{name}", rec)

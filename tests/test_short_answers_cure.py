@@ -72,11 +72,11 @@ def test_the_records_figures_draw_every_arm_and_the_guesser_from_its_numbers(cur
     """Notebook 04's figures of a cure record: the training figure has one mean line per arm in each panel, its
     reward the mean over seeds of each run's logged reward; the pass@k figure has the base model, the guesser and
     every arm evaluated on the harder prompts, each line the record's curve."""
-    from setpo.studies.short_answers_cure_results import hard_pass_at_k_figure, training_figure
+    from setpo.studies.short_answers_cure_results import arms_training_figure, hard_pass_at_k_figure
 
     cfg, result, _ = cure
     rec = json.loads((Path(cfg.run_dir) / "results.json").read_text())
-    fig = training_figure(rec)
+    fig = arms_training_figure(rec)
     methods = list(cfg.methods())
     reward = [t for t in fig.data if t.name in methods and t.xaxis in ("x", None) and t.line.dash in (None, "solid")]
     assert [t.name for t in reward] == methods

@@ -265,7 +265,7 @@ def pilot_choice(record: Mapping, cfg: CureStudyConfig, tolerance: float = 0.05)
     return out
 
 
-def training_figure(record: Mapping):
+def arms_training_figure(record: Mapping):
     """Every arm's training curves from the record (``short_answers_results.training_figure``): reward, distinct
     right answers per probe prompt (the real-model Figure 1), within-group similarity (as each run logged it: under
     its own kernel, so not comparable across arms) and completion length."""
