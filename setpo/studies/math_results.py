@@ -128,7 +128,7 @@ def results_table(results: Mapping[str, dict], eval_k: int, note: str = "", judg
 
 
 def figure_record(cfg: MathRunConfig, command: str = "notebooks/06_qwen_math_gpu", **extra) -> dict:
-    """The run record of a notebook-04 figure: config, seed, model, embedder and data by name."""
+    """The run record of a notebook-06 figure: config, seed, model, embedder and data by name."""
     uses = {"embedder": embedder_name(cfg.embedder),
             "model": (cfg.model_path or (cfg.packaged_model and f"{cfg.packaged_model} (setpo.models)")
                       or "tiny random Qwen2 (setpo.trl.tiny_models; numbers mean nothing)"),

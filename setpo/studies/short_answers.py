@@ -405,6 +405,16 @@ def rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, lo
     return result
 
 
+def rerun_status(cfg: ShortAnswerStudyConfig, label: str) -> int:
+    """``--rerun LABEL`` of a short-answer command: ``rerun_check`` in a temporary folder; the exit status, 0 when
+    the run came back bit for bit, else 1."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="setpo_rerun_") as scratch:
+        again = rerun_check(cfg, label, scratch)
+    return 0 if again["same_weights"] and not again["differing_steps"] else 1
+
+
 def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = None, *,
               log=print_flushed) -> StudyResult:
     """The study's stages in order (None: all); each finished piece is reused. Returns (``StudyResult``) each
@@ -467,11 +477,7 @@ def main(argv=None) -> int:
         return 0
     cfg = ShortAnswerStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
     if args.rerun:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="setpo_rerun_") as scratch:
-            result = rerun_check(cfg, args.rerun, scratch)
-        return 0 if result["same_weights"] and not result["differing_steps"] else 1
+        return rerun_status(cfg, args.rerun)
     result = run_study(cfg, args.stages)
     if result.summary:
         from setpo.studies.short_answers_results import results_markdown, write_figures

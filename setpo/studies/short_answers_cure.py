@@ -28,7 +28,7 @@ from pathlib import Path
 
 from envs.short_answers import TaskSpec, sample_tasks
 from setpo.repro.records import read_json
-from setpo.studies.short_answers import evaluate_model, model_folder, rerun_check, run_folder, train_run
+from setpo.studies.short_answers import evaluate_model, model_folder, rerun_status, run_folder, train_run
 from setpo.studies.short_answers_config import (CURE_PRESETS, CURE_PROG, REUSE_NEUTRAL_FIELDS, CureStudyConfig,
                                                 ShortAnswerStudyConfig)
 from setpo.studies.stages import StudyResult, chosen_stages, claim_folder, print_flushed, refusal, stage_done
@@ -114,11 +114,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cfg = CureStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
     if args.rerun:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="setpo_rerun_") as scratch:
-            again = rerun_check(cfg, args.rerun, scratch)
-        return 0 if again["same_weights"] and not again["differing_steps"] else 1
+        return rerun_status(cfg, args.rerun)
     result = run_cure(cfg, args.stages)
     if result.summary:
         from setpo.studies.short_answers_cure_results import results_markdown
