@@ -12,7 +12,7 @@ import pytest
 from setpo.metrics import pass_at_k
 from setpo.studies.short_answers_config import ARMS, CureStudyConfig, ShortAnswerStudyConfig
 from setpo.studies.short_answers_cure import check_reusable, hard_tasks, run_cure
-from setpo.studies.short_answers_cure_results import (BOOTSTRAP_SEED, guessing_pass_at_k, paired_bootstrap,
+from setpo.studies.short_answers_cure_results import (BOOTSTRAP_SEED, guessing_pass_at_k, paired_bootstrap, reading,
                                                      prompt_metrics)
 
 
@@ -188,3 +188,22 @@ def test_pilot_choice_takes_the_most_distinct_right_answers_within_pass_at_1_tol
     for (arm, lam), (p1, d) in values.items():
         means[cfg.method_name(arm, lam)] = {"pass@1": p1, "distinct_right": d}
     assert pilot_choice({"means": means}, cfg) == {"answer": 0.15, "key": 0.5, "key_gated": None}
+
+
+def test_the_reading_names_which_half_of_the_rule_fails():
+    """Distinct right answers above 0 and pass@1 within 0.05 of GRPO's (the interval's low end): each arm's line
+    says which of the two its intervals show."""
+    def diff(metric, a, mean, lo, hi):
+        return {"metric": metric, "a": a, "b": "GRPO", "mean": mean, "lo": lo, "hi": hi}
+
+    arms = {"both": ((2.0, 0.5, 3.5), (0.01, -0.04, 0.06)), "more only": ((2.0, 0.4, 3.7), (0.02, -0.09, 0.12)),
+            "within only": ((0.2, -0.4, 0.7), (-0.01, -0.03, 0.02)), "neither": ((0.5, -0.4, 1.6), (-0.08, -0.2, 0.05))}
+    record = {"means": {"base model": {}, "GRPO": {}, **{m: {} for m in arms}},
+              "comparisons": [c for m, (d, p) in arms.items()
+                              for c in (diff("distinct_right", m, *d), diff("pass@1", m, *p))]}
+    lines = {line.split("**")[1]: line for line in reading(record).splitlines() if line.startswith("- **")}
+    assert lines["both"].endswith("keeps more right answers at a pass@1 within 0.05 of GRPO's.")
+    assert "keeps more distinct right answers (interval above 0), but its pass@1 is not shown" in lines["more only"]
+    assert lines["within only"].endswith("does not keep detectably more distinct right answers (its interval reaches 0).")
+    assert lines["neither"].endswith("(its interval reaches 0), and its pass@1 is not shown to be within 0.05 of GRPO's.")
+    assert "2 comparisons" not in reading(record) and "8 comparisons" in reading(record)

@@ -232,10 +232,13 @@ def reading(record: Mapping) -> str:
         d, p = _find(record, "distinct_right", m, grpo), _find(record, "pass@1", m, grpo)
         if d is None or p is None or d["mean"] is None or p["mean"] is None:
             continue
-        keeps = d["lo"] > 0 and p["lo"] >= -0.05
-        lines.append(f"- **{m}** vs {grpo}: distinct right answers {_fmt(d, '{:+.2f}')}, pass@1 {_fmt(p)}: "
-                     + ("keeps more right answers at a pass@1 within 0.05 of GRPO's." if keeps else
-                        "does not keep detectably more right answers at a pass@1 within 0.05 of GRPO's."))
+        more, within = d["lo"] > 0, p["lo"] >= -0.05
+        verdict = ("keeps more right answers at a pass@1 within 0.05 of GRPO's." if more and within else
+                   "keeps more distinct right answers (interval above 0), but its pass@1 is not shown to be within "
+                   "0.05 of GRPO's (its interval reaches below −0.05)." if more else
+                   "does not keep detectably more distinct right answers (its interval reaches 0)"
+                   + ("." if within else ", and its pass@1 is not shown to be within 0.05 of GRPO's."))
+        lines.append(f"- **{m}** vs {grpo}: distinct right answers {_fmt(d, '{:+.2f}')}, pass@1 {_fmt(p)}: {verdict}")
     for c in record["comparisons"]:
         if c["metric"].startswith("pass@") and "pass@k prompts" in c["metric"]:
             side = ("above" if c["lo"] > 0 else "below" if c["hi"] < 0 else "not apart from") if c["mean"] is not None else "–"
