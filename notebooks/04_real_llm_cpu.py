@@ -30,8 +30,8 @@
 # This notebook has three parts:
 #
 # 1. **Its own run**: GRPO and SetPO with the gated answer-key kernel, on 2 paired seeds, evaluated against the
-#    base model. Resumable; a second run only draws. The same size with whole-completion SetPO as the second arm
-#    took 26 minutes on 2 cores the first time.
+#    base model. Resumable; a second run only draws. The whole notebook took 18 minutes on 2 cores the first
+#    time (`make figures`, 1100 s).
 # 2. **The first committed study** (5 paired seeds): SetPO embedding the whole completion, against GRPO. Its
 #    diversity was paid in text after the answer line, which the reward never reads.
 # 3. **The cure study** (5 paired seeds, every arm): SetPO's kernel kept where the reward reads (the answer,
