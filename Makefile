@@ -22,7 +22,7 @@ ADAPTER_TESTS := tests/test_trl.py tests/test_trl_baselines.py tests/test_resume
 .PHONY: demo test test-trl-oldest chromium bench lab figures countdown real-model docs clean
 
 demo: $(VENV)/.deps-notebooks
-	$(PY) -m setpo.cli demo
+	$(PY) -m setpo_lab.cli demo
 
 test: chromium $(VENV)/.deps-test $(VENV)/.real-model $(OLDEST_VENV)/.deps
 	$(PY) -m pytest -q
@@ -54,16 +54,16 @@ docs: $(VENV)/.deps-docs
 
 # The benchmarks include verl's trainer on the CPU (verl_cpu_step, verl_ray_nodes): the test install carries verl.
 bench: $(VENV)/.deps-test
-	$(PY) -m setpo.cli bench
+	$(PY) -m setpo_lab.cli bench
 
 # Runs every notebook in full: writes figures/ and saves each notebook back with its outputs. 04's own study takes
 # about half an hour on 2 cores the first time (resumable, cached in runs/real_llm_notebook); after that it only
 # draws.
 figures: $(VENV)/.deps-lab
-	$(PY) -m setpo.cli figures
+	$(PY) -m setpo_lab.cli figures
 
 # The Countdown study (notebook 03's; kept in git in results/countdown, resumable across sittings), on the pinned
-# floating-point path (setpo.repro.arithmetic), so that its parts made on different machines are one experiment.
+# floating-point path (setpo_lab.repro.arithmetic), so that its parts made on different machines are one experiment.
 # headline_seeds: 7 seeds more for the headline pair (GRPO, chosen SetPO) in the main cell, 12 in all, sized from
 # the noise of its first 5 (docs/studies/countdown.md, "How many seeds").
 # results/countdown/requirements.txt: the package versions the record was made at (a fresh install resolves newer
@@ -71,7 +71,7 @@ figures: $(VENV)/.deps-lab
 # files; one whose code only moved is re-stamped after proof (docs/reproducibility/index.md).
 countdown: $(VENV)/.deps-lab
 	$(PIP) install -q -r results/countdown/requirements.txt
-	$(PY) -m setpo.cli countdown --full --set 'headline_seeds=[5,6,7,8,9,10,11]' --out results/countdown
+	$(PY) -m setpo_lab.cli countdown --full --set 'headline_seeds=[5,6,7,8,9,10,11]' --out results/countdown
 
 # What the notebooks need (extra `lab`: figures + TRL and the embedders), not verl or Ray, on the pinned
 # floating-point path (notebook 03 resumes the Countdown study). Containers often run as root, where Jupyter
@@ -79,7 +79,7 @@ countdown: $(VENV)/.deps-lab
 # user's own setting still wins), so running a notebook leaves the committed copy as it is until you save it:
 # the committed notebooks and figures change through `make figures`.
 lab: $(VENV)/.deps-lab
-	$(PY) -m setpo.repro.arithmetic $(PY) -m jupyter lab notebooks/ --LabApp.app_settings_dir=$(CURDIR)/scripts/lab_settings \
+	$(PY) -m setpo_lab.repro.arithmetic $(PY) -m jupyter lab notebooks/ --LabApp.app_settings_dir=$(CURDIR)/scripts/lab_settings \
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 $(PY):
@@ -91,9 +91,12 @@ $(VENV)/.torch: | $(PY)
 	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	@touch $@
 
-# One stamp per set of extras; it is redone when pyproject.toml changes, so a second run is instant.
+# One stamp per set of extras; it is redone when pyproject.toml changes, so a second run is instant. The lab
+# (setpo_lab/: the studies, their records and commands) is not in the wheel: `link` puts this clone on the venv's
+# path, so that notebooks, `make lab` and scripts run as files import it (docs/getting-started.md).
 $(VENV)/.deps-%: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q -e ".[$*]"
+	$(PY) -m setpo_lab.cli link
 	@touch $@
 
 # The second venv: torch as above, then the `lm` extra (editable, so it tests this checkout) under the pins of
@@ -104,6 +107,7 @@ $(OLDEST_VENV)/.deps: pyproject.toml tests/trl-oldest.txt
 	$(OLDEST_PIP) install -q --upgrade pip
 	$(OLDEST_PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(OLDEST_PIP) install -q -c tests/trl-oldest.txt -e ".[lm]" plotly "pytest>=8"
+	$(OLDEST_PY) -m setpo_lab.cli link
 	@touch $@
 
 clean:

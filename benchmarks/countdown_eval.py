@@ -23,7 +23,8 @@ from dataclasses import replace
 import torch
 
 from harness import options, report
-from setpo.repro.records import ROOT, markdown_table
+from setpo_lab import ROOT
+from setpo.records import markdown_table
 
 STUDY = ROOT / "results" / "countdown"
 PROBLEMS = 64
@@ -34,7 +35,7 @@ NUCLEUS_OPS = ("aten::sort", "aten::softmax", "aten::_softmax", "aten::cumsum", 
 
 def main(argv=None) -> str:
     args = options(__doc__, argv)
-    from setpo.studies.countdown import evaluate_samples, load_config, make_data, sample_eval
+    from setpo_lab.studies.countdown import evaluate_samples, load_config, make_data, sample_eval
 
     model = STUDY / "sft" / "final"
     if not (model / "done.json").exists():

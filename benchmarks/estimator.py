@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import setpo
 from setpo.diversity import marginals_by_definition
 from harness import options, report
-from setpo.repro.records import markdown_table, time_side_by_side
+from setpo.records import markdown_table, time_side_by_side
 
 #: (B, G, d); the targets are read at SMALL (TRL's usual size) and LARGE
 SHAPES = [(64, 8, 384), (512, 16, 1024), (1024, 64, 1024)]

@@ -1,6 +1,6 @@
 """What every benchmark here shares: its command line (``--smoke``, ``--out``) and where its report goes.
 
-Not a benchmark itself (``setpo bench`` skips it). Each benchmark script calls ``options(__doc__)`` first and
+Not a benchmark itself (``make bench`` skips it). Each benchmark script calls ``options(__doc__)`` first and
 ``report(args, name, text, record)`` last:
 
 - ``--smoke``: tiny sizes that run in seconds. It checks that the benchmark runs and writes its rows (``make test``
@@ -16,7 +16,8 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-from setpo.repro.records import ROOT, write_bench_report, write_json
+from setpo.records import write_json, write_text
+from setpo_lab import ROOT
 
 FULL_OUT = ROOT / "runs" / "bench"
 SMOKE_OUT = FULL_OUT / "smoke"
@@ -47,6 +48,9 @@ def report(args: argparse.Namespace, name: str, text: str, record: dict) -> Path
     a smoke run's table says so in its first line. Returns the .md path."""
     if args.smoke:
         text = "SMOKE RUN (tiny sizes; the numbers measure nothing)\n\n" + text
-    out = write_bench_report(name, text, folder=args.out)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"{name}.md"
+    write_text(out, text + "\n")
     write_json(out.with_suffix(".json"), {"smoke": args.smoke, **record})
     return out

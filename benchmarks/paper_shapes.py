@@ -279,7 +279,7 @@ def main(argv=None) -> list[dict]:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from harness import options, report
-    from setpo.repro.records import markdown_table
+    from setpo.records import markdown_table
 
     args = options(__doc__, argv)
     rows = [{"model": f"{name}-shaped", "kind": kind, "parameters": params_of(shape, kind), **asdict(shape)}

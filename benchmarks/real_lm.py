@@ -65,7 +65,7 @@ from pathlib import Path
 import torch
 
 from harness import options, report
-from setpo.repro.records import markdown_table
+from setpo.records import markdown_table
 
 THREADS = 2
 ROLLOUT_TARGET, ROOFLINE_TARGET, STEP_TARGET = 3.0, 1.5, 1.10
@@ -157,8 +157,8 @@ def shape_prompts(tok, shape: Shape) -> list[str]:
     """``shape.prompts`` chat prompts: GSM8K training questions in notebook 06's Qwen-Math template, or the short-
     answer prompt (system message with one example, a question) padded with worked examples to ~prompt_tokens."""
     if shape.name == "GSM8K":
-        from envs.math import gsm8k_file, load_math_problems
-        from setpo.studies.math import chat_prompts
+        from setpo.envs.math import gsm8k_file, load_math_problems
+        from setpo_lab.studies.math import chat_prompts
 
         return chat_prompts(tok, [p.question for p in load_math_problems(gsm8k_file("train"), limit=shape.prompts)])
     out = []
@@ -189,7 +189,7 @@ def _trainer(model, tok, tmp: str, shape: Shape, *, generation_batch: int | None
     from datasets import Dataset
 
     from setpo.trl import SetPOTrainer, config_for
-    from setpo.studies.math_config import MathRunConfig
+    from setpo_lab.studies.math_config import MathRunConfig
 
     rows = shape.prompts * shape.G
     micro = min(rows, 8)
@@ -360,7 +360,7 @@ STEP_SETUPS = {  # name -> (study method, what changes from the study's own trai
 
 
 def study_step_rows(folder: Path, tmp: str, roof: dict, smoke: bool) -> list[dict]:
-    """One optimizer step of the short-answer study's own trainer (``setpo.studies.short_answers.trainer_args``:
+    """One optimizer step of the short-answer study's own trainer (``setpo_lab.studies.short_answers.trainer_args``:
     8 prompts x G = 8, 24 new tokens, bf16 autocast, its tasks, reward and embedder; the smoke preset's tiny
     sizes with ``smoke``) under each of ``STEP_SETUPS``, the same model, data and seed: TRL's step_time,
     SetPOTrainer's phases, the tokens generated, and the floor of the update (``update_floor``)."""
@@ -370,10 +370,10 @@ def study_step_rows(folder: Path, tmp: str, roof: dict, smoke: bool) -> list[dic
     from transformers import AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
 
-    from envs.short_answers import to_trl_records
+    from setpo.envs.short_answers import to_trl_records
     from setpo.embed import load_embedder
-    from setpo.studies.short_answers import chat_prompts, train_tasks, trainer_args
-    from setpo.studies.short_answers_config import ShortAnswerStudyConfig
+    from setpo_lab.studies.short_answers import chat_prompts, train_tasks, trainer_args
+    from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
     from setpo.trl import SetPOTrainer
     from setpo.trl.rewards import short_answer_reward
 

@@ -1,6 +1,6 @@
 """Per-step overhead of SetGRPO over plain GRPO, measured side by side in one run.
 
-1. The rubric toy (``envs.rubric`` / ``setpo.studies.rubric`` defaults: 16 prompts × G = 8 per step, d = 8): one full training step
+1. The rubric toy (``setpo.envs.rubric`` / ``setpo_lab.studies.rubric`` defaults: 16 prompts × G = 8 per step, d = 8): one full training step
    (sample, grade, coefficients, loss, backward, Adam) for GRPO and for SetGRPO, interleaved; SetGRPO's step
    is also split the way the paper's Table 6 splits it: gradient features ("Jacobian") and coefficient
    recovery, plus its calibration (512 groups, re-graded once per grader) amortised over K = 50 steps.
@@ -21,11 +21,11 @@ from dataclasses import replace
 import torch
 
 import setpo
-from envs.rubric import RubricTask
+from setpo.envs.rubric import RubricTask
 from harness import options, report
-from setpo.repro.records import markdown_table, time_side_by_side
+from setpo.records import markdown_table, time_side_by_side
 from setpo.setgrpo import SetGRPO, reference_coefficients
-from setpo.studies.rubric import LinearSoftmaxPolicy, TrainConfig, draw_groups
+from setpo_lab.studies.rubric import LinearSoftmaxPolicy, TrainConfig, draw_groups
 
 LM_SHAPES = [(64, 8, 1024), (64, 8, 8192), (256, 16, 4096)]
 SMOKE_LM_SHAPES = [(48, 4, 64)]  # 48 groups: the least calibration SetGRPO accepts is 36

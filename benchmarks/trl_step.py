@@ -48,7 +48,7 @@ import torch
 
 import paper_shapes as ps  # benchmarks/, beside this script
 from harness import options, report
-from setpo.repro.records import markdown_table
+from setpo.records import markdown_table
 
 MAX_RATIO = 1.05  # the target: a SetPO step at most 5% slower than GRPO's
 G, THREADS = 7, 1
@@ -132,9 +132,9 @@ def _time(policy_dir: str, tok, data, embedders: dict, tmp: str, sizes: Countdow
 def countdown_rows(sizes: CountdownSizes = COUNTDOWN) -> tuple[list[dict], float]:
     from datasets import Dataset
 
-    from envs.countdown import generate_instances
+    from setpo.envs.countdown import generate_instances
     from setpo.embed import HashedNgramEmbedder, default_embedder
-    from setpo.studies.countdown import CountdownLMConfig, make_data, rl_rows, train_sft
+    from setpo_lab.studies.countdown import CountdownLMConfig, make_data, rl_rows, train_sft
     from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
     from setpo.trl import quiet_libraries
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import options, report  # noqa: E402
-from setpo.repro.records import markdown_table  # noqa: E402
+from setpo.records import markdown_table  # noqa: E402
 
 STEPS, SMOKE_STEPS = 4, 2  # the first step of each run is dropped (warm-up)
 CONFIGURATIONS = {  # name -> extra launcher arguments; the first is the baseline of the share columns

@@ -332,7 +332,7 @@ def markdown(r: dict) -> str:
     ids = {n["node_id"]: ("head" if n["head"] else f"node {i}") for i, n in enumerate(nodes)}
     rows = [{"actor": a["class"] + (f" ({a['name']})" if a["name"] else ""), "node": ids.get(a["node_id"], "?"),
              "node id": a["node_id"][:12], "pid": a["pid"]} for a in r["placement"]["actors"]]
-    from setpo.repro.records import markdown_table
+    from setpo.records import markdown_table
 
     return "\n".join([
         f"verl's CPU run (tiny Qwen2, Countdown, SetPO+GRPO, {r['steps']} steps) submitted with `ray job submit` "

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import options, report  # noqa: E402
-from setpo.repro.records import markdown_table  # noqa: E402
+from setpo.records import markdown_table  # noqa: E402
 
 SETTINGS = {  # name -> (workers, β)
     "2 workers, reference model + KL (β = 1e-4): the test before": (2, 1e-4),

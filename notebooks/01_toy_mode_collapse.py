@@ -22,12 +22,12 @@
 # alive. The whole notebook runs in about two minutes on two laptop cores (98 s and 122 s, measured under
 # `make figures` on a shared two-core machine).
 #
-# **The world** (`envs.bandit`): 12 semantic modes, of which the first 4 are rewarded (reward 1, others 0).
+# **The world** (`setpo.envs.bandit`): 12 semantic modes, of which the first 4 are rewarded (reward 1, others 0).
 # A rollout is a trajectory of 3 tokens; a fixed table maps each of the 216 token sequences to a mode, so every
 # mode has 18 surface forms. A trajectory's embedding is its mode's 50-d centre plus a fixed offset, so
 # samples scatter around their mode like the points around the stars of the paper's Figure 1.
 #
-# **The update** (`setpo.studies.toy.train`): sample G = 8 trajectories per prompt, compute advantages, take clipped
+# **The update** (`setpo_lab.studies.toy.train`): sample G = 8 trajectories per prompt, compute advantages, take clipped
 # policy-gradient steps. SetPO changes one line, the advantage:
 #
 # $$\hat A_i = \bar A_i + \lambda\, s_i,\qquad s_i = D(\Omega) - D(\Omega\setminus\{o_i\}),\qquad
@@ -45,10 +45,10 @@ SEEDS = 5
 # %%
 import torch
 
-from setpo.repro.records import markdown_table
-from setpo.studies.figures import show, show_table
-from setpo.studies.toy import DEMO_VARIANTS, ToyConfig, compare, lambda_sweep
-from setpo.studies.toy_results import coverage_rows, summary_rows, write_figure1
+from setpo.records import markdown_table
+from setpo_lab.studies.figures import show, show_table
+from setpo_lab.studies.toy import DEMO_VARIANTS, ToyConfig, compare, lambda_sweep
+from setpo_lab.studies.toy_results import coverage_rows, summary_rows, write_figure1
 
 torch.set_num_threads(1)
 if SMOKE:

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from setpo.studies import explain
-from setpo.studies.figures import run_record, save_figure, show, show_table, static_mode
+from setpo_lab.studies import explain
+from setpo_lab.studies.figures import run_record, save_figure, show, show_table, static_mode
 
 record = run_record("notebooks/02_estimator_explained (make figures)", config={"SMOKE": SMOKE})
 out = Path(OUT_DIR)

@@ -45,9 +45,9 @@
 #   like another seed; on the pinned kernels at this size it turned out to change no bit, see below).
 #
 # Every run records its identity (threads, the code it ran, package versions), and a run made at another is
-# never reused. All of it is `setpo.studies.countdown`; the study is one command, `make countdown` (resumable), which
-# runs `python -m setpo.studies.countdown --full --set 'headline_seeds=[5,...,11]' --out results/countdown` on the
-# pinned floating-point path (`setpo.repro.arithmetic`: torch, MKL and oneDNN kept to their AVX2 kernels, so that parts
+# never reused. All of it is `setpo_lab.studies.countdown`; the study is one command, `make countdown` (resumable), which
+# runs `python -m setpo_lab.studies.countdown --full --set 'headline_seeds=[5,...,11]' --out results/countdown` on the
+# pinned floating-point path (`setpo_lab.repro.arithmetic`: torch, MKL and oneDNN kept to their AVX2 kernels, so that parts
 # of the study made on an AVX2 machine and on an AVX-512 one are one experiment). This notebook draws it from its
 # record once it has finished (or resumes it where that command left it, at the settings the folder records); it
 # runs on that path too (`make lab`, `make figures`).
@@ -66,10 +66,10 @@ from pathlib import Path
 
 import torch
 
-from setpo.repro.arithmetic import require_pinned
-from setpo.studies import countdown_results as cr
-from setpo.studies.countdown import CountdownLMConfig, load_config, resolve_embedder, run_study, warm_start_texts
-from setpo.studies.figures import save_figure, show, show_table
+from setpo_lab.repro.arithmetic import require_pinned
+from setpo_lab.studies import countdown_results as cr
+from setpo_lab.studies.countdown import CountdownLMConfig, load_config, resolve_embedder, run_study, warm_start_texts
+from setpo_lab.studies.figures import save_figure, show, show_table
 
 torch.set_num_threads(1)
 if SMOKE:

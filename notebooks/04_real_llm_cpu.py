@@ -23,7 +23,7 @@
 # distinct ways of being right. Every run starts from the same base model and differs from its GRPO twin only in
 # its diversity term.
 #
-# The tasks are short-answer number questions (`envs.short_answers`) chosen by measuring the base model: some
+# The tasks are short-answer number questions (`setpo.envs.short_answers`) chosen by measuring the base model: some
 # prompts have many right answers ("Name a number between 23 and 41."), where narrowing shows as fewer *distinct*
 # right answers; others have one ("What is 23 + 41?"), where pass@k at large k against the base model applies.
 #
@@ -57,14 +57,14 @@ import torch
 from IPython.display import Image, Markdown, display
 
 from setpo.embed import load_embedder
-from setpo.repro.records import read_json
-from setpo.studies import math_results as mr
-from setpo.studies import short_answers_cure_results as cure
-from setpo.studies import short_answers_results as sar
-from setpo.studies.figures import ROOT, save_figure, save_table, show, show_table
-from setpo.studies.short_answers import run_folder
-from setpo.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig
-from setpo.studies.short_answers_cure import run_cure
+from setpo.records import read_json
+from setpo_lab.studies import math_results as mr
+from setpo_lab.studies import short_answers_cure_results as cure
+from setpo_lab.studies import short_answers_results as sar
+from setpo_lab.studies.figures import ROOT, save_figure, save_table, show, show_table
+from setpo_lab.studies.short_answers import run_folder
+from setpo_lab.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig
+from setpo_lab.studies.short_answers_cure import run_cure
 from setpo.trl import quiet_libraries
 from setpo.trl.tiny_models import make_tiny_model
 
@@ -86,7 +86,7 @@ cfg
 # question. The checker reads only the completion's first line, `Answer: N` with one whole number; anything
 # else scores 0, and model text is never executed. The family was chosen so that GRPO has a signal from its
 # first step: a mean reward between about 0.15 and 0.6 and most groups of G = 8 rollouts mixed. The base
-# model's table (`python -m setpo.studies.short_answers base --out results/short_answers`):
+# model's table (`python -m setpo_lab.studies.short_answers base --out results/short_answers`):
 
 # %%
 show_table((ROOT / "results" / "short_answers" / "base_model.md").read_text())
@@ -135,7 +135,7 @@ if record_file.exists():
     show_table(sar.results_markdown(committed))
     display(Markdown(sar.reading(committed)))
 else:
-    display(Markdown(f"> No committed record at `{record_file}`: run `python -m setpo.studies.short_answers study "
+    display(Markdown(f"> No committed record at `{record_file}`: run `python -m setpo_lab.studies.short_answers study "
                      "--preset committed --out results/short_answers/study` from the repository."))
 
 # %% [markdown]
@@ -164,7 +164,7 @@ if cure_file.exists():
     save_table(cure.results_markdown(cured), out / "04_cure_results", rec)
     show_table(cure.results_markdown(cured))
 else:
-    display(Markdown(f"> No committed record at `{cure_file}`: run `python -m setpo.studies.short_answers_cure "
+    display(Markdown(f"> No committed record at `{cure_file}`: run `python -m setpo_lab.studies.short_answers_cure "
                      "--preset cure --out results/short_answers/cure` from the repository."))
 
 # %% [markdown]

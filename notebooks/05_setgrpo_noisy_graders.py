@@ -26,7 +26,7 @@
 # formula below is this package's design (`setpo.setgrpo`, whose docstring has the details), built on public
 # methods: split conformal prediction (Vovk et al. 2005; Lei et al. 2018) for (a), Learn-then-Test
 # (Angelopoulos et al. 2021) with fixed-sequence testing and binomial / Hoeffding–Bentkus p-values (Bates
-# et al. 2021) for (c). The toy world is ours too (`envs.rubric`, trained on by `setpo.studies.rubric`).
+# et al. 2021) for (c). The toy world is ours too (`setpo.envs.rubric`, trained on by `setpo_lab.studies.rubric`).
 #
 # **The design in four lines** (per group of G responses, two graders A and B):
 #
@@ -43,7 +43,7 @@
 #   accepted groups is $\le \beta$ with probability $\ge 1-\delta$. Rejected groups contribute nothing.
 #   Everything is recalibrated every K steps as the policy drifts.
 #
-# **The toy** (`envs.rubric`, trained on by `setpo.studies.rubric`): 64 prompts × 16 candidate responses, latent quality $q$, a linear softmax
+# **The toy** (`setpo.envs.rubric`, trained on by `setpo_lab.studies.rubric`): 64 prompts × 16 candidate responses, latent quality $q$, a linear softmax
 # policy whose per-response gradient features are exact. Graders add noise and occasional slips (fresh on
 # every call) and, on half of the prompts whose rubric is "ambiguous", their own taste (the same on every
 # call, different between the two graders). Re-grading averages noise and slips away, not taste; only the
@@ -60,17 +60,17 @@ from pathlib import Path
 
 import torch
 
-from envs.rubric import RubricToyConfig
-from setpo.studies import rubric_results as rr
-from setpo.studies.figures import run_record, save_figure, save_table, show, show_table
-from setpo.studies.rubric import TrainConfig, compare, coverage_study, format_table, invariance_table, risk_study
+from setpo.envs.rubric import RubricToyConfig
+from setpo_lab.studies import rubric_results as rr
+from setpo_lab.studies.figures import run_record, save_figure, save_table, show, show_table
+from setpo_lab.studies.rubric import TrainConfig, compare, coverage_study, format_table, invariance_table, risk_study
 
 torch.set_num_threads(1)
 if SMOKE:
     SEEDS, STEPS = 1, 60
 out = Path(OUT_DIR)
 task_config, train_config = RubricToyConfig(), TrainConfig(steps=STEPS)
-record = run_record("notebooks/05_setgrpo_noisy_graders (python -m setpo.cli figures 05_setgrpo_noisy_graders)",
+record = run_record("notebooks/05_setgrpo_noisy_graders (python -m setpo_lab.cli figures 05_setgrpo_noisy_graders)",
                     config={"task": task_config, "train": train_config}, seeds=range(SEEDS))
 train_config
 

@@ -52,10 +52,10 @@ import torch
 from IPython.display import Markdown, display
 
 from setpo.embed import load_embedder
-from setpo.studies import judging
-from setpo.studies import math as ml
-from setpo.studies import math_results as mr
-from setpo.studies.figures import save_figure, save_table, show, show_table
+from setpo_lab.studies import judging
+from setpo_lab.studies import math as ml
+from setpo_lab.studies import math_results as mr
+from setpo_lab.studies.figures import save_figure, save_table, show, show_table
 from setpo.trl import quiet_libraries
 
 quiet_libraries()
@@ -101,7 +101,7 @@ cfg
 # Each question becomes the Qwen2.5-Math chain-of-thought prompt (system: *Please reason step by step, and
 # put your final answer within \boxed{}.*), rendered by the model's own chat template. The reward is 1 when the
 # response's final answer (the last `\boxed{}`, else a stated "the answer is …") equals the reference by
-# `math-verify`, else 0 (`envs.math.math_reward`; model text is parsed, never executed).
+# `math-verify`, else 0 (`setpo.envs.math.math_reward`; model text is parsed, never executed).
 
 # %%
 if MATH:

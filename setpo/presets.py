@@ -49,7 +49,7 @@ def get_preset(name: str) -> AlgorithmPreset:
 class PaperRunSettings:
     """The paper's run settings for the Qwen2.5-Math experiments (arXiv 2602.01062; docs/studies/math.md), in one place.
 
-    The math study (``setpo.studies.math``), the verl launcher (``setpo.verl.launch``) and the benchmarks
+    The math study (``setpo_lab.studies.math``), the verl launcher (``setpo.verl.launch``) and the benchmarks
     (``benchmarks/paper_shapes.py``) take their defaults from ``PAPER_RUN``, so the three cannot drift apart.
 
     num_generations: G, rollouts per prompt. temperature: rollout temperature. max_completion_length: tokens

@@ -53,7 +53,7 @@ def check_kernel_reads(kernel_reads, reader: AnswerReader | None, where: str) ->
         raise ValueError(f"{where}kernel_reads must be one of {KERNEL_READS}, got {kernel_reads!r}")
     if kernel_reads == "answer" and reader is None:
         raise ValueError(f"{where}kernel_reads='answer' needs an answer reader (a function completion text -> "
-                         f"the part the reward checks, e.g. 'envs.short_answers:answer_key')")
+                         f"the part the reward checks, e.g. 'setpo.envs.short_answers:answer_key')")
 
 
 def read_answers(texts: Sequence[str], reader: AnswerReader) -> list[str | None]:

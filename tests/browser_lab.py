@@ -1,6 +1,6 @@
 """A JupyterLab of its own for tests/test_browser.py: a temporary copy of the notebooks and of what they read,
 Jupyter's state in a temp folder, a free port on 127.0.0.1 and a random token, started the way `make lab`
-starts it (under setpo.repro.arithmetic). Nothing it does reaches the repository or the user's Jupyter settings.
+starts it (under setpo_lab.repro.arithmetic). Nothing it does reaches the repository or the user's Jupyter settings.
 
 Also the JavaScript the test evaluates in the page. It reads JupyterLab's own model through
 ``window.jupyterapp`` (the server runs with ``LabApp.expose_app_in_browser``): the current notebook's outputs,
@@ -67,7 +67,7 @@ def running_lab(repo: Path, tmp: Path, start_timeout: float = 120.0):
     log_path = tmp / "jupyterlab.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "setpo.repro.arithmetic", sys.executable, "-m", "jupyter", "lab", "--no-browser",
+            [sys.executable, "-m", "setpo_lab.repro.arithmetic", sys.executable, "-m", "jupyter", "lab", "--no-browser",
              "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
              f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root / 'notebooks'}",
              "--LabApp.expose_app_in_browser=True", "--allow-root"],

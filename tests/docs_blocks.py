@@ -28,13 +28,13 @@ API_MODULES = {
     "setpo.setgrpo": "api/setgrpo",
     "setpo.judge": "api/judge",
     "setpo.embed": "api/embed",
-    "envs": "api/envs",
-    "envs.bandit": "api/envs",
-    "envs.countdown": "api/envs",
-    "envs.math": "api/envs",
-    "envs.math_answers": "api/envs",
-    "envs.rubric": "api/envs",
-    "envs.short_answers": "api/envs",
+    "setpo.envs": "api/envs",
+    "setpo.envs.bandit": "api/envs",
+    "setpo.envs.countdown": "api/envs",
+    "setpo.envs.math": "api/envs",
+    "setpo.envs.math_answers": "api/envs",
+    "setpo.envs.rubric": "api/envs",
+    "setpo.envs.short_answers": "api/envs",
 }
 
 _FENCE = re.compile(r"^```(\w*)\s*$")

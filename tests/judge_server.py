@@ -139,7 +139,7 @@ class ScriptedServer:
         self.url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
 
     def requests(self) -> list[dict]:
-        from setpo.repro.records import read_records  # here: the server process itself stays stdlib-only
+        from setpo.records import read_records  # here: the server process itself stays stdlib-only
 
         return read_records(self.log) if self.log.exists() else []
 

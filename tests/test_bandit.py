@@ -6,8 +6,8 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers the ids)
-from envs.bandit import BanditConfig, MultiModalBandit, MultiModalBanditEnv
+import setpo.envs  # noqa: F401  (registers the ids)
+from setpo.envs.bandit import BanditConfig, MultiModalBandit, MultiModalBanditEnv
 
 
 def test_check_env_passes():

@@ -1,4 +1,4 @@
-"""Every benchmark runs and writes its rows: `setpo bench --smoke` (what `make bench` runs, at tiny sizes), each
+"""Every benchmark runs and writes its rows: `python -m setpo_lab.cli bench --smoke` (what `make bench` runs, at tiny sizes), each
 benchmark's report and rows parsed and checked, and nothing written to the full runs' folder (runs/bench/).
 
 About 1 min on 2 cores without verl, 5 min with it (the smoke runs of verl_cpu_step and verl_real_memory are one Ray
@@ -31,7 +31,7 @@ NEEDS_VERL = {"verl_cpu_step", "verl_real_memory"}
 
 
 def benchmark_names() -> list[str]:
-    from setpo.cli import parse_args
+    from setpo_lab.cli import parse_args
 
     return [s.stem for s in parse_args(["bench"]).scripts]
 
@@ -46,14 +46,14 @@ def _files(folder: Path) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """`python -m setpo.cli bench --smoke --out TMP` over every benchmark not run elsewhere: its output, exit
+    """`python -m setpo_lab.cli bench --smoke --out TMP` over every benchmark not run elsewhere: its output, exit
     status, and each benchmark's parsed JSON rows and markdown report."""
     out = tmp_path_factory.mktemp("bench_smoke")
     names = [n for n in benchmark_names() if n not in RUN_ELSEWHERE and (HAS_VERL or n not in NEEDS_VERL)]
     before = _files(harness.FULL_OUT)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("RAY_ADDRESS", None)
-    run = subprocess.run([sys.executable, "-m", "setpo.cli", "bench", "--smoke", "--out", str(out), *names],
+    run = subprocess.run([sys.executable, "-m", "setpo_lab.cli", "bench", "--smoke", "--out", str(out), *names],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
     reports = {n: ((out / f"{n}.md").read_text() if (out / f"{n}.md").is_file() else None,
                    json.loads((out / f"{n}.json").read_text()) if (out / f"{n}.json").is_file() else None)
@@ -168,8 +168,8 @@ def test_options_default_folders_keep_smoke_apart_from_full_runs(tmp_path):
 
 
 def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path):
-    """By `setpo bench` (exit status 2, one line) and by each benchmark's own command line."""
-    from setpo.cli import parse_args
+    """By the lab's `bench` (exit status 2, one line) and by each benchmark's own command line."""
+    from setpo_lab.cli import parse_args
 
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("")

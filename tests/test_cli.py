@@ -1,5 +1,5 @@
 """Command lines: every argument is checked before any work starts, and a bad one exits non-zero with one line
-that names it; scratch commands write to runs/, only `setpo figures` writes figures/."""
+that names it; scratch commands write to runs/, only `make figures` writes figures/."""
 
 import subprocess
 import sys
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import setpo.cli as cli
-import setpo.studies.countdown as countdown
-import setpo.studies.rubric as rubric
-from setpo.repro.records import ROOT
+import setpo_lab.cli as cli
+import setpo_lab.studies.countdown as countdown
+import setpo_lab.studies.rubric as rubric
+from setpo_lab import ROOT
 
 
 def _refused(main, argv, capsys, match: str):
@@ -32,7 +32,7 @@ def no_work(monkeypatch):
     for module, name in [(cli, "run_notebook"), (cli, "run_benchmark"), (countdown, "run_study"),
                          (rubric, "compare")]:
         monkeypatch.setattr(module, name, forbidden)
-    import setpo.studies.toy as toy
+    import setpo_lab.studies.toy as toy
     monkeypatch.setattr(toy, "run_study", forbidden)
     monkeypatch.setattr(toy, "lambda_sweep", forbidden)
 
@@ -64,7 +64,7 @@ def no_work(monkeypatch):
     (["figures", "01_toy_mode_collapse", "01_toy_mode_collapse"], "named more than once"),
     (["bench", "estimator", "estimator"], "named more than once"),
     (["demo", "--smoke", "extra"], "unrecognized arguments"),
-    (["demo", "--out-dir", str(ROOT / "figures")], "only `setpo figures` writes"),
+    (["demo", "--out-dir", str(ROOT / "figures")], "only `make figures` writes"),
     (["demo", "--out-dir", str(ROOT / "figures" / "demo")], "inside the committed figures/"),
     (["bench", "no_such"], "no benchmark no_such"),
     (["bench", "--smoke", "--out", "README.md"], "is a file, not a folder"),
@@ -118,7 +118,7 @@ def test_only_figures_writes_the_committed_figures(monkeypatch, tmp_path, capsys
     assert Path(cli.parse_args(["figures"]).out_dir) == ROOT / "figures"
     assert "runs/" in (ROOT / ".gitignore").read_text().split()
     calls = []
-    from setpo.studies import notebook_runs
+    from setpo_lab.studies import notebook_runs
 
     monkeypatch.setattr(notebook_runs, "execute_notebook",
                         lambda name, out_dir, **kw: calls.append((Path(out_dir).resolve(), kw)) or tmp_path / "x")
@@ -141,6 +141,6 @@ def test_bad_out_dirs_are_named_relative_to_the_working_folder(tmp_path, monkeyp
 
 
 def test_exit_status_from_a_real_process():
-    for argv in (["-m", "setpo.cli", "sweep", "--lams", "-1", "nan", "0.5"], ["-m", "setpo.cli", "bench", "no_such"]):
+    for argv in (["-m", "setpo_lab.cli", "sweep", "--lams", "-1", "nan", "0.5"], ["-m", "setpo_lab.cli", "bench", "no_such"]):
         r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

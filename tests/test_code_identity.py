@@ -1,6 +1,6 @@
 """A run's code identity follows what the code does, not its bytes (a docstring, a comment or a reformatting
 keeps it; a code edit changes it); a record hashed any other way differs in every file; the committed Countdown
-record is at the study's current code; and re-stamping a record (``setpo.studies.countdown_record``) checks it
+record is at the study's current code; and re-stamping a record (``setpo_lab.studies.countdown_record``) checks it
 with the code it names, in a temporary worktree that is always removed, and changes only its code stamps."""
 
 import hashlib
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from setpo.repro.at_commit import changed_since, environment_at, has_commit, temporary_worktree
-from setpo.repro.provenance import (CODE_HASH, code_changes, code_fingerprint, code_identity, identity_differences,
+from setpo_lab.repro.at_commit import changed_since, environment_at, has_commit, temporary_worktree
+from setpo_lab.repro.provenance import (CODE_HASH, code_changes, code_fingerprint, code_identity, identity_differences,
                                     import_closure, recorded_code)
-from setpo.studies.countdown_record import (commit_arguments, record_identities, recorded_time, restamped_code,
+from setpo_lab.studies.countdown_record import (commit_arguments, record_identities, recorded_time, restamped_code,
                                             summary_agreement)
 
 MODULE = '''"""A module."""
@@ -165,7 +165,7 @@ COMMITTED_RECORD = Path(__file__).resolve().parent.parent / "results" / "countdo
 def test_the_committed_countdown_record_is_at_the_studys_current_code():
     """Every identity of the committed record names the code this checkout's study runs (``make countdown``
     resumes it; a change that moves code must re-stamp it: docs/reproducibility/index.md)."""
-    import setpo.studies.countdown as countdown
+    import setpo_lab.studies.countdown as countdown
 
     now = code_identity(countdown.IDENTITY_MODULES, exclude=countdown.NOT_IN_IDENTITY)
     identities = record_identities(COMMITTED_RECORD)
@@ -175,7 +175,8 @@ def test_the_committed_countdown_record_is_at_the_studys_current_code():
 
 
 def test_the_record_checker_is_not_part_of_the_studys_code():
-    import setpo.studies.countdown as countdown
+    import setpo_lab.studies.countdown as countdown
 
     closure = import_closure(countdown.IDENTITY_MODULES, exclude=countdown.NOT_IN_IDENTITY)
-    assert "setpo.studies.countdown_record" not in closure and not any(m.startswith("setpo.repro") for m in closure)
+    assert "setpo_lab.studies.countdown_record" not in closure
+    assert not any(m.startswith(("setpo_lab.repro", "setpo.records", "setpo.refusals")) for m in closure)

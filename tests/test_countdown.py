@@ -17,8 +17,8 @@ from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import envs  # noqa: F401  (registers the ids)
-from envs.countdown import (
+import setpo.envs  # noqa: F401  (registers the ids)
+from setpo.envs.countdown import (
     CountdownEnv,
     CountdownInstance,
     canonical_form,
@@ -165,7 +165,7 @@ _CHILD = textwrap.dedent(
     """
     import json, sys, tracemalloc
     sys.path.insert(0, {repo!r})
-    from envs.countdown import score_answer, canonical_form
+    from setpo.envs.countdown import score_answer, canonical_form
     cases = json.load(open({cases!r}))
     marker = {marker!r}
     for name, (text, numbers, target, _) in cases.items():

@@ -7,9 +7,9 @@ import pytest
 import torch
 from helpers import StopAt
 
-from envs.countdown import CountdownInstance, score_answer
+from setpo.envs.countdown import CountdownInstance, score_answer
 from setpo import pass_at_k
-from setpo.studies.countdown import (
+from setpo_lab.studies.countdown import (
     CountdownLMConfig,
     RLRun,
     answer_text,
@@ -111,7 +111,7 @@ def test_config_validation_and_runs():
 
 
 def test_selection_respects_the_pass1_floor():
-    from setpo.studies.countdown import select_on_validation
+    from setpo_lab.studies.countdown import select_on_validation
 
     cfg = CountdownLMConfig()
     ev = lambda p1, pn: {"accuracy": p1, "pass_at_k": [p1, pn], "average_modes": 1.0}  # noqa: E731
@@ -123,7 +123,7 @@ def test_selection_respects_the_pass1_floor():
 
 
 def test_paired_differences_and_intervals():
-    from setpo.studies.intervals import mean_ci
+    from setpo_lab.studies.intervals import mean_ci
 
     ci = mean_ci([0.1, 0.2, 0.3])
     assert ci["mean"] == pytest.approx(0.2) and ci["hi"] - ci["mean"] == pytest.approx(4.303 * 0.1 / 3 ** 0.5)
@@ -223,7 +223,7 @@ def test_sft_warm_start_learns_the_format(tmp_path):
     assert losses[-1] < 0.5 * losses[0]
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from setpo.studies.sampling import sample_completions
+    from setpo_lab.studies.sampling import sample_completions
 
     tok = PreTrainedTokenizerFast.from_pretrained(str(final))
     model = AutoModelForCausalLM.from_pretrained(str(final), dtype=torch.float32)
@@ -250,18 +250,18 @@ def test_the_validation_search_has_seeds_of_its_own():
 def test_the_record_names_the_command_that_makes_its_config(monkeypatch):
     """The record's command, parsed back, is the study's config, headline seeds included (make countdown grows
     them with --set), so that running what the record says makes that study and not a smaller one."""
-    from setpo.repro.arithmetic import PINNED_ARITHMETIC
-    from setpo.studies.countdown import parse_args
-    from setpo.studies.countdown_results import study_command
+    from setpo_lab.repro.arithmetic import PINNED_ARITHMETIC
+    from setpo_lab.studies.countdown import parse_args
+    from setpo_lab.studies.countdown_results import study_command
 
     for name, value in PINNED_ARITHMETIC.items():
         monkeypatch.setenv(name, value)
     for seeds in ((), (5, 6, 11)):
         command = study_command("runs/somewhere", smoke=False, headline_seeds=seeds)
-        study = command.split(", then ")[0].replace("python -m setpo.cli countdown ", "")
+        study = command.split(", then ")[0].replace("python -m setpo_lab.cli countdown ", "")
         cfg, _, _ = parse_args([a.strip("'") for a in study.split()])
         assert cfg == CountdownLMConfig(out="runs/somewhere", headline_seeds=seeds)
-    from setpo.repro.records import ROOT
+    from setpo_lab import ROOT
 
     # notebook 03 runs in notebooks/ and names the folder from there; the record names it from the root
     assert " --out results/countdown," in study_command(str(ROOT / "notebooks" / ".." / "results" / "countdown"), False)

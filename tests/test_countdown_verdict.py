@@ -3,7 +3,7 @@ the grid, the ceiling, the baselines, the replication), on hand-made records who
 
 import pytest
 
-from setpo.studies.countdown_results import headline_bar, verdict, verdict_markdown
+from setpo_lab.studies.countdown_results import headline_bar, verdict, verdict_markdown
 
 
 def ci(mean, half=None, n=5):
@@ -93,7 +93,7 @@ def test_the_replication_counts_what_both_studies_made_bit_for_bit(tmp_path):
     verdict's replication line repeats the counts."""
     import json
 
-    from setpo.studies.countdown_results import bitwise_agreement
+    from setpo_lab.studies.countdown_results import bitwise_agreement
 
     def study(root, models, evaluations):
         for name, digest in models.items():
@@ -133,7 +133,7 @@ def test_a_record_made_on_two_processors_says_so():
 def test_the_tables_say_how_many_seeds_each_difference_has():
     """The headline runs on more seeds (headline_seeds) than the baselines and the ceiling: each paired row says
     how many, so a reader does not compare a 12-seed interval with a 5-seed one unawares."""
-    from setpo.studies.countdown_results import results_markdown
+    from setpo_lab.studies.countdown_results import results_markdown
 
     summary = record(versus=[{"role": "ceiling", "baseline": "ceiling", **diff((-0.03, 0.02))}])
     summary["paired"][0]["seeds"] = list(range(12))
@@ -154,9 +154,9 @@ def test_a_finished_record_is_drawn_as_it_stands_and_only_when_finished(tmp_path
     import json
     from dataclasses import asdict
 
-    from setpo.studies.countdown_config import CountdownLMConfig
-    from setpo.studies.countdown_results import figure_record, finished_summary
-    from setpo.studies.judging import without_judge
+    from setpo_lab.studies.countdown_config import CountdownLMConfig
+    from setpo_lab.studies.countdown_results import figure_record, finished_summary
+    from setpo_lab.studies.judging import without_judge
 
     config = json.loads(json.dumps(without_judge(asdict(CountdownLMConfig(out="results/countdown")))))
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -179,7 +179,7 @@ def test_a_finished_record_is_drawn_as_it_stands_and_only_when_finished(tmp_path
 def test_the_pass_at_k_figure_gives_each_method_its_colour_and_says_its_seeds():
     """Six methods besides GRPO share the main cell's panel: each has a colour of its own (four shared colours
     made two pairs look alike), and a panel whose methods have different numbers of seeds says the range."""
-    from setpo.studies.countdown_results import pass_at_k_figure
+    from setpo_lab.studies.countdown_results import pass_at_k_figure
 
     cfg = {"eval_samples": 4, "main_group_size": 7, "main_beta": 0.001, "other_cells": [], "eval_temperatures": [1.0]}
     methods = ["GRPO", "SetPO a", "SetPO b", "pairwise", "DRA", "Pass@k", "ceiling"]

@@ -129,7 +129,7 @@ def test_code_block_runs(block, tmp_path):
 # A file a docstring names: ALL-CAPS markdown (README.md, PAPERS.md, SOURCE.md) anywhere, or a path that starts
 # at one of the repository's own top-level folders. Run outputs (results.md in a run folder) are neither.
 _CITED = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[A-Z][A-Z_]+\.md|(?:docs|data|results|figures|notebooks|scripts|tests"
-                    r"|benchmarks|envs|setpo)/[\w./-]+\.\w+)")
+                    r"|benchmarks|setpo_lab|setpo)/[\w./-]+\.\w+)")
 
 
 def _docstrings(path: Path):
@@ -146,7 +146,7 @@ def test_no_docstring_cites_a_missing_file():
     files = set(tracked.split())
     names = {Path(f).name for f in files}
     bad = []
-    for folder in ("setpo", "envs", "scripts", "benchmarks"):
+    for folder in ("setpo", "setpo_lab", "scripts", "benchmarks"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             for line, doc in _docstrings(path):
                 for cited in _CITED.findall(doc):

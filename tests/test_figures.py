@@ -11,9 +11,9 @@ import plotly.graph_objects as go
 import pytest
 from plotly.subplots import make_subplots
 
-from setpo.studies import explain
+from setpo_lab.studies import explain
 import setpo
-from setpo.studies.figures import (
+from setpo_lab.studies.figures import (
     SCREEN_TITLE_CHARS,
     line_grid,
     plotly_to_png,
@@ -24,7 +24,7 @@ from setpo.studies.figures import (
     screen_figure,
     trajectory_figure,
 )
-from setpo.studies.notebook_runs import clean_outputs, widget_text
+from setpo_lab.studies.notebook_runs import clean_outputs, widget_text
 
 
 def png_size(path):

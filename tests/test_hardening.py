@@ -14,9 +14,9 @@ from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import envs  # noqa: F401  (registers the ids)
-from envs.bandit import BanditConfig, MultiModalBandit, MultiModalBanditEnv
-from envs.countdown import CountdownEnv, CountdownInstance, generate_instances, make_splits, verl_compute_score
+import setpo.envs  # noqa: F401  (registers the ids)
+from setpo.envs.bandit import BanditConfig, MultiModalBandit, MultiModalBanditEnv
+from setpo.envs.countdown import CountdownEnv, CountdownInstance, generate_instances, make_splits, verl_compute_score
 from setpo.embed import CenteredEmbedder, HashedNgramEmbedder, SentenceTransformerEmbedder, TableEmbedder, load_embedder
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -376,7 +376,7 @@ def test_reward_adapters_name_a_missing_dataset_column():
     (dict(slip_prob=(0.1,)), "slip_prob"), (dict(grader_noise=(0.1, None)), r"grader_noise\[1\]"),
 ])
 def test_rubric_config_checks_every_field(kwargs, match):
-    from envs.rubric import RubricToyConfig
+    from setpo.envs.rubric import RubricToyConfig
 
     with pytest.raises(ValueError, match=match) as err:
         RubricToyConfig(**kwargs)
@@ -384,7 +384,7 @@ def test_rubric_config_checks_every_field(kwargs, match):
 
 
 def test_rubric_task_checks_seed_config_and_times():
-    from envs.rubric import RubricTask, RubricToyConfig
+    from setpo.envs.rubric import RubricTask, RubricToyConfig
 
     for call, match in ((lambda: RubricTask(seed=-1), "seed"), (lambda: RubricTask(seed=1.5), "seed"),
                         (lambda: RubricTask({"n_prompts": 3}), "RubricToyConfig")):
@@ -399,7 +399,7 @@ def test_rubric_task_checks_seed_config_and_times():
 
 
 def test_math_loaders_and_command_line_check_their_arguments(tmp_path, capsys):
-    import envs.math as md
+    import setpo.envs.math as md
 
     train, _ = md.write_smoke_files(tmp_path / "data", n_train=3, n_val=2)
     for limit in (2.5, True, "3", float("nan"), 0):
@@ -425,7 +425,7 @@ def test_math_loaders_and_command_line_check_their_arguments(tmp_path, capsys):
 
 
 def test_countdown_data_functions_check_their_arguments(tmp_path):
-    from envs.countdown import distinct_correct_solutions, export_parquet, load_countdown_tasks
+    from setpo.envs.countdown import distinct_correct_solutions, export_parquet, load_countdown_tasks
 
     inst = generate_instances(2, seed=0)
     for kwargs, match in ((dict(chat="no"), "chat"), (dict(chat=1), "chat"), (dict(split=""), "split"),

@@ -13,9 +13,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import envs.math as md
+import setpo.envs.math as md
 import setpo
-from envs.bandit import BanditConfig, MultiModalBanditEnv
+from setpo.envs.bandit import BanditConfig, MultiModalBanditEnv
 from setpo.diversity import marginals_by_definition
 from setpo.embed import HashedNgramEmbedder, load_embedder
 from setpo.setgrpo import joint_coefficient_set, safe_recovery
@@ -285,7 +285,7 @@ def test_math_reward_is_bounded_in_a_worker_thread():
 
 def test_refused_answers_are_logged_truncated(caplog):
     text = "\\boxed{9^{9^{9}}" + "9" * 5000 + "}"
-    with caplog.at_level("DEBUG", logger="envs.math"):
+    with caplog.at_level("DEBUG", logger="setpo.envs.math"):
         assert md.math_reward(text, "42") == 0.0
     assert caplog.records and all(len(r.getMessage()) < md.LOG_CHARS + 200 for r in caplog.records)
 

@@ -10,18 +10,18 @@ import pytest
 import torch
 from helpers import run_records
 
-import setpo.studies.countdown as countdown
-from setpo.repro.provenance import code_identity, identity_differences, import_closure, run_identity
-from setpo.studies.countdown import CountdownLMConfig, run_study, study_identity
-from setpo.studies.stages import claim_identity, reusable_record
+import setpo_lab.studies.countdown as countdown
+from setpo_lab.repro.provenance import code_identity, identity_differences, import_closure, run_identity
+from setpo_lab.studies.countdown import CountdownLMConfig, run_study, study_identity
+from setpo_lab.studies.stages import claim_identity, reusable_record
 
 
 def test_the_code_is_every_module_the_study_can_import_but_not_what_only_draws():
     closure = import_closure(countdown.IDENTITY_MODULES, exclude=countdown.NOT_IN_IDENTITY)
     # through the lazy package export (``from setpo.trl import SetPOTrainer``) and imports inside functions
-    assert {"setpo.trl.trainer", "setpo.trl.config", "setpo.diversity", "envs.countdown.verifier",
-            "setpo.studies.countdown_config", "setpo.embed"} <= set(closure)
-    assert not {"setpo.studies.figures", "setpo.studies.countdown_results", "setpo.judge.client",
+    assert {"setpo.trl.trainer", "setpo.trl.config", "setpo.diversity", "setpo.envs.countdown.verifier",
+            "setpo_lab.studies.countdown_config", "setpo.embed"} <= set(closure)
+    assert not {"setpo_lab.studies.figures", "setpo_lab.studies.countdown_results", "setpo.judge.client",
                 "setpo.verl.launch"} & set(closure)
 
 
@@ -41,7 +41,7 @@ def test_differences_name_threads_files_and_versions_but_not_the_commit_alone(tm
 
 
 def test_a_folder_or_record_made_at_another_identity_is_refused_or_remade(tmp_path):
-    ident = run_identity(2, ["setpo.studies.stages"])
+    ident = run_identity(2, ["setpo_lab.studies.stages"])
     other = {**ident, "threads": 1}
     run = tmp_path / "run"
     claim_identity(run, ident)
@@ -151,7 +151,7 @@ def test_the_replication_is_the_whole_study_again_at_another_thread_count(tmp_pa
 
 
 def test_headline_seeds_may_grow_on_a_folder_and_add_only_the_headline_pair(tmp_path):
-    from setpo.studies.countdown_config import claim_folder
+    from setpo_lab.studies.countdown_config import claim_folder
 
     cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
     claim_folder(cfg)

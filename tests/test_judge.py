@@ -26,7 +26,7 @@ from setpo.judge import rubric
 from setpo.judge.__main__ import main as cli_main
 from setpo.judge.backends import TransformersJudge, open_judge
 from judge_server import ScriptedServer  # noqa: E402  (tests/ is on sys.path, as for helpers)
-from setpo.repro.records import read_records
+from setpo.records import read_records
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "sk-test-7f3a9c1e5b2d4f60SECRET"

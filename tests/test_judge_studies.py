@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-import setpo.studies.countdown as countdown
+import setpo_lab.studies.countdown as countdown
 from judge_server import ScriptedServer  # noqa: E402  (tests/ is on sys.path, as for helpers)
 from setpo.judge import PROMPT_VERSION
-from setpo.studies import judging
-from setpo.studies import math as ml
-from setpo.studies.countdown_config import CountdownLMConfig
-from setpo.studies.countdown_results import results_markdown
+from setpo_lab.studies import judging
+from setpo_lab.studies import math as ml
+from setpo_lab.studies.countdown_config import CountdownLMConfig
+from setpo_lab.studies.countdown_results import results_markdown
 
 SECRET = "sk-test-study-0c4e9a2fSECRET"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from setpo.studies.figures import ROOT
+from setpo_lab.studies.figures import ROOT
 
 pytest.importorskip("verl")
 
@@ -19,7 +19,7 @@ from setpo.verl import launch  # noqa: E402
 
 
 def test_converted_data_keeps_one_split_name(tmp_path):
-    from envs import math as math_data
+    from setpo.envs import math as math_data
 
     assert launch.converted_name("/d/train.parquet", "train") == "train.parquet"
     assert launch.converted_name("/d/train-00000-of-00001.parquet", "train") == "train-00000-of-00001.parquet"

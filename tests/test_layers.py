@@ -1,25 +1,32 @@
 """The package's layers, checked from the code's own imports: each layer depends only on the ones below.
 
-    envs/                 environments and checkers: never import setpo
+The library (``setpo/``, what the wheel installs):
+    setpo/envs/           environments and checkers: nothing of setpo outside setpo.envs
     setpo/ (top level)    the estimator core: pure functions over tensors. It imports only the standard library's
-                          computing modules, torch, numpy and itself (``CORE_MAY_IMPORT``): no engine, no envs, no
-                          upper layer, and nothing that touches a process, git or the file system (no os, sys,
-                          subprocess, pathlib, shutil, ...; no open(), print(), eval(); no Path.read_text / write_*,
-                          torch.save / load and the like: ``CORE_MAY_NOT_CALL``)
-    setpo/repro           the reproducibility machinery (run records, provenance, the pinned arithmetic, a
-                          commit's code in a temporary worktree): may use the core; never an adapter, a study or
-                          a command line
-    setpo/trl, setpo/verl engine adapters (with setpo/verl_plugin.py, setpo/embed.py and setpo/judge, below): may use
-                          the core, the machinery and envs, never the studies or the command lines
-    setpo/studies         whole studies: anything below, never the command lines
-    setpo/cli.py          the command line: anything
+                          computing modules, torch, numpy and itself (``CORE_MAY_IMPORT``): no engine, no
+                          environment, no upper layer, and nothing that touches a process, git or the file system (no
+                          os, sys, subprocess, pathlib, shutil, ...; no open(), print(), eval(); no
+                          Path.read_text / write_*, torch.save / load and the like: ``CORE_MAY_NOT_CALL``)
+    setpo/records.py, setpo/refusals.py   what runs write and how a bad file is refused: the core only
+    setpo/trl, setpo/verl engine adapters (with setpo/verl_plugin.py, setpo/embed.py, setpo/judge and setpo/models):
+                          may use the core, the records and setpo.envs
+    setpo/cli.py          the installed ``setpo`` command: the adapters' command lines
+and no file under setpo/ imports the lab (imports inside functions included): the wheel does not hold it.
+
+The lab (``setpo_lab/``, in a clone only):
+    setpo_lab/repro       the reproducibility machinery (provenance, the pinned arithmetic, a commit's code in a
+                          temporary worktree): may use the core and the records; never an adapter, setpo.envs, a
+                          study or a command line
+    setpo_lab/studies     whole studies: anything above, never the lab's command line
+    setpo_lab/cli.py      the lab's command line: anything
 
 A package's ``__main__`` (``python -m setpo.judge``, ``python -m setpo.verl``) sits in its package's layer: the
-judge's command line is an adapter's, so it may not import a study (the argument helpers every command shares are
-``envs.arguments``, the one place both ``setpo`` and ``envs`` may import).
+judge's command line is an adapter's (the argument helpers every command shares are ``setpo.envs.arguments``, the
+lowest layer, which everything may import).
 
 Which top-level modules are not core, and why (the rule: a top-level module is core unless it is named here):
-- setpo/cli.py is the command line (top layer).
+- setpo/cli.py is the installed command line (it dispatches to the adapters').
+- setpo/records.py and setpo/refusals.py read and write files (run records, refusals of a bad file).
 - setpo/verl_plugin.py is verl's entry point (``verl.plugins``): at the top so that verl can load it while
   ``import verl`` runs, but an engine adapter.
 - setpo/embed.py turns text into embeddings with sentence-transformers models it loads from folders: an adapter
@@ -44,10 +51,10 @@ ENGINES = {"trl", "transformers", "verl", "accelerate", "datasets", "vllm", "ray
 MAX_LINES = 600  # a module you can read in one sitting; a longer one needs a reason, written here
 # {module: (its current length at most, the reason)}. A longer module fails again the moment it grows.
 LONGER_FOR_A_REASON: dict[str, tuple[int, str]] = {
-    "setpo/studies/countdown.py": (844, "the Countdown study in the toy's shape: its text format, data, training "
+    "setpo_lab/studies/countdown.py": (844, "the Countdown study in the toy's shape: its text format, data, training "
                                    "drivers, stages and command line in one module, read from data to report; the "
                                    "config stays in countdown_config, which the report reads without an import circle"),
-    "setpo/studies/countdown_results.py": (803, "the Countdown study's one report module: the record, its tables and "
+    "setpo_lab/studies/countdown_results.py": (803, "the Countdown study's one report module: the record, its tables and "
                                            "figures, where each row came from and the verdict's fixed rules"),
 }
 
@@ -74,21 +81,31 @@ def files(*patterns: str) -> list[Path]:
 
 
 # The layers (module docstring). Top-level modules that are not core are named; every other one is core.
-COMMAND_LINES = files("setpo/cli.py")
-NOT_CORE_AT_TOP = {"setpo/cli.py": "command line", "setpo/verl_plugin.py": "verl's entry point (adapter)",
+COMMAND_LINES = files("setpo/cli.py", "setpo_lab/cli.py")
+NOT_CORE_AT_TOP = {"setpo/cli.py": "command line", "setpo/records.py": "run records (files)",
+                   "setpo/refusals.py": "refusals of bad files", "setpo/verl_plugin.py": "verl's entry point (adapter)",
                    "setpo/embed.py": "loads sentence-transformers models from folders (adapter)"}
 ENGINE_ADAPTERS = [p for p in files("setpo/trl/*.py", "setpo/verl/*.py", "setpo/verl_plugin.py", "setpo/embed.py",
                                     "setpo/judge/*.py", "setpo/models/*.py") if p not in COMMAND_LINES]
 CORE = [p for p in files("setpo/*.py", "setpo/setgrpo/*.py") if _rel(p) not in NOT_CORE_AT_TOP]
-MACHINERY = files("setpo/repro/*.py")
-STUDIES = files("setpo/studies/*.py")
-ENVS = files("envs/**/*.py")
+MACHINERY = files("setpo_lab/repro/*.py")
+RECORDS = files("setpo/records.py", "setpo/refusals.py")
+LIBRARY = files("setpo/**/*.py")
+STUDIES = files("setpo_lab/studies/*.py")
+ENVS = files("setpo/envs/**/*.py")
 
 
 @pytest.mark.parametrize("path", ENVS, ids=_rel)
 def test_envs_know_nothing_of_setpo(path):
-    bad = {m for m in imported_modules(path) if m.split(".")[0] == "setpo"}
-    assert not bad, f"{_rel(path)} imports {sorted(bad)}: environments must not depend on the library"
+    bad = {m for m in imported_modules(path) if m.split(".")[0] in ("setpo", "setpo_lab")
+           and not (m == "setpo.envs" or m.startswith("setpo.envs."))}
+    assert not bad, f"{_rel(path)} imports {sorted(bad)}: environments must not depend on the rest of the library"
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=_rel)
+def test_the_library_never_imports_the_lab(path):
+    bad = {m for m in imported_modules(path) if m.split(".")[0] == "setpo_lab"}
+    assert not bad, f"{_rel(path)} imports {sorted(bad)}: the wheel holds no setpo_lab (the lab lives in a clone)"
 
 
 # What the core may import: computing, nothing that reaches a process, git or the file system. A module added
@@ -98,7 +115,8 @@ CORE_MAY_IMPORT = {"__future__", "abc", "collections", "collections.abc", "datac
                    "numpy", "torch"}
 # Calls that touch the file system or the process, by name (builtins) or by attribute (methods, torch's and numpy's
 # file functions); the core computes on what it is given and returns it.
-NOT_CORE_PACKAGES = {"repro", "trl", "verl", "verl_plugin", "studies", "cli", "judge", "embed"}  # setpo.<these>
+NOT_CORE_PACKAGES = {"envs", "records", "refusals", "trl", "verl", "verl_plugin", "cli", "judge", "embed",
+                     "models"}  # setpo.<these>
 CORE_MAY_NOT_CALL = {"open", "print", "input", "eval", "exec", "compile", "__import__", "breakpoint", "exit", "quit"}
 CORE_MAY_NOT_CALL_ATTRIBUTE = {"read_text", "write_text", "read_bytes", "write_bytes", "open", "mkdir", "makedirs",
                                "unlink", "rmdir", "iterdir", "glob", "rglob", "touch", "is_file", "is_dir", "exists",
@@ -133,21 +151,21 @@ def core_violations(tree: ast.AST, name: str = "setpo") -> list[str]:
 @pytest.mark.parametrize("path", CORE, ids=_rel)
 def test_core_imports_no_engine_no_envs_no_upper_layer(path):
     mods = imported_modules(path)
-    bad = {m for m in mods if m.split(".")[0] in ENGINES | {"envs"}}
-    bad |= {m for m in mods if m.startswith(("setpo.repro", "setpo.trl", "setpo.verl", "setpo.studies", "setpo.cli",
-                                             "setpo.judge", "setpo.embed"))}
+    bad = {m for m in mods if m.split(".")[0] in ENGINES | {"setpo_lab"}}
+    bad |= {m for m in mods if m.startswith(("setpo.envs", "setpo.records", "setpo.refusals", "setpo.trl", "setpo.verl",
+                                             "setpo.cli", "setpo.judge", "setpo.embed", "setpo.models"))}
     assert not bad, f"{_rel(path)} (estimator core) imports {sorted(bad)}"
 
 
 @pytest.mark.parametrize("path", CORE, ids=_rel)
 def test_core_touches_no_process_git_or_file_system(path):
     bad = core_violations(ast.parse(path.read_text(), filename=str(path)))
-    assert not bad, f"{_rel(path)} (estimator core: pure functions) {'; '.join(bad)}: move it to setpo.repro or up"
+    assert not bad, f"{_rel(path)} (estimator core: pure functions) {'; '.join(bad)}: move it to setpo_lab.repro or up"
 
 
 @pytest.mark.parametrize("source, found", [
     ("import os", "imports os"), ("from pathlib import Path", "imports pathlib"),
-    ("import subprocess as sp", "imports subprocess"), ("from setpo.repro.records import write_json", "imports setpo.repro"),
+    ("import subprocess as sp", "imports subprocess"), ("from setpo.records import write_json", "imports setpo.records"),
     ("def f(p):\n    return p.read_text()", "calls .read_text()"), ("open('x')", "calls open()"),
     ("import torch\ntorch.save({}, 'x')", "calls .save()"), ("print(1)", "calls print()"),
     ("import torch\ntorch.hub", "uses .hub")])
@@ -158,23 +176,32 @@ def test_the_purity_check_sees_what_it_forbids(source, found):
 
 @pytest.mark.parametrize("path", MACHINERY, ids=_rel)
 def test_the_machinery_sits_above_the_core_and_below_adapters_and_studies(path):
-    bad = {m for m in imported_modules(path) if m.split(".")[0] in ENGINES | {"envs"}
-           or m.startswith(("setpo.trl", "setpo.verl", "setpo.studies", "setpo.cli", "setpo.judge", "setpo.embed"))}
+    bad = {m for m in imported_modules(path) if m.split(".")[0] in ENGINES
+           or m.startswith(("setpo.envs", "setpo.trl", "setpo.verl", "setpo.cli", "setpo.judge", "setpo.embed",
+                            "setpo.models", "setpo_lab.studies", "setpo_lab.cli"))}
     assert not bad, f"{_rel(path)} (reproducibility machinery) imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=_rel)
+def test_records_use_only_the_core(path):
+    bad = {m for m in imported_modules(path) if m.split(".")[0] in ENGINES | {"setpo_lab"}
+           or m.startswith(("setpo.envs", "setpo.trl", "setpo.verl", "setpo.cli", "setpo.judge", "setpo.embed",
+                            "setpo.models"))}
+    assert not bad, f"{_rel(path)} (run records) imports {sorted(bad)}"
 
 
 @pytest.mark.parametrize("path", ENGINE_ADAPTERS, ids=_rel)
 def test_engine_adapters_do_not_reach_up(path):
-    bad = {m for m in imported_modules(path) if m.startswith(("setpo.studies", "setpo.cli"))}
+    bad = {m for m in imported_modules(path) if m.startswith(("setpo_lab", "setpo.cli"))}
     assert not bad, f"{_rel(path)} (engine adapter) imports {sorted(bad)}"
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=_rel)
 def test_studies_do_not_import_the_cli(path):
-    assert not {m for m in imported_modules(path) if m.startswith("setpo.cli")}
+    assert not {m for m in imported_modules(path) if m.startswith("setpo_lab.cli")}
 
 
-@pytest.mark.parametrize("path", CORE + MACHINERY + ENGINE_ADAPTERS + STUDIES + COMMAND_LINES + ENVS + files("scripts/**/*.py"), ids=_rel)
+@pytest.mark.parametrize("path", CORE + RECORDS + MACHINERY + ENGINE_ADAPTERS + STUDIES + COMMAND_LINES + ENVS + files("scripts/**/*.py"), ids=_rel)
 def test_modules_are_readable_in_one_sitting(path):
     n = len(path.read_text().splitlines())
     limit = LONGER_FOR_A_REASON.get(_rel(path), (MAX_LINES,))[0]
@@ -184,6 +211,7 @@ def test_modules_are_readable_in_one_sitting(path):
 def test_every_layer_is_found():
     # the checks above pass trivially on an empty list: make sure the globs still see the tree
     assert len(CORE) >= 8 and len(MACHINERY) >= 4 and len(ENGINE_ADAPTERS) >= 6 and len(STUDIES) >= 6 and len(ENVS) >= 6
+    assert len(RECORDS) == 2 and len(COMMAND_LINES) == 2
     top = {_rel(p) for p in files("setpo/*.py")}
     assert set(NOT_CORE_AT_TOP) <= top, "a module named as not core is gone: update NOT_CORE_AT_TOP"
     assert {"setpo/diversity.py", "setpo/advantages.py"} <= {_rel(p) for p in CORE}
@@ -193,16 +221,16 @@ def test_importing_the_core_loads_no_engine():
     import subprocess
     import sys
 
-    code = ("import sys, setpo, setpo.setgrpo, setpo.embed, setpo.repro.records, setpo.repro.provenance, "
-            "setpo.repro.arithmetic, setpo.repro.at_commit, setpo.judge; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in %r or m.startswith('envs')))" % (ENGINES,))
+    code = ("import sys, setpo, setpo.setgrpo, setpo.embed, setpo.records, setpo.refusals, setpo_lab.repro.provenance, "
+            "setpo_lab.repro.arithmetic, setpo_lab.repro.at_commit, setpo.judge, setpo.cli; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in %r or m.startswith('setpo.envs')))" % (ENGINES,))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
 
 # ------------------------------------------------------------------------------------------- the import graph
 
-PACKAGE_FILES = files("setpo/**/*.py", "envs/**/*.py")
+PACKAGE_FILES = files("setpo/**/*.py", "setpo_lab/**/*.py")
 
 
 def module_name(path: Path) -> str:
@@ -299,9 +327,9 @@ def test_no_module_imports_another_modules_private_names(path):
 
 
 def test_the_one_line_error_parser_is_defined_once():
-    """Every command's parser is ``envs.arguments.Parser``: no module keeps a copy of it."""
-    subclasses = sorted({_rel(p) for p in files("setpo/**/*.py", "envs/**/*.py", "scripts/**/*.py", "benchmarks/*.py")
+    """Every command's parser is ``setpo.envs.arguments.Parser``: no module keeps a copy of it."""
+    subclasses = sorted({_rel(p) for p in files("setpo/**/*.py", "setpo_lab/**/*.py", "scripts/**/*.py", "benchmarks/*.py")
                          for node in ast.walk(ast.parse(p.read_text(), filename=str(p)))
                          if isinstance(node, ast.ClassDef)
                          and any(ast.unparse(base).endswith("ArgumentParser") for base in node.bases)})
-    assert subclasses == ["envs/arguments.py"]
+    assert subclasses == ["setpo/envs/arguments.py"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.math_answers import final_answer, math_reward, normalize_answer
+from setpo.envs.math_answers import final_answer, math_reward, normalize_answer
 
 
 @pytest.mark.parametrize("text, answer", [
@@ -70,12 +70,12 @@ def test_a_long_response_without_an_answer_is_scored_quickly():
 
 def test_the_committed_table_of_real_responses_is_what_the_checker_says_now():
     """results/math/real_responses.md is the checker's verdict on kept real responses: a change to the checker
-    must come with the table made again (``python -m setpo.studies.math_responses``, which rescores the kept
+    must come with the table made again (``python -m setpo_lab.studies.math_responses``, which rescores the kept
     responses without sampling)."""
     import json
     from pathlib import Path
 
-    from setpo.studies.math_responses import score_table
+    from setpo_lab.studies.math_responses import score_table
 
     folder = Path(__file__).resolve().parent.parent / "results" / "math"
     kept = json.loads((folder / "real_responses.json").read_text())

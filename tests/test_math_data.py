@@ -7,10 +7,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from envs import math as md
-from setpo.studies import math as ml
-from setpo.studies.math_config import run_folder
-from setpo.studies import math_results as mr
+from setpo.envs import math as md
+from setpo_lab.studies import math as ml
+from setpo_lab.studies.math_config import run_folder
+from setpo_lab.studies import math_results as mr
 from setpo.trl.tiny_models import build_chat_tokenizer
 from setpo.trl.rewards import math_reward_func
 
@@ -69,7 +69,7 @@ def test_verl_parquet_round_trip_keeps_question_answer_and_template(tmp_path):
 def test_missing_file_says_what_to_pass(tmp_path):
     with pytest.raises(FileNotFoundError, match="TRAIN_FILE") as err:
         md.load_math_problems(tmp_path / "nope.parquet")
-    assert "python -m envs.math smoke" in str(err.value)
+    assert "python -m setpo.envs.math smoke" in str(err.value)
 
 
 @pytest.mark.parametrize("rows, match", [
@@ -123,7 +123,7 @@ def test_template_matches_a_qwen2_chat_template_rendering():
     ("\\boxed{\\dfrac12}", "0.5", 1.0),
     ("$2\\sqrt{13}$", "2\\sqrt{13}", 1.0),
     ("first \\boxed{3} then, correcting myself, \\boxed{4}", "4", 1.0),
-    ("The answer is 7", "7", 1.0),        # a stated answer counts without a box (envs.math_answers: real responses)
+    ("The answer is 7", "7", 1.0),        # a stated answer counts without a box (setpo.envs.math_answers: real responses)
     ("7 apples in all", "7", 0.0),        # no box, no stated answer: not "the last number in the text"
     ("\\boxed{__import__('os')}", "7", 0.0),  # nonsense is a wrong answer, never executed
     ("", "7", 0.0),
@@ -290,7 +290,7 @@ def test_vllm_work_goes_to_fresh_processes(monkeypatch):
 def test_pass_at_k_curves_table_and_figure():
     """The large-budget comparison of notebook 06: one curve per model from its pass@k list, the base model
     dashed grey, powers of two marked on a log axis, and a table at the k that were sampled."""
-    from setpo.studies import math as ml
+    from setpo_lab.studies import math as ml
 
     results = {name: {"pass_at_k": [min(1.0, p * k) for k in range(1, 17)], "n_problems": 30}
                for name, p in (("base model", 0.02), ("GRPO", 0.05), ("SetPO+GRPO", 0.04))}
@@ -304,7 +304,7 @@ def test_pass_at_k_curves_table_and_figure():
 
 
 def test_pass_at_k_problems_and_settings():
-    from setpo.studies import math as ml
+    from setpo_lab.studies import math as ml
 
     cfg = ml.MathRunConfig.cpu_demo(smoke=True)
     assert cfg.passk_max == 4 and len(ml.load_passk_problems(cfg)) == 2

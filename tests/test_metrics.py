@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs.countdown import distinct_correct_solutions
+from setpo.envs.countdown import distinct_correct_solutions
 from setpo.metrics import (
     ModeCoverage,
     diversity_width_and_average_modes,

@@ -11,8 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from setpo.studies.figures import ROOT
-from setpo.studies.notebook_runs import execute_notebook, write_back
+from setpo_lab.studies.figures import ROOT
+from setpo_lab.studies.notebook_runs import execute_notebook, write_back
 
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
 
@@ -94,7 +94,7 @@ def test_written_back_notebooks_number_their_cells_and_carry_labs_metadata(tmp_p
 def test_a_long_notebook_run_streams_its_cells_output(tmp_path, monkeypatch, capsys):
     """``make figures`` runs notebook 04 for minutes: each line a cell prints must reach our stdout as it comes,
     not only in the executed copy at the end."""
-    from setpo.studies import notebook_runs
+    from setpo_lab.studies import notebook_runs
 
     nb = nbformat.v4.new_notebook()
     nb.metadata.update(kernelspec={"name": "python3", "display_name": "Python 3", "language": "python"})

@@ -64,7 +64,7 @@ def test_answer_key_embedder_is_one_hot_over_stripped_texts():
 
 
 def test_kernel_texts_and_what_a_row_with_nothing_to_read_gets():
-    reader = resolve_reader("envs.short_answers:answer_key")
+    reader = resolve_reader("setpo.envs.short_answers:answer_key")
     texts = ["Answer: 30", "Answer: 30.\n\nSo it took 30 days.", "I think 4", "answer: 031"]
     read, readable, answers = kernel_texts(texts, "answer", reader)
     assert read == ["30", "30", "", "31"] and readable == [True, True, False, True]
@@ -78,7 +78,7 @@ def test_kernel_texts_and_what_a_row_with_nothing_to_read_gets():
 @pytest.mark.parametrize("spec, match", [("nocolon", "package.module:function"), (3, "package.module:function"),
                                          ("a:b:c", "package.module:function"),
                                          ("no_such_module_x:f", "cannot import module"),
-                                         ("envs.short_answers:missing", "has no function")])
+                                         ("setpo.envs.short_answers:missing", "has no function")])
 def test_reader_specs_are_checked(spec, match):
     with pytest.raises(ValueError, match=match):
         resolve_reader(spec)

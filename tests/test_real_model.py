@@ -3,7 +3,7 @@
 
 The model folder is prepared once into ``.cache/models/`` (git-ignored) and reused by later sessions (about 25 s
 the first time). The slow tests train SetPO+GRPO for 2 steps on verl's own trainer on the CPU
-(``python -m setpo.verl train --device cpu``) and on TRL (``setpo.studies.math.train_rl``), as small as a step
+(``python -m setpo.verl train --device cpu``) and on TRL (``setpo_lab.studies.math.train_rl``), as small as a step
 gets: 2 prompts x G = 4 rollouts of at most 32-48 tokens.
 """
 
@@ -74,7 +74,7 @@ def test_the_folder_is_an_ordinary_model_folder_with_the_fixed_tokenizer(model_d
     # transformers' GGUF tokenizer says EOS = <|im_start|>; the folder says what ends an assistant turn
     assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == config.eos_token_id == 2
     assert tok.pad_token_id == tok.eos_token_id and tok.padding_side == "left" and tok.model_max_length == 8192
-    from envs.math import qwen_math_messages, qwen_math_prompt
+    from setpo.envs.math import qwen_math_messages, qwen_math_prompt
 
     # the chat template renders the Qwen-Math prompt exactly as ChatML (the system message replaces SmolLM's own)
     rendered = tok.apply_chat_template(qwen_math_messages("What is 2+3?"), tokenize=False, add_generation_prompt=True)
@@ -89,7 +89,7 @@ def test_left_padded_batches_generate_what_single_prompts_do(model_dir):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from setpo.studies.math import chat_prompts, load_tokenizer
+    from setpo_lab.studies.math import chat_prompts, load_tokenizer
 
     tok = load_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32).eval()
@@ -146,9 +146,9 @@ def test_verl_trains_setpo_on_gsm8k_with_the_real_model_on_the_cpu(model_dir, tm
 
 @pytest.mark.slow
 def test_trl_trains_setpo_on_gsm8k_with_the_real_model(model_dir, tmp_path):
-    from envs.math import gsm8k_file
-    from setpo.studies.math import load_study_problems, train_rl
-    from setpo.studies.math_config import MathRunConfig
+    from setpo.envs.math import gsm8k_file
+    from setpo_lab.studies.math import load_study_problems, train_rl
+    from setpo_lab.studies.math_config import MathRunConfig
 
     cfg = MathRunConfig(model_path=str(model_dir), train_file=str(gsm8k_file("train")),
                         val_file=str(gsm8k_file("test")), embedder="hash", num_generations=4, prompts_per_step=2,
@@ -189,7 +189,7 @@ def test_run_setpo_sh_cpu_switch_uses_the_repositorys_gsm8k_as_is(tmp_path):
     assert {"trainer.device=cpu", "actor_rollout_ref.rollout.name=hf", "trainer.n_gpus_per_node=2",
             "actor_rollout_ref.rollout.n=4", "data.train_batch_size=2", "data.max_response_length=48",
             "trainer.total_training_steps=2", f"data.train_files=[{train}]",
-            "reward.custom_reward_function.path='pkg://envs.math'"} <= lines, sorted(lines)
+            "reward.custom_reward_function.path='pkg://setpo.envs.math'"} <= lines, sorted(lines)
     assert not (ROOT / "data/gsm8k/setpo_verl").exists()  # nothing converted beside the shipped files
     # 2 prompts x 4 rollouts over 2 workers = 4 responses each: micro batches of 4 (log-prob passes of 8) do not
     # split them; said in one line before verl starts, not as an assertion inside a Ray worker

@@ -1,5 +1,5 @@
 """A file the package cannot load is refused with one line that leads with the file (relative to its run folder)
-and what to do, then a short cause in the package's words (``setpo.repro.refusals``), never a library's text:
+and what to do, then a short cause in the package's words (``setpo.refusals``), never a library's text:
 torch's refusal of a damaged checkpoint is 300 characters that advise loading it again with safe loading turned
 off, the one thing a user must not do with a file of unknown origin, and it reads differently for other bytes.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from setpo.repro import refusals
-from setpo.repro.records import read_json, read_records
+from setpo_lab.repro import refusals
+from setpo.records import read_json, read_records
 
 HEAD = 120
 SEEDS = (0, 1, 2, 3)
@@ -96,7 +96,7 @@ SMALL_TOY = dict(steps=3, groups_per_step=4, snapshot_every=6, snapshot_samples=
 
 @pytest.fixture(scope="module")
 def toy_checkpoint(tmp_path_factory) -> bytes:
-    from setpo.studies.toy import ToyConfig, train
+    from setpo_lab.studies.toy import ToyConfig, train
 
     run = tmp_path_factory.mktemp("toy")
     train(ToyConfig(checkpoint_dir=str(run), **SMALL_TOY), progress=False)
@@ -104,7 +104,7 @@ def toy_checkpoint(tmp_path_factory) -> bytes:
 
 
 def test_toy_checkpoint(toy_checkpoint, tmp_path):
-    from setpo.studies.toy import ToyConfig, train
+    from setpo_lab.studies.toy import ToyConfig, train
 
     marker = tmp_path / "pwned"
     buffer = io.BytesIO()
@@ -121,7 +121,7 @@ def test_toy_checkpoint(toy_checkpoint, tmp_path):
     assert messages["truncated"] == messages["payload"] == messages["random 0"]  # one fault, one message
 
 
-# ---- JSON records and configs (setpo.repro.records.read_json, and the claim of a run folder) -----------------
+# ---- JSON records and configs (setpo.records.read_json, and the claim of a run folder) -----------------
 
 VALID_JSON = json.dumps({"lr": 0.1, "seed": 0, "steps": 3, "model": {"hidden": 8}}).encode()
 
@@ -141,7 +141,7 @@ def test_json_record(tmp_path):
 
 
 def test_json_config_of_a_run_folder(tmp_path, monkeypatch):
-    from setpo.studies.stages import claim_folder
+    from setpo_lab.studies.stages import claim_folder
 
     monkeypatch.chdir(tmp_path)
     Path("run").mkdir()
@@ -153,8 +153,8 @@ def test_json_config_of_a_run_folder(tmp_path, monkeypatch):
 
 def test_json_records_of_a_model_folder(tmp_path):
     """``model_identity`` (which evaluations a model shares) and ``sample_settings`` read a model folder's JSON."""
-    from setpo.studies.math_responses import sample_settings
-    from setpo.studies.sampling import model_identity
+    from setpo_lab.studies.math_responses import sample_settings
+    from setpo_lab.studies.sampling import model_identity
 
     folder = tmp_path / "final"
     folder.mkdir()
@@ -259,7 +259,7 @@ def _model_folder_refusals(tiny_model: Path, tmp_path: Path, load, error=ValueEr
 
 
 def test_countdown_trained_model(tiny_model, tmp_path):
-    from setpo.studies.countdown import load_trained
+    from setpo_lab.studies.countdown import load_trained
 
     messages = _model_folder_refusals(tiny_model, tmp_path, load_trained)
     check_refusals(messages, "sft/final", "delete sft and rerun to train that stage again")
@@ -268,7 +268,7 @@ def test_countdown_trained_model(tiny_model, tmp_path):
 
 
 def test_math_model_and_tokenizer(tiny_model, tmp_path):
-    from setpo.studies.math import MODEL_REMEDY, load_model, load_tokenizer
+    from setpo_lab.studies.math import MODEL_REMEDY, load_model, load_tokenizer
 
     messages = _model_folder_refusals(tiny_model, tmp_path, lambda p: load_model(p, torch.float32))
     check_refusals(messages, "final", MODEL_REMEDY)

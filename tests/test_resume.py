@@ -19,12 +19,12 @@ import torch
 from helpers import StopAt, run_records
 from safetensors.torch import load_file
 
-import setpo.studies.toy as toy
-from setpo.repro.records import ROOT
-from setpo.studies.countdown import (CountdownLMConfig, RLRun, claim_folder, load_config, make_data, train_rl, train_sft,
+import setpo_lab.studies.toy as toy
+from setpo_lab import ROOT
+from setpo_lab.studies.countdown import (CountdownLMConfig, RLRun, claim_folder, load_config, make_data, train_rl, train_sft,
                                      run_study)
-from setpo.studies.sampling import sample_completions
-from setpo.studies.toy import ToyConfig, train
+from setpo_lab.studies.sampling import sample_completions
+from setpo_lab.studies.toy import ToyConfig, train
 from setpo.trl import SetPOConfig
 from setpo.trl.training import STAGING, generation_aligned_save_steps, last_checkpoint, read_records
 
@@ -81,8 +81,8 @@ def test_toy_sigkill_at_random_moments_resumes_bit_for_bit(toy_straight, tmp_pat
     """A real kill -9 of a training process, three times at different moments, then a run to the end."""
     script = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(ROOT)!r})
-        from setpo.studies.toy import ToyConfig, train
-        import setpo.studies.toy as toy, time
+        from setpo_lab.studies.toy import ToyConfig, train
+        import setpo_lab.studies.toy as toy, time
         real = toy.mode_mass
         def slow(*a):  # a few ms per step, so that kills land at different steps and inside saves
             time.sleep(0.05)
@@ -276,7 +276,7 @@ def test_study_folder_refuses_another_config_or_a_missing_one(tmp_path):
 
 
 def test_damaged_finished_model_is_named(countdown, tmp_path):
-    from setpo.studies.countdown import load_trained
+    from setpo_lab.studies.countdown import load_trained
 
     *_, sft, _, _ = countdown
     broken = tmp_path / "sft" / "final"

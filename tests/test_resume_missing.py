@@ -14,8 +14,8 @@ import torch
 from helpers import StopAt, run_records
 from safetensors.torch import load_file
 
-import setpo.studies.countdown as study
-from setpo.studies.countdown import CountdownLMConfig, RLRun, make_data
+import setpo_lab.studies.countdown as study
+from setpo_lab.studies.countdown import CountdownLMConfig, RLRun, make_data
 from setpo.trl.training import MANIFEST, check_checkpoint, last_checkpoint
 
 # the stage functions' names (the studies are being refactored: run_* became train_*)

@@ -21,10 +21,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, TemperatureLogitsWarper, TopPLogitsWarper
 
-from setpo.studies import math as ml
-from setpo.studies import math_results as mr
-from setpo.studies.sampling import NucleusMask, model_identity, sample_completions, stop_token_ids
-from setpo.studies.stages import heartbeat, sittings_seconds
+from setpo_lab.studies import math as ml
+from setpo_lab.studies import math_results as mr
+from setpo_lab.studies.sampling import NucleusMask, model_identity, sample_completions, stop_token_ids
+from setpo_lab.studies.stages import heartbeat, sittings_seconds
 from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
 
 

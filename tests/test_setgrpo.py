@@ -1,5 +1,5 @@
 """SetGRPO (setpo.setgrpo) on seeded simulations: conformal coverage, LTT risk control, safe recovery by brute
-force, positive-affine invariance, bad input, composition with SetPO; and the rubric toy (envs.rubric)."""
+force, positive-affine invariance, bad input, composition with SetPO; and the rubric toy (setpo.envs.rubric)."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import setpo
-from envs.rubric import RubricTask, RubricToyConfig
+from setpo.envs.rubric import RubricTask, RubricToyConfig
 from setpo.groups import Groups
 from setpo.setgrpo import (
     SetGRPO,
@@ -28,7 +28,7 @@ from setpo.setgrpo import (
     safe_recovery,
     worst_case_agreement,
 )
-from setpo.studies.rubric import LinearSoftmaxPolicy, draw_groups, train
+from setpo_lab.studies.rubric import LinearSoftmaxPolicy, draw_groups, train
 
 G = 8
 
@@ -375,7 +375,7 @@ def test_toy_graders_and_regrading():
 
 def test_toy_setgrpo_ends_above_grpo():
     """The rubric study's claim in small (docs/studies/rubric.md): three seeds of the default toy run
-    (``setpo.studies.rubric.compare`` runs five)."""
+    (``setpo_lab.studies.rubric.compare`` runs five)."""
     gains = []
     for seed in range(3):
         grpo, sg = (train(m, seed=seed) for m in ("grpo", "setgrpo"))

@@ -1,12 +1,12 @@
-"""The short-answer task family (envs.short_answers) and the base-model table's arithmetic."""
+"""The short-answer task family (setpo.envs.short_answers) and the base-model table's arithmetic."""
 
 import pytest
 
-from envs.short_answers import (EXAMPLES, KINDS, MAX_DIGITS, SPLITS, answer_key, parse_answer, right_answer,
+from setpo.envs.short_answers import (EXAMPLES, KINDS, MAX_DIGITS, SPLITS, answer_key, parse_answer, right_answer,
                                 sample_tasks, score_answer, split_of, task_from_id, task_messages, tasks_of,
                                 text_after_answer, to_trl_records)
 from setpo.trl.rewards import short_answer_reward
-from setpo.studies.short_answers import BaseTableConfig, kind_row, mixed_share
+from setpo_lab.studies.short_answers import BaseTableConfig, kind_row, mixed_share
 
 
 def test_splits_are_disjoint_by_prompt_and_cover_every_kind():
@@ -108,7 +108,7 @@ def test_mixed_share_and_kind_row():
 
 
 def test_kinds_given_as_one_string_say_how_to_write_them():
-    from setpo.studies.short_answers_config import BaseTableConfig, ShortAnswerStudyConfig
+    from setpo_lab.studies.short_answers_config import BaseTableConfig, ShortAnswerStudyConfig
 
     with pytest.raises(ValueError, match=r"got the string 'between'; write kinds=\('between',\)"):
         ShortAnswerStudyConfig(kinds="between")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from setpo.metrics import pass_at_k
-from setpo.studies.short_answers_config import ARMS, CureStudyConfig, ShortAnswerStudyConfig
-from setpo.studies.short_answers_cure import check_reusable, hard_tasks, run_cure
-from setpo.studies.short_answers_cure_results import (BOOTSTRAP_SEED, guessing_pass_at_k, paired_bootstrap, reading,
+from setpo_lab.studies.short_answers_config import ARMS, CureStudyConfig, ShortAnswerStudyConfig
+from setpo_lab.studies.short_answers_cure import check_reusable, hard_tasks, run_cure
+from setpo_lab.studies.short_answers_cure_results import (BOOTSTRAP_SEED, guessing_pass_at_k, paired_bootstrap, reading,
                                                      prompt_metrics)
 
 
@@ -72,7 +72,7 @@ def test_the_records_figures_draw_every_arm_and_the_guesser_from_its_numbers(cur
     """Notebook 04's figures of a cure record: the training figure has one mean line per arm in each panel, its
     reward the mean over seeds of each run's logged reward; the pass@k figure has the base model, the guesser and
     every arm evaluated on the harder prompts, each line the record's curve."""
-    from setpo.studies.short_answers_cure_results import arms_training_figure, hard_pass_at_k_figure
+    from setpo_lab.studies.short_answers_cure_results import arms_training_figure, hard_pass_at_k_figure
 
     cfg, result, _ = cure
     rec = json.loads((Path(cfg.run_dir) / "results.json").read_text())
@@ -96,7 +96,7 @@ def test_the_records_figures_draw_every_arm_and_the_guesser_from_its_numbers(cur
 def test_a_rerun_of_one_new_arms_run_reproduces_its_record(cure, tiny_model, capsys):
     """``--rerun LABEL`` trains a recorded run of the cure study again in a scratch folder: on one machine it
     comes back bit for bit (exit status 0), and a run the study does not have is refused by name."""
-    from setpo.studies.short_answers_cure import main
+    from setpo_lab.studies.short_answers_cure import main
 
     cfg, _, _ = cure
     args = ["--preset", "smoke", "--out", cfg.run_dir, "--model-path", tiny_model]
@@ -161,7 +161,7 @@ def test_reuse_needs_the_same_training_settings(tmp_path):
 
 
 def test_presets_and_arms():
-    assert CureStudyConfig.preset("cure").command() == "python -m setpo.studies.short_answers_cure --preset cure " \
+    assert CureStudyConfig.preset("cure").command() == "python -m setpo_lab.studies.short_answers_cure --preset cure " \
                                                      "--out runs/short_answers_cure"
     pilot = CureStudyConfig.preset("pilot")
     assert pilot.eval_split == "val" and all(ARMS[a].lam_field or a == "grpo" for a in pilot.arms)
@@ -178,7 +178,7 @@ def test_presets_and_arms():
 
 
 def test_pilot_choice_takes_the_most_distinct_right_answers_within_pass_at_1_tolerance():
-    from setpo.studies.short_answers_cure_results import pilot_choice
+    from setpo_lab.studies.short_answers_cure_results import pilot_choice
 
     cfg = CureStudyConfig.preset("pilot")
     means = {"GRPO": {"pass@1": 0.70, "distinct_right": 3.0}, "base model": {"pass@1": 0.2, "distinct_right": 6.0}}

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import scipy.stats
 
-from setpo.studies.short_answers import STAGES, main, run_study
-from setpo.studies.short_answers_config import ShortAnswerStudyConfig
-from setpo.studies.short_answers_results import model_metrics, powers_of_two, reading, results_markdown
+from setpo_lab.studies.short_answers import STAGES, main, run_study
+from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
+from setpo_lab.studies.short_answers_results import model_metrics, powers_of_two, reading, results_markdown
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_smoke_study_trains_evaluates_and_reports_every_paired_run(study):
     assert set(result.runs) == {"grpo_s0", "setpo_s0", "grpo_s1", "setpo_s1"}
     assert {p.stem for p in (Path(cfg.run_dir) / "eval").glob("*.json")} == {"base", *result.runs}
     rep = result.summary
-    assert rep["command"] == f"python -m setpo.studies.short_answers study --preset smoke --out {cfg.run_dir} " \
+    assert rep["command"] == f"python -m setpo_lab.studies.short_answers study --preset smoke --out {cfg.run_dir} " \
                              f"--model-path {cfg.model_path}"
     for label, run in rep["runs"].items():
         assert run["step"] == [1, 2], label  # every optimizer step logged a reward
@@ -68,7 +68,7 @@ def test_a_second_call_reuses_every_piece(study):
 def test_a_rerun_of_one_seed_reproduces_its_record(study, tmp_path):
     """The same run in a fresh folder gives the recorded weights and logged steps bit for bit (CPU, one thread
     count); a run with no record, or an unknown one, is refused."""
-    from setpo.studies.short_answers import rerun_check
+    from setpo_lab.studies.short_answers import rerun_check
 
     cfg, _, _ = study
     check = rerun_check(cfg, "setpo_s1", tmp_path / "again", log=lambda *_: None)
@@ -102,7 +102,7 @@ def test_model_metrics_count_pass_at_k_and_distinct_right_answers():
 def test_results_markdown_names_the_command_and_intervals(study):
     _, result, _ = study
     text = results_markdown(result.summary)
-    assert "python -m setpo.studies.short_answers" in text and "SetPO+GRPO − GRPO" in text
+    assert "python -m setpo_lab.studies.short_answers" in text and "SetPO+GRPO − GRPO" in text
     said = reading(result.summary)
     grpo, setpo = list(result.summary["by_method"])
     went = [p for p in result.summary["paired"] if p["a"] == setpo and p["b"] == grpo and p["lo"] is not None
@@ -162,7 +162,7 @@ def test_a_run_whose_model_is_gone_is_trained_again_only_when_needed_and_must_ma
     retrained; without it the run is trained again and must give the recorded weights."""
     import shutil
 
-    from setpo.studies.short_answers import train_run
+    from setpo_lab.studies.short_answers import train_run
 
     cfg, result, _ = study
     copy = tmp_path / "kept"
@@ -184,7 +184,7 @@ def test_figures_draw_from_the_report(study):
     """The training figure (per method in each of its four panels: each seed and the mean with 2 seeds, the mean and
     its band with more) and the pass@k figure
     (the base model and each method) build from a report, as notebook 04 draws the committed record."""
-    from setpo.studies.short_answers_results import pass_at_k_figure, training_figure
+    from setpo_lab.studies.short_answers_results import pass_at_k_figure, training_figure
 
     cfg, result, _ = study
     training = training_figure(cfg, result.summary)

@@ -1,4 +1,4 @@
-"""What every study shares (``setpo.studies.stages``): one folder claim that refuses another config naming the
+"""What every study shares (``setpo_lab.studies.stages``): one folder claim that refuses another config naming the
 fields, refusals that name the file and what to do, exactly the stages asked for, progress lines while
 data is built, and one run_study shape returning one StudyResult."""
 
@@ -7,12 +7,12 @@ from dataclasses import asdict, replace
 
 import pytest
 
-import setpo.studies.countdown as countdown
+import setpo_lab.studies.countdown as countdown
 from setpo.presets import PAPER_RUN
-from setpo.studies import math as ml
-from setpo.studies import stages
-from setpo.studies.countdown import CountdownLMConfig, make_data, run_study, sft_examples
-from setpo.studies.toy import ToyConfig, train
+from setpo_lab.studies import math as ml
+from setpo_lab.studies import stages
+from setpo_lab.studies.countdown import CountdownLMConfig, make_data, run_study, sft_examples
+from setpo_lab.studies.toy import ToyConfig, train
 
 SMALL_TOY = dict(steps=3, groups_per_step=4, snapshot_every=6, snapshot_samples=16)
 
@@ -192,7 +192,7 @@ def test_every_study_has_one_run_study_shape():
     ``redo``); None runs every one of the study's ``STAGES``, a wrong name is refused naming them."""
     import inspect
 
-    from setpo.studies import rubric, short_answers, toy
+    from setpo_lab.studies import rubric, short_answers, toy
 
     for study in (toy, countdown, ml, rubric, short_answers):
         params = list(inspect.signature(study.run_study).parameters.values())
@@ -209,8 +209,8 @@ def test_every_study_has_one_run_study_shape():
 
 def test_toy_study_stages(tmp_path):
     """The toy keeps its runs in memory: "train" alone trains and writes nothing; "report" alone is refused."""
-    from setpo.studies.toy import run_study
-    from setpo.studies.toy_config import ToyStudyConfig
+    from setpo_lab.studies.toy import run_study
+    from setpo_lab.studies.toy_config import ToyStudyConfig
 
     cfg = ToyStudyConfig(out=str(tmp_path / "demo"), seeds=1, smoke=True)
     with pytest.raises(ValueError, match="'report' needs stage 'train'"):
@@ -223,8 +223,8 @@ def test_toy_study_stages(tmp_path):
 
 def test_rubric_study_returns_each_seeds_row_and_the_table():
     """The rubric study keeps nothing on disk: its StudyResult holds each seed's row by seed and the table logged."""
-    from setpo.studies.rubric import run_study
-    from setpo.studies.rubric_config import RubricStudyConfig, TrainConfig
+    from setpo_lab.studies.rubric import run_study
+    from setpo_lab.studies.rubric_config import RubricStudyConfig, TrainConfig
 
     lines = []
     result = run_study(RubricStudyConfig(seeds=2, train=TrainConfig(steps=2, n_cal_groups=48)), log=lines.append)
@@ -239,7 +239,7 @@ def test_a_countdown_run_reaches_the_trainer_with_every_setting(tmp_path):
     with the study's common arguments) reaches SetPOConfig with its value, and each changes what it sends."""
     from dataclasses import fields
 
-    from setpo.studies.countdown_config import RLRun
+    from setpo_lab.studies.countdown_config import RLRun
     from setpo.trl import config_for
 
     run = RLRun(preset="grpo", group_size=3, beta=0.005, lam=0.5, seed=4, embedder="hash", term="pairwise",
@@ -257,7 +257,7 @@ def test_a_countdown_run_reaches_the_trainer_with_every_setting(tmp_path):
 
 def test_sampling_reports_progress_per_batch_and_samples_the_same():
     """The evaluation's progress lines come from a callback per batch, which leaves the samples as they were."""
-    from setpo.studies.sampling import sample_completions
+    from setpo_lab.studies.sampling import sample_completions
     from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
 
     tok = build_tokenizer()

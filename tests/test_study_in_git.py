@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from setpo.studies.countdown import CountdownLMConfig, run_study
-from setpo.studies.stages import RestoreMismatch
+from setpo_lab.studies.countdown import CountdownLMConfig, run_study
+from setpo_lab.studies.stages import RestoreMismatch
 from setpo.trl.training import DONE_FILE, weights_sha256
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,8 +160,8 @@ def test_git_keeps_the_records_and_leaves_the_models_out():
 def test_the_record_says_which_machine_trained_and_evaluated_each_row(study):
     """A study of several sittings may have had several machines (another one's kernels give other weights):
     every row names the processor that trained it and the one that evaluated it, and the record counts them."""
-    from setpo.repro.provenance import machine
-    from setpo.studies.countdown_results import machine_label
+    from setpo_lab.repro.provenance import machine
+    from setpo_lab.studies.countdown_results import machine_label
 
     summary = json.loads((Path(study.out) / "results.json").read_text())
     here = machine_label(machine())
@@ -172,7 +172,7 @@ def test_the_record_says_which_machine_trained_and_evaluated_each_row(study):
 
 
 def test_machine_label_names_the_widest_vector_extension():
-    from setpo.studies.countdown_results import machine_label
+    from setpo_lab.studies.countdown_results import machine_label
 
     assert machine_label({"cpu": "AMD EPYC", "vector": ["avx2", "fma", "avx512f"], "flags_sha256": "6a93d771884cba54"}) \
         == "AMD EPYC avx512f 6a93d771"
@@ -196,4 +196,4 @@ def test_make_countdown_installs_the_versions_the_committed_record_was_made_at()
     assert recorded["torch"].split("+")[0] == torch_spec
     recipe = makefile.split("\ncountdown:")[1].split("\n\n")[0]
     assert "install -q -r results/countdown/requirements.txt" in recipe
-    assert recipe.index("requirements.txt") < recipe.index("setpo.cli countdown")
+    assert recipe.index("requirements.txt") < recipe.index("setpo_lab.cli countdown")

@@ -2,9 +2,9 @@
 
 import torch
 
-from envs.bandit import BanditConfig, MultiModalBandit
-from setpo.studies.toy import ToyConfig, TrajectoryPolicy, mode_mass, train
-from setpo.studies.toy_results import covered_modes
+from setpo.envs.bandit import BanditConfig, MultiModalBandit
+from setpo_lab.studies.toy import ToyConfig, TrajectoryPolicy, mode_mass, train
+from setpo_lab.studies.toy_results import covered_modes
 
 SMALL = dict(steps=12, groups_per_step=4, snapshot_every=6, snapshot_samples=16)
 
@@ -58,7 +58,7 @@ def test_covered_modes_threshold():
 
 
 def test_compare_shows_one_progress_bar_over_all_runs(capsys):
-    from setpo.studies.toy import compare
+    from setpo_lab.studies.toy import compare
 
     results = compare(ToyConfig(**SMALL), {"GRPO": {}, "SetPO": {"setpo": True}}, range(2))
     assert [len(v) for v in results.values()] == [2, 2]
@@ -73,8 +73,8 @@ def test_a_bad_or_repeated_lambda_is_refused_before_training():
 
     import pytest
 
-    from setpo.studies.toy import lambda_sweep
-    from setpo.studies.toy_config import ToyConfig
+    from setpo_lab.studies.toy import lambda_sweep
+    from setpo_lab.studies.toy_config import ToyConfig
 
     for bad in (-1.0, math.nan, math.inf):
         for setpo_on in (True, False):  # a plain-GRPO config with a bad λ is refused too: it is what a sweep labels

@@ -125,11 +125,11 @@ def test_bad_reader_settings_are_clear_errors(tiny, tmp_path):
     with pytest.raises(ValueError, match="cannot import module 'no_such_module'"):
         _config(tmp_path, setpo_answer_reader="no_such_module:f")
     with pytest.raises(ValueError, match="has no function 'nope'"):
-        _config(tmp_path, setpo_answer_reader="envs.short_answers:nope")
+        _config(tmp_path, setpo_answer_reader="setpo.envs.short_answers:nope")
     with pytest.raises(ValueError, match="setpo_gate_reward must be None or a finite number"):
         _config(tmp_path, setpo_gate_reward=float("nan"))
     # a string naming a function works like the function itself
-    assert _config(tmp_path, setpo_answer_reader="envs.short_answers:answer_key").setpo_answer_reader
+    assert _config(tmp_path, setpo_answer_reader="setpo.envs.short_answers:answer_key").setpo_answer_reader
 
 
 def _train(trainer):

@@ -339,7 +339,7 @@ def test_launcher_config_is_accepted_by_verls_config_system(algo):
     assert (config.trainer.nnodes, config.trainer.n_gpus_per_node) == (2, 4)
     assert resolved["data"]["val_files"] == ["/data/gsm8k/test.parquet", "/data/math500/test.parquet"]
     assert resolved["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == "setpo.verl"
-    assert config.reward.custom_reward_function.path == "pkg://envs.math"
+    assert config.reward.custom_reward_function.path == "pkg://setpo.envs.math"
 
 
 def test_baseline_and_lambda_override():
@@ -358,7 +358,7 @@ def test_baseline_and_lambda_override():
 
 
 def test_cli_print_config_converts_raw_files_and_checks_paths(tmp_path, capsys):
-    from envs import math as math_data
+    from setpo.envs import math as math_data
 
     train, val = math_data.write_smoke_files(tmp_path / "data", n_train=8, n_val=4)
     model = tmp_path / "model"
@@ -426,7 +426,7 @@ def test_run_setpo_sh_dry_run_composes_the_papers_config(tmp_path):
     import subprocess
     from pathlib import Path
 
-    from envs import math as math_data
+    from setpo.envs import math as math_data
 
     root = Path(__file__).resolve().parent.parent
     train, val = math_data.write_smoke_files(tmp_path / "data", n_train=8, n_val=4)

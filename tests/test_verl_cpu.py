@@ -45,7 +45,7 @@ def test_cpu_config_is_accepted_by_verl_and_says_what_the_cpu_needs(demo):
     assert config.ray_kwargs.ray_init.num_gpus == 2  # logical GPUs: one per FSDP worker
     env = config.ray_kwargs.ray_init.runtime_env.env_vars
     assert env.VERL_PLATFORM == "cpu" and env.VERL_USE_EXTERNAL_MODULES == "setpo.verl,setpo.verl.cpu"
-    assert config.reward.custom_reward_function.path == "pkg://envs.countdown"
+    assert config.reward.custom_reward_function.path == "pkg://setpo.envs.countdown"
     assert ar.actor.use_kl_loss and ar.actor.kl_loss_coef == pytest.approx(1e-4)  # ref policy + KL kept
     gpu = launch.compose_config(launch.build_overrides(launch.VerlLaunchConfig(
         model_path="/m", train_files=["/t.parquet"], val_files=["/v.parquet"])))

@@ -17,7 +17,7 @@ def check_training(device: str, run_root: Path) -> dict:
     import torch
 
     from setpo.embed import load_embedder
-    from setpo.studies import math as ml
+    from setpo_lab.studies import math as ml
     from setpo.trl import quiet_libraries
 
     quiet_libraries()
@@ -52,7 +52,7 @@ def check_training(device: str, run_root: Path) -> dict:
         assert data["steps"] == [0, 2, 3], data["steps"]
         out["trajectory_points"] = sum(len(v["xy"]) for v in data["points"].values())
     except ImportError:  # the bare machine has no plotly: check the projection the figure is drawn from
-        from setpo.studies.figures import project_texts
+        from setpo_lab.studies.figures import project_texts
 
         xy = project_texts([r["text"] for recs in probes.values() for r in recs], embedder, method="pca")
         out["trajectory_points"] = len(xy)

@@ -18,7 +18,7 @@ WHEELS = {
     "dill==0.4.1": "datasets",
     "multiprocess==0.70.19": "datasets",
     "xxhash==4.1.0": "datasets",
-    "gymnasium==1.4.0": "envs (imported by the reward functions' package)",
+    "gymnasium==1.4.0": "setpo.envs (imported by the reward functions' package)",
     "cloudpickle==3.1.3": "gymnasium",
     "farama-notifications==0.0.6": "gymnasium",
     "math-verify==0.9.0": "the math reward",

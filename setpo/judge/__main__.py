@@ -21,8 +21,8 @@ from setpo.judge.cache import JudgeCache
 from setpo.judge.client import JudgeError, check_api_key, check_url
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, SCALE
 from setpo.judge.run import judge_items, load_items, summarize
-from setpo.repro.records import markdown_table, write_json
-from envs.arguments import Parser, nonnegative_float, positive_int
+from setpo.records import markdown_table, write_json
+from setpo.envs.arguments import Parser, nonnegative_float, positive_int
 
 
 def build_parser() -> Parser:

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from setpo.judge.client import JudgeRejected, JudgeUnavailable, OpenAIJudge, check_positive
-from setpo.repro.refusals import file_refusal, loading
+from setpo.refusals import file_refusal, loading
 
 
 class TransformersJudge:
@@ -44,7 +44,7 @@ class TransformersJudge:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         # the folder's files are external input (damaged, foreign): a failed load is refused with the folder and
-        # what to do first, and a cause in our words, never the library's text (setpo.repro.refusals)
+        # what to do first, and a cause in our words, never the library's text (setpo.refusals)
         remedy = "give the folder of a complete chat model (config, weights, tokenizer) as the local judge"
         with loading(self.path, remedy, expected="model folder", root=self.path.parent):
             tok = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)

@@ -5,7 +5,7 @@ A record is keyed by ``cache_key(judge, problem, responses, max_chars)``: the ju
 settings, never its address or key), ``PROMPT_VERSION``, the problem and the responses, so a new rubric, another
 judge or other responses never reuse an old verdict. Each record is one ``write`` of one line to a file opened
 for appending, flushed and fsynced before the verdict counts as done: a kill leaves at most a last line cut
-short, which opening the cache drops (``setpo.repro.records.read_records`` reads the rest). Only the judge's replies
+short, which opening the cache drops (``setpo.records.read_records`` reads the rest). Only the judge's replies
 are cached (a reply that gives no score included: asking again at temperature 0 would pay for the same
 answer); a request that failed, or that the server rejected, is not, so a rerun asks again.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Sequence
 
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, SCALE
-from setpo.repro.records import read_records
-from setpo.repro.refusals import cannot_load, file_refusal
+from setpo.records import read_records
+from setpo.refusals import cannot_load, file_refusal
 
 
 def cache_key(judge_name: str, problem: str, responses: Sequence[str], max_chars: int = MAX_RESPONSE_CHARS) -> str:
@@ -54,7 +54,7 @@ class JudgeCache:
         if self.path is not None:
             if self.path.is_dir():
                 raise ValueError(f"judge cache {self.path} is a folder; give a file path (e.g. judge_cache.jsonl)")
-            # a refusal leads with the file and what to do, then a short cause (setpo.repro.refusals)
+            # a refusal leads with the file and what to do, then a short cause (setpo.refusals)
             remedy = "give another cache file, or delete this one to judge again"
             try:
                 records = read_records(self.path, remedy)

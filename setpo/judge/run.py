@@ -27,8 +27,8 @@ from setpo.judge.cache import JudgeCache, cache_key
 from setpo.judge.client import Judge, JudgeRejected, JudgeUnavailable
 from setpo.judge.rubric import MAX_RESPONSE_CHARS, PROMPT_VERSION, Verdict, build_messages, check_set, \
     parse_reply, summarize_verdicts
-from setpo.repro.records import progress_bar
-from setpo.repro.refusals import cannot_load, file_refusal
+from setpo.records import progress_bar
+from setpo.refusals import cannot_load, file_refusal
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def load_items(path: str | Path) -> list[Item]:
     if not path.is_file():
         what = "is a folder, not a file" if path.is_dir() else "no such file"
         raise ValueError(f"{path}: {what} (a JSONL or JSON of {{problem, method, responses}} items)")
-    # a file that cannot be read leads with itself and what to do, then a short cause (setpo.repro.refusals)
+    # a file that cannot be read leads with itself and what to do, then a short cause (setpo.refusals)
     remedy = "give a JSON list of {problem, method, responses} objects, or one per line (JSONL)"
     try:
         text = path.read_text(encoding="utf-8", errors="replace")

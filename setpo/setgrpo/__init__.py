@@ -29,7 +29,7 @@ normalises rewards jointly within the group, so one grader's slip moves the coef
 
 (b) Geometry-guided safe recovery (``safe_recovery``, ``worst_case_agreement``, ``gate_scores``).
     Per-response gradient features g_i (∇θ of the response's length-normalised log-probability; exact for
-    the toy policy of ``envs.rubric``, last-layer or random-projection features for language models) give
+    the toy policy of ``setpo.envs.rubric``, last-layer or random-projection features for language models) give
     the group's Gram K_ij = ⟨g_i, g_j⟩, so coefficients c produce the update Σ_i c_i g_i and
     ⟨Σ a_i g_i, Σ c_i g_i⟩ = aᵀKc. For a box inflation τ ≥ 0 let C(τ) = Π_i [â_i ± τq̂σ̂_i] (τ = 1 is the
     calibrated box). The anchor c₀(τ) is the point of C(τ) nearest 0 (â soft-thresholded by τq̂σ̂), the

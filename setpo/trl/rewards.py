@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from envs.countdown import score_answer
-from envs.math import math_reward
-from envs.short_answers import score_answer as score_short_answer
-from envs.short_answers import task_from_id
+from setpo.envs.countdown import score_answer
+from setpo.envs.math import math_reward
+from setpo.envs.short_answers import score_answer as score_short_answer
+from setpo.envs.short_answers import task_from_id
 from setpo.completions import completion_text
 
 
@@ -34,9 +34,9 @@ def _need_columns(reward: str, given: dict[str, Any], extra: dict[str, Any]) -> 
 
 
 def countdown_reward(completions, numbers=None, target=None, **columns: Any) -> list[float]:
-    """``envs.countdown.score_answer`` over a batch (1.0 correct, 0.1 well-formed, 0.0 no answer).
+    """``setpo.envs.countdown.score_answer`` over a batch (1.0 correct, 0.1 well-formed, 0.0 no answer).
 
-    numbers, target: the dataset columns ``envs.countdown.export_parquet(style="trl")`` writes.
+    numbers, target: the dataset columns ``setpo.envs.countdown.export_parquet(style="trl")`` writes.
     """
     _need_columns("countdown_reward", {"numbers": numbers, "target": target}, columns)
     _same_lengths(completions=completions, numbers=numbers, target=target)
@@ -44,15 +44,15 @@ def countdown_reward(completions, numbers=None, target=None, **columns: Any) -> 
 
 
 def math_reward_func(completions: Sequence[Any], answer: Sequence[str] = None, **columns: Any) -> list[float]:
-    """``envs.math.math_reward`` over a batch; ``answer`` is the dataset column of that name."""
+    """``setpo.envs.math.math_reward`` over a batch; ``answer`` is the dataset column of that name."""
     _need_columns("math_reward_func", {"answer": answer}, columns)
     _same_lengths(completions=completions, answer=answer)
     return [math_reward(completion_text(c), a) for c, a in zip(completions, answer)]
 
 
 def short_answer_reward(completions: Sequence[Any], task_id: Sequence[str] = None, **columns: Any) -> list[float]:
-    """``envs.short_answers.score_answer`` over a batch (1.0 for a right ``Answer: N`` line, else 0.0);
-    ``task_id`` is the dataset column ``envs.short_answers.to_trl_records`` writes. A chat completion is read
+    """``setpo.envs.short_answers.score_answer`` over a batch (1.0 for a right ``Answer: N`` line, else 0.0);
+    ``task_id`` is the dataset column ``setpo.envs.short_answers.to_trl_records`` writes. A chat completion is read
     like every other reward's (``completion_text``: all messages, text blocks included)."""
     _need_columns("short_answer_reward", {"task_id": task_id}, columns)
     _same_lengths(completions=completions, task_id=task_id)

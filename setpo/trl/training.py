@@ -30,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from setpo.repro.records import read_records, write_json, write_text
-from setpo.repro.refusals import cannot_load, file_refusal
+from setpo.records import read_records, write_json, write_text
+from setpo.refusals import cannot_load, file_refusal
 
 STAGING = ".checkpoint-staging"  # not matched by the Trainer's "checkpoint-*" globs
 MANIFEST = "setpo_checkpoint_files.json"  # {"files": {relative path: bytes}}, written into each checkpoint last
@@ -87,7 +87,7 @@ def check_checkpoint(checkpoint: Path) -> None:
 
     checkpoint = Path(checkpoint)
     # each refusal leads with the file (relative to the run folder) and what to do, then a short cause in our words,
-    # the same whatever bytes are damaged (setpo.repro.refusals), never the library's text
+    # the same whatever bytes are damaged (setpo.refusals), never the library's text
     root = checkpoint.parent
     remedy = f"delete {checkpoint.name} to resume from an earlier checkpoint (or the run folder to start over)"
     manifest = checkpoint / MANIFEST

@@ -70,7 +70,7 @@ Launcher
 --------
 ``python -m setpo.verl train --model-path ... --train-file ... --val-file ...`` (what
 ``scripts/run_setpo.sh`` calls) converts raw GSM8K/MATH files to verl's parquet layout with the Qwen-Math
-template (``envs.math``), builds the Hydra overrides (``build_overrides``, the paper's math settings),
+template (``setpo.envs.math``), builds the Hydra overrides (``build_overrides``, the paper's math settings),
 composes them against verl's packaged ``ppo_trainer`` config, validates them with verl's own
 ``validate_config`` and runs verl's ``run_ppo`` with ``SetPOTaskRunner``. ``print-config`` does everything
 but the run. Training needs verl's full runtime (``pip install 'verl[vllm]'``: TransferQueue, vLLM, ...) and

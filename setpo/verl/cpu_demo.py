@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 
 def _prompt_text(inst) -> str:
-    """The Countdown study's compact prompt (``setpo.studies.countdown.prompt_text``, without its newline)."""
+    """The Countdown study's compact prompt (``setpo_lab.studies.countdown.prompt_text``, without its newline)."""
     return " ".join(str(v) for v in inst.numbers) + f" = {inst.target}"
 
 
@@ -20,7 +20,7 @@ def write_countdown_demo(out_dir, n_train: int = 64, n_val: int = 16, seed: int 
     """A CPU run's inputs, written once to ``out_dir`` (reused when present): a tiny random Qwen2 with the
     character-level ChatML tokenizer (``setpo.trl.tiny_models.build_chat_tokenizer``: verl's Qwen token
     handling needs ``<|im_end|>`` and a one-token newline) and verl parquet files of Countdown problems in the
-    Countdown study's compact prompt (``3 7 25 = 82``), scored by ``envs.countdown.verl_compute_score``.
+    Countdown study's compact prompt (``3 7 25 = 82``), scored by ``setpo.envs.countdown.verl_compute_score``.
 
     The tokenizer goes to its own folder (``tokenizer``, passed as ``--tokenizer-path``): next to a qwen2
     ``config.json``, transformers' AutoTokenizer would swap it for its byte-level Qwen2 tokenizer, which has no
@@ -32,7 +32,7 @@ def write_countdown_demo(out_dir, n_train: int = 64, n_val: int = 16, seed: int 
 
     import pandas as pd
 
-    from envs.countdown import make_splits
+    from setpo.envs.countdown import make_splits
     from setpo.trl.tiny_models import ModelSize, build_chat_tokenizer, build_model
 
     out = Path(out_dir)

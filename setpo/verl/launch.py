@@ -26,7 +26,7 @@ CPU_ROLLOUT = "hf"
 #: where verl's file logger (``--logger ...,file``) writes a run's metrics, in the run's folder
 METRICS_FILE = "metrics.jsonl"
 #: the verifier verl's reward loop calls (``reward.custom_reward_function``) for each task's data.
-TASK_REWARDS = {"math": "pkg://envs.math", "countdown": "pkg://envs.countdown"}
+TASK_REWARDS = {"math": "pkg://setpo.envs.math", "countdown": "pkg://setpo.envs.countdown"}
 
 
 def _fmt(v: Any) -> str:
@@ -90,7 +90,7 @@ class VerlLaunchConfig:
     train_batch_size: one on-policy update per step (**design choice**; the paper gives only the global batch).
     val_n, val_temperature, val_top_p: Pass@1 as avg@k at T=0.5, top-p 0.9 (PAPER_RUN: k = 64).
     device: "cuda" (vLLM rollouts) or "cpu" (``setpo.verl.cpu``: FSDP2 over gloo, transformers rollouts).
-    task: "math" (``envs.math`` verifier) or "countdown" (``envs.countdown`` verifier). total_training_steps:
+    task: "math" (``setpo.envs.math`` verifier) or "countdown" (``setpo.envs.countdown`` verifier). total_training_steps:
     stop after this many steps (None: verl's, from the epochs).
     rollout_tp, gpu_memory_utilization, micro_batch_per_gpu: engine sizing, not science.
     ray_address: an existing Ray cluster to run on (``--ray-address``, else ``RAY_ADDRESS``, which ``ray job
@@ -154,7 +154,7 @@ class VerlLaunchConfig:
         "cuda: vLLM rollouts on GPUs; cpu: verl's trainer on the CPU (setpo.verl.cpu: FSDP2 over gloo, "
         "transformers rollouts), for laptops and CI (default: %(default)s)", choices=DEVICES))
     task: str = field(default="math", metadata=_option(
-        "which verifier scores the responses: math (envs.math) or countdown (envs.countdown) "
+        "which verifier scores the responses: math (setpo.envs.math) or countdown (setpo.envs.countdown) "
         "(default: %(default)s)", choices=sorted(TASK_REWARDS)))
     total_training_steps: int | None = field(default=None, metadata=_option(
         "stop after this many training steps (default: all epochs)", flag="--total-steps"))
@@ -381,11 +381,11 @@ def validate(config) -> None:
 def prepare_data(path: str, data_dir: str | None = None, split: str = "train") -> str:
     """A verl parquet for ``path``: the file itself if it already has verl's columns, else a converted copy.
 
-    Raw GSM8K/MATH500/AIME/AMC files (``envs.math`` layouts) are written with the Qwen-Math template to
+    Raw GSM8K/MATH500/AIME/AMC files (``setpo.envs.math`` layouts) are written with the Qwen-Math template to
     ``data_dir`` (default: a ``setpo_verl`` folder beside the input, so a file on shared storage stays on
     shared storage, which multi-node runs need: verl's task runner may read it on any node).
     """
-    from envs import math as math_data
+    from setpo.envs import math as math_data
 
     p = Path(path).expanduser()
     if not p.is_file():

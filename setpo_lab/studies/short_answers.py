@@ -1,0 +1,493 @@
+"""The short-answer study (notebook 04): does GRPO narrow a real model's answers, and does SetPO keep them?
+
+Two commands. ``base`` measures the base model on every task kind of ``setpo.envs.short_answers`` (the table that
+chose the family); ``study`` trains GRPO and SetPO+GRPO over paired seeds and compares them.
+
+**The base table.**
+
+A task family is in a model's competence zone when RL has a signal from the first step: a mean reward between
+about 0.15 and 0.6, and most groups of G rollouts mixed (some right, some wrong), since a group whose rollouts
+all score alike gets advantage 0 under GRPO. ``base_table`` measures, per task kind and sampling temperature,
+on ``per_kind`` training prompts × ``n`` samples of the base model:
+
+- ``reward``: the mean 0/1 reward;
+- ``mixed_groups``: the expected share of prompts whose group of ``group_size`` rollouts (drawn from the n
+  samples without replacement) holds both a right and a wrong answer;
+- ``distinct_right``: distinct right answers per prompt among the n samples (for many-answer kinds the
+  quantity that mode collapse lowers);
+- ``answer_line``: the share of samples whose first line is ``Answer: N`` (right or wrong);
+- ``truncated``: the share of samples that reached ``max_new_tokens`` without ending (re-tokenised text).
+
+``python -m setpo_lab.studies.short_answers base --out results/short_answers`` writes ``base_model.json`` (every
+number and the settings) and ``base_model.md`` (the table). Samples of each (kind, temperature) are kept in
+``OUT/base_samples/`` as they finish, so a stopped run resumes where it was; the folder is claimed for one
+configuration (``setpo_lab.studies.stages.claim_folder``).
+
+**The study.**
+
+SmolLM2-135M-Instruct (``setpo.models``) learns the tasks of ``setpo.envs.short_answers`` with GRPO and with
+SetPO+GRPO from the same base model, over paired seeds: a seed fixes the prompt order and the first step's
+rollouts, which are then the same for both methods. Stages (each resumable; a finished piece is never redone):
+
+- ``train``: every (method, seed) run, ``cfg.steps`` optimizer steps of ``prompts_per_step`` prompts × G
+  rollouts (``setpo.trl.train_resumable``: checkpoints, ``log_history.json``, ``probes.jsonl``: samples of
+  fixed validation prompts with many right answers every ``probe_every`` steps, the distinct-answers curve);
+- ``evaluate``: the base model and every trained model, ``eval_n`` samples of each test prompt at the training
+  temperature, from one sampling seed (the same random numbers for every model); their answers, texts and
+  within-prompt similarity go to ``eval/<label>.json``;
+- ``report``: ``short_answers_results.report``: tables with 95% intervals paired over seeds, the figures.
+
+Choices (docs/studies/short_answers.md says why): GRPO's loss settings from ``setpo.trl.config_for("grpo")``
+with β = 0 and a constant learning rate; SetPO's λ in units of its term's spread over the batch
+(``setpo_lambda_units="term_std"``, the Countdown study's choice, λ = 0.15σ), since with the paper's absolute
+λ = 0.05 the term is ~0.05 × 0.013 of an advantage here and cannot act; the loss runs each prompt once
+(``setpo_share_prompt_pass``), one micro-batch per step, bf16 autocast (the CPU's bf16 matrix units).
+
+``python -m setpo_lab.studies.short_answers study --preset committed --out results/short_answers/study`` makes the
+committed record; ``--preset notebook`` is the size of notebook 04's own run and ``--preset smoke`` the test's.
+``--rerun grpo_s0`` trains one recorded run again in a scratch folder and says whether it came back bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from setpo.envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer, sample_tasks,
+                                task_messages, to_trl_records)
+from setpo.metrics import pass_at_k
+from setpo.records import read_json, write_json
+from setpo_lab.studies.short_answers_config import PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, ShortAnswerStudyConfig
+from setpo_lab.studies.stages import (Progress, StudyResult, check_restored, chosen_stages, claim_folder, has_model,
+                                  heartbeat, print_flushed, refusal, restore_model, run_records, stage_done)
+from setpo.trl.rewards import short_answer_reward
+
+
+def mixed_share(n: int, right: int, g: int) -> float:
+    """Probability that g of n samples drawn without replacement, ``right`` of them right, are not all alike."""
+    if g > n:
+        raise ValueError(f"group_size {g} exceeds the {n} samples per prompt")
+    alike = math.comb(right, g) + math.comb(n - right, g)
+    return 1.0 - alike / math.comb(n, g)
+
+
+def kind_row(tasks: list[TaskSpec], samples: list[list[str]], lengths: list[list[int]], cfg: BaseTableConfig) -> dict:
+    """One row of the table: a kind's numbers over its prompts' samples (texts and their token counts)."""
+    rewards, distinct, mixed, answered, cut = [], [], [], 0, 0
+    for task, texts, lens in zip(tasks, samples, lengths, strict=True):
+        values = [parse_answer(t) for t in texts]
+        right = [task.is_right(v) for v in values]
+        rewards += right
+        distinct.append(len({v for v, ok in zip(values, right) if ok}))
+        mixed.append(mixed_share(len(texts), sum(right), cfg.group_size))
+        answered += sum(v is not None for v in values)
+        cut += sum(k >= cfg.max_new_tokens for k in lens)
+    count = len(rewards)
+    n = min(len(texts) for texts in samples)
+    # pass@n: the share of prompts with a right answer among their n samples (unbiased, Chen et al. 2021)
+    passed = [pass_at_k(len(texts), sum(task.is_right(parse_answer(t)) for t in texts), n)
+              for task, texts in zip(tasks, samples)]
+    return {"prompts": len(tasks), "samples": count, "reward": sum(rewards) / count, "pass_at_n": sum(passed) / len(passed),
+            "mixed_groups": sum(mixed) / len(mixed), "distinct_right": sum(distinct) / len(distinct),
+            "answer_line": answered / count, "truncated": cut / count}
+
+
+def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> dict:
+    """Measure the base model on every kind at every temperature (see the module docstring); returns the record
+    that ``base_model.json`` holds."""
+    import torch
+
+    from setpo_lab.studies.sampling import sample_completions
+
+    out = Path(out)
+    claim_folder(out / "base_samples", asdict(cfg))
+    model_dir = model_folder(cfg.model_path)
+    tok, model = load_model(model_dir, torch.float32)
+    rows = []
+    for temperature in cfg.temperatures:
+        for kind in cfg.kinds:
+            tasks = sample_tasks([kind], cfg.split, cfg.per_kind, cfg.seed)
+            cache = out / "base_samples" / f"{kind}_T{temperature}.json"
+            if cache.exists():
+                samples = read_json(cache, "delete it and rerun to sample this kind again")["samples"]
+            else:
+                started = time.perf_counter()
+                prompts = chat_prompts(tok, tasks)
+                samples = sample_completions(model, tok, prompts, n=cfg.n, temperature=temperature,
+                                             max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                                             add_special_tokens=False, share_prompt=True)
+                cache.write_text(json.dumps({"questions": [t.question for t in tasks], "samples": samples,
+                                             "seconds": time.perf_counter() - started}))
+            lengths = [[len(tok(s, add_special_tokens=False)["input_ids"]) for s in texts] for texts in samples]
+            row = {"kind": kind, "temperature": temperature, **kind_row(tasks, samples, lengths, cfg)}
+            log(f"T={temperature} {kind}: reward {row['reward']:.2f}, mixed groups {row['mixed_groups']:.2f}, "
+                f"distinct right {row['distinct_right']:.1f}, truncated {row['truncated']:.2f}")
+            rows.append(row)
+    record = {"config": asdict(cfg), **model_record(model_dir), "rows": rows, "command": base_command(cfg, out)}
+    (out / "base_model.json").write_text(json.dumps(record, indent=1) + "\n")
+    (out / "base_model.md").write_text(base_table_markdown(record))
+    return record
+
+
+def base_command(cfg: BaseTableConfig, out: str | Path) -> str:
+    """The command line that makes ``cfg``'s table in ``out`` (the options that differ from the defaults)."""
+    default, parts = BaseTableConfig(), [f"{PROG} base --out {out}"]
+    if cfg.model_path:
+        parts.append(f"--model-path {cfg.model_path}")
+    for name in ("per_kind", "n", "kinds", "temperatures"):
+        value = getattr(cfg, name)
+        if value != getattr(default, name):
+            shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+            parts.append(f"--{name.replace('_', '-')} {shown}")
+    return " ".join(parts)
+
+
+def model_record(model_dir: Path) -> dict:
+    """How a record names the model it was made with, without a machine path: ``model``, the packaged model's
+    name ("smollm2-135m-instruct"), else the folder relative to the working directory when inside it (a trained
+    run: "results/short_answers/study/train/grpo_s0/final"), else the folder's own name; and ``model_identity``
+    (``setpo_lab.studies.sampling.model_identity``: weights, tokenizer, chat template, stop ids), which tells whether
+    a record was made by the model now in a folder."""
+    from setpo.models import CACHE_DIR, DEFAULT_MODEL
+    from setpo_lab.studies.sampling import model_identity
+
+    folder, here = Path(model_dir).resolve(), Path.cwd().resolve()
+    if folder == (CACHE_DIR / DEFAULT_MODEL).resolve():
+        name = DEFAULT_MODEL
+    else:
+        name = str(folder.relative_to(here)) if folder.is_relative_to(here) else folder.name
+    return {"model": name, "model_identity": model_identity(folder)}
+
+
+def reused_evaluation(record: dict, path: Path, model_dir: Path) -> dict:
+    """An evaluation record read back, reused only if the model now in ``model_dir`` made it: its recorded
+    ``model_identity`` must match (a model that is not here, e.g. a clone's run without its weights, is not
+    compared). A record made before identities were recorded (a machine path in ``model``) gets the model's
+    name and identity written in when the model is here; its numbers stay as they are."""
+    if not (Path(model_dir) / "config.json").is_file():
+        return record
+    now = model_record(model_dir)
+    if "model_identity" in record:
+        if now["model_identity"] is not None and record["model_identity"] != now["model_identity"]:
+            raise refusal(f"was made by another model than the one now in {now['model']}", path,
+                          "delete it and rerun to evaluate this model")
+    elif Path(str(record.get("model", ""))).is_absolute():
+        record.update(now)
+        write_json(path, record)
+    return record
+
+
+def base_table_markdown(record: dict) -> str:
+    cfg = record["config"]
+    lines = [f"Base model on the short-answer tasks: {cfg['per_kind']} {cfg['split']} prompts per kind × "
+             f"{cfg['n']} samples, at most {cfg['max_new_tokens']} new tokens, mixed groups at G = "
+             f"{cfg['group_size']}. Made by `{record['command']}`.", "",
+             f"| kind | T | reward | pass@{cfg['n']} | mixed groups | distinct right / prompt | answer line | truncated |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in record["rows"]:
+        passed = f"{r['pass_at_n']:.2f}" if "pass_at_n" in r else "–"  # records made before pass@n was measured
+        lines.append(f"| {r['kind']} | {r['temperature']} | {r['reward']:.2f} | {passed} | {r['mixed_groups']:.2f} | "
+                     f"{r['distinct_right']:.1f} | {r['answer_line']:.2f} | {r['truncated']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+STAGES = ("train", "evaluate", "report")
+def train_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
+    """The training pool: the same for every run (a seed orders it)."""
+    return sample_tasks(cfg.kinds, "train", cfg.train_per_kind, seed=0)
+
+
+def test_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
+    """The prompts every model is evaluated on: the test split (the cure study's pilot: validation)."""
+    return sample_tasks(cfg.kinds, getattr(cfg, "eval_split", "test"), cfg.eval_per_kind, seed=0)
+
+
+def eval_path(cfg: ShortAnswerStudyConfig, label: str, folder: str = "eval") -> Path:
+    """``<folder>/<label>.json`` of the study's folder, or, for the study evaluation of a run (or the base
+    model) the cure study reuses, of the folder it reuses from."""
+    source = getattr(cfg, "reused_folder", lambda _: None)(label) if folder == "eval" else None
+    return Path(source or cfg.run_dir) / folder / f"{label}.json"
+
+
+def probe_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
+    """Validation prompts with many right answers, sampled during training (distinct answers, trajectories)."""
+    kinds = [k for k in cfg.kinds if k in MANY_ANSWER_KINDS] or list(cfg.kinds)
+    return sample_tasks(kinds, "val", cfg.probe_per_kind, seed=0)
+
+
+def model_folder(model_path: str | None) -> Path:
+    """The base model: ``model_path`` (it must exist) or the packaged SmolLM2 (prepared once)."""
+    if model_path:
+        path = Path(model_path).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"no model folder at {str(path)!r}; give a local model folder, or leave "
+                                    "model_path None for the packaged SmolLM2-135M-Instruct "
+                                    "(`python -m setpo.models prepare smollm2-135m-instruct DIR` makes one)")
+        return path
+    from setpo.models import prepared_folder
+
+    return prepared_folder(log=lambda *_: None)
+
+
+def load_model(model_dir: Path, dtype):
+    """(tokenizer, model) of a local model folder; a folder that does not load is refused with the folder and
+    what to do first (``setpo.refusals``), never the library's own text."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # the engine, once a model is loaded
+
+    from setpo.refusals import loading
+
+    with loading(model_dir, "give an intact model folder (a trained run's: delete the run and rerun)",
+                 expected="model folder", root=Path(model_dir).parent):
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=dtype)
+    return tokenizer, model
+
+
+def chat_prompts(tokenizer, tasks: Sequence[TaskSpec]) -> list[str]:
+    return [tokenizer.apply_chat_template(task_messages(t), tokenize=False, add_generation_prompt=True)
+            for t in tasks]
+
+
+def sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg: ShortAnswerStudyConfig,
+                       seed: int, progress=None) -> list[list[str]]:
+    """n completions per task at the training temperature (``setpo_lab.studies.sampling.sample_completions``, each
+    prompt run once and its samples continued from copies of its cache)."""
+    from setpo_lab.studies.sampling import sample_completions
+
+    return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks), n=n, temperature=cfg.temperature,
+                              max_new_tokens=cfg.max_new_tokens, seed=seed, batch_sequences=256,
+                              add_special_tokens=False, share_prompt=True, progress=progress)
+
+
+def trainer_args(cfg: ShortAnswerStudyConfig, settings: dict, seed: int, output_dir: Path):
+    """The ``SetPOConfig`` of one run: the study's GRPO settings and the method's ``settings``
+    (``cfg.trainer_settings``: λ, and for the cure study's arms what the kernel reads, the gate, the estimator)."""
+    from setpo.trl import config_for  # imports TRL
+
+    return config_for(
+        "grpo", output_dir=str(output_dir), **{"setpo_lambda_units": cfg.lam_units, "embedder": cfg.embedder,
+                                               **settings}, num_generations=cfg.group_size, temperature=cfg.temperature, top_p=1.0,
+        max_completion_length=cfg.max_new_tokens, beta=0.0, learning_rate=cfg.lr, lr_scheduler_type="constant",
+        warmup_steps=0, max_steps=cfg.steps, per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,
+        gradient_accumulation_steps=1, setpo_share_prompt_pass=True, gradient_checkpointing=False,
+        bf16=cfg.bf16, use_cpu=True, save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1,
+        logging_steps=1, report_to=[], seed=seed, data_seed=seed, disable_tqdm=True, dataloader_num_workers=0)
+
+
+def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_flushed,
+              need_model: bool = True) -> Path:
+    """Train one run of ``cfg.run_labels()`` (resumable); returns its ``final/`` folder.
+
+    A run recorded as done whose model is not here (git keeps a study's records, not its models) is trained
+    again only when ``need_model`` (its evaluation is still to do), and must then give the recorded weights bit
+    for bit (``stages.restore_model`` / ``check_restored``), or it is refused and nothing is made from it."""
+    import torch
+    from datasets import Dataset  # the engine: imported when a run trains
+
+    from setpo.trl import SetPOTrainer, probe_callback, train_resumable
+
+    method, seed = cfg.run_labels()[label]
+    settings = cfg.trainer_settings(method)
+    lam = settings["setpo_lambda"]
+    out = run_folder(cfg, label)
+    final = out / "final"
+    if stage_done(final) and (has_model(final) or not need_model):
+        return final
+    recorded = restore_model(final)
+    kept = run_records(out) if recorded is not None else None
+    base = model_folder(cfg.model_path)
+    tokenizer, model = load_model(base, torch.float32)
+    probes = probe_tasks(cfg)
+
+    def sample(model, step: int) -> list[dict]:
+        texts = sample_tasks_texts(model, tokenizer, probes, cfg.probe_samples, cfg, seed=cfg.eval_seed + step)
+        return [{"probe": j, "question": t.question, "task_id": t.task_id, "text": x,
+                 "answer": parse_answer(x), "reward": float(t.is_right(parse_answer(x)))}
+                for j, (t, xs) in enumerate(zip(probes, texts)) for x in xs]
+
+    args = trainer_args(cfg, settings, seed, out)
+    trainer = SetPOTrainer(model=model, reward_funcs=short_answer_reward, args=args,
+                           train_dataset=Dataset.from_list(to_trl_records(train_tasks(cfg))),
+                           processing_class=tokenizer, embedder=embedder if args.embedder == cfg.embedder else None,
+                           callbacks=[probe_callback(sample, out / "probes.jsonl", cfg.probe_every, at_end=True)])
+    with heartbeat(log, f"[{label}]"):
+        train_resumable(trainer, tokenizer, out, final, {"label": label, "method": method, "seed": seed, "lam": lam},
+                        log, f"[{label}] {method}, seed {seed}, {cfg.steps} steps of {cfg.prompts_per_step} "
+                             f"prompts × G={cfg.group_size}")
+    check_restored(final, recorded, f"run {label}", kept)
+    prune_checkpoints(out)
+    return final
+
+
+def prune_checkpoints(out: Path) -> None:
+    """Delete a finished run's ``checkpoint-*`` folders: they exist to resume an interrupted run, and once
+    ``final/`` is done nothing reads them (each holds the weights and the optimiser's state, 1.6 GB for the
+    packaged SmolLM2: the cure study's 25 runs would otherwise need ~50 GB of disk)."""
+    import shutil
+
+    if stage_done(out / "final"):
+        for checkpoint in out.glob("checkpoint-*"):
+            shutil.rmtree(checkpoint)
+
+
+def run_folder(cfg: ShortAnswerStudyConfig, label: str) -> Path:
+    """Where run ``label`` lives: ``train/<label>`` of the study's folder, or of the folder it reuses runs from
+    (``CureStudyConfig.reuse_from``, for the committed study's arms)."""
+    source = getattr(cfg, "reused_folder", lambda _: None)(label)
+    return Path(source or cfg.run_dir) / "train" / label
+
+
+def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed, *,
+                   tasks: Sequence[TaskSpec] | None = None, n: int | None = None, folder: str = "eval") -> dict:
+    """``n`` (default ``eval_n``) samples of every prompt of ``tasks`` (default: the study's test prompts) from
+    one model: answers, texts and within-prompt similarity, cached in ``<folder>/<label>.json`` (of the folder
+    the run is reused from, for a reused run's study evaluation) and reused only if that model made it."""
+    import torch
+
+    from setpo.metrics import mean_pairwise_similarity
+
+    path = eval_path(cfg, label, folder)
+    if path.exists():
+        return reused_evaluation(read_json(path, f"delete {path} and rerun to evaluate {label} again"), path,
+                                 model_dir)
+    tasks = test_tasks(cfg) if tasks is None else list(tasks)
+    n = cfg.eval_n if n is None else n
+    # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
+    tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32)
+    started = time.perf_counter()
+    progress = Progress(log, f"[eval {label}] prompts", len(tasks))
+    with heartbeat(log, f"[eval {label}]"):
+        texts = sample_tasks_texts(model, tokenizer, tasks, n, cfg, seed=cfg.eval_seed, progress=progress.step)
+    similarity = [mean_pairwise_similarity(embedder(xs)) if len(xs) > 1 else None for xs in texts]
+    record = {"label": label, **model_record(model_dir), "task_ids": [t.task_id for t in tasks],
+              "answers": [[parse_answer(x) for x in xs] for xs in texts], "texts": texts,
+              "similarity": similarity, "seconds": time.perf_counter() - started}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, record)
+    return record
+
+
+def rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, log=print_flushed) -> dict:
+    """Train run ``label`` again in ``scratch`` (same config, a fresh folder) and compare it with the recorded
+    run: its weights (SHA-256 in ``done.json``) and every logged step. Returns {"label", "same_weights",
+    "steps_compared", "differing_steps" (step -> keys whose values differ)}; on one machine and thread count a
+    run is expected to come back bit for bit."""
+    if label not in cfg.run_labels():
+        raise ValueError(f"unknown run {label!r}; runs: {', '.join(cfg.run_labels())}")
+    recorded_dir = run_folder(cfg, label)  # a reused run's record is in the folder it is reused from
+    if not stage_done(recorded_dir / "final"):
+        raise ValueError(f"run {label} has no record to compare with: {recorded_dir / 'final'}; train it first")
+    # trained here, never into a reused folder
+    again = replace(cfg, run_dir=str(scratch), **({"reuse_from": None} if hasattr(cfg, "reuse_from") else {}))
+    final = train_run(again, label, log=log)
+    recorded = read_json(recorded_dir / "final" / "done.json")
+    fresh = read_json(final / "done.json")
+    old_log = read_json(recorded_dir / "log_history.json")
+    new_log = read_json(Path(scratch) / "train" / label / "log_history.json")
+    timing = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
+    differing = {}
+    for a, b in zip(old_log, new_log, strict=True):
+        # every value the record logged must come back; a metric logged only by newer code (the exploit monitor's,
+        # say) is not a difference in the run
+        keys = sorted(k for k in a if k not in timing and a.get(k) != b.get(k))
+        if keys:
+            differing[a.get("step")] = keys
+    result = {"label": label, "same_weights": recorded["weights_sha256"] == fresh["weights_sha256"],
+              "steps_compared": len(old_log), "differing_steps": differing}
+    log(f"[{label}] trained again: weights {'identical' if result['same_weights'] else 'DIFFERENT'} "
+        f"(SHA-256), {len(old_log) - len(differing)}/{len(old_log)} logged steps identical")
+    return result
+
+
+def rerun_status(cfg: ShortAnswerStudyConfig, label: str) -> int:
+    """``--rerun LABEL`` of a short-answer command: ``rerun_check`` in a temporary folder; the exit status, 0 when
+    the run came back bit for bit, else 1."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="setpo_rerun_") as scratch:
+        again = rerun_check(cfg, label, scratch)
+    return 0 if again["same_weights"] and not again["differing_steps"] else 1
+
+
+def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = None, *,
+              log=print_flushed) -> StudyResult:
+    """The study's stages in order (None: all); each finished piece is reused. Returns (``StudyResult``) each
+    run's final model folder by label and, when "report" ran, the results record (``results.json``)."""
+    from setpo.embed import load_embedder
+
+    t0 = time.time()
+    chosen = chosen_stages(stages, STAGES)
+    if cfg is None:
+        raise ValueError("run_study needs a ShortAnswerStudyConfig, got None")
+    claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json",
+                 results=("train", "eval", "results.json"),
+                 remedy="use another --out, or delete that folder and rerun")
+    embedder = load_embedder(cfg.embedder)
+    finals = {label: Path(cfg.run_dir) / "train" / label / "final" for label in cfg.run_labels()}
+    if "train" in chosen:
+        evaluated = Path(cfg.run_dir) / "eval"
+        finals = {label: train_run(cfg, label, embedder=embedder, log=log,
+                                   need_model="evaluate" in chosen and not (evaluated / f"{label}.json").exists())
+                  for label in cfg.run_labels()}
+    if "evaluate" in chosen:
+        evaluate_model(cfg, "base", model_folder(cfg.model_path), embedder, log)
+        for label, final in finals.items():
+            if not stage_done(final):
+                raise ValueError(f"run {label} is not trained: {final}; run the train stage first")
+            evaluate_model(cfg, label, final, embedder, log)
+    summary = {}
+    if "report" in chosen:
+        from setpo_lab.studies.short_answers_results import report
+
+        summary = report(cfg, log=log)
+    return StudyResult("short_answers", Path(cfg.run_dir), finals, summary, time.time() - t0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    base = sub.add_parser("base", help="measure the base model on every task kind (base_model.json / .md)")
+    base.add_argument("--out", required=True, help="folder for base_model.json, base_model.md and the samples")
+    base.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
+    base.add_argument("--per-kind", type=int, default=BaseTableConfig.per_kind)
+    base.add_argument("--n", type=int, default=BaseTableConfig.n)
+    base.add_argument("--kinds", default=None, help="comma-separated task kinds (default: the study's six)")
+    base.add_argument("--temperatures", default=None, help="comma-separated (default: 0.7,1.0)")
+    st = sub.add_parser("study", help="GRPO vs SetPO+GRPO over paired seeds: train, evaluate, report")
+    st.add_argument("--out", required=True, help="the study's folder (its config.json claims it for one setting)")
+    st.add_argument("--preset", default="committed", help="committed | notebook | smoke (default: committed)")
+    st.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
+    st.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(STAGES)} (default: all)")
+    st.add_argument("--figures", default=None, help="also write the report's figures under this folder")
+    st.add_argument("--rerun", default=None, metavar="LABEL",
+                    help="train one recorded run (e.g. grpo_s0) again in a scratch folder and compare it with the "
+                         "record (weights and every logged step), instead of running the stages")
+    args = ap.parse_args(argv)
+    if args.cmd == "base":
+        chosen = {"kinds": tuple(args.kinds.split(",")) if args.kinds else BaseTableConfig.kinds,
+                  "temperatures": tuple(float(t) for t in args.temperatures.split(","))
+                  if args.temperatures else BaseTableConfig.temperatures}
+        base_table(BaseTableConfig(model_path=args.model_path, per_kind=args.per_kind, n=args.n, **chosen), args.out)
+        return 0
+    cfg = ShortAnswerStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
+    if args.rerun:
+        return rerun_status(cfg, args.rerun)
+    result = run_study(cfg, args.stages)
+    if result.summary:
+        from setpo_lab.studies.short_answers_results import results_markdown, write_figures
+
+        print(results_markdown(result.summary), flush=True)
+        if args.figures:
+            command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
+            write_figures(cfg, result.summary, Path(args.figures), command=command)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

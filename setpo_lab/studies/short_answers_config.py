@@ -1,0 +1,305 @@
+"""The short-answer study's settings: the base table's (``BaseTableConfig``) and the study's
+(``ShortAnswerStudyConfig``, with its presets). Why each default is what it is: docs/studies/short_answers.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar
+
+from setpo.envs.short_answers import KINDS, STUDY_KINDS
+
+PROG = "python -m setpo_lab.studies.short_answers"
+
+
+@dataclass(frozen=True)
+class BaseTableConfig:
+    """What ``base_table`` measures.
+
+    model_path: a local model folder; None: the packaged SmolLM2-135M-Instruct (``setpo.models``).
+    kinds: task kinds of ``setpo.envs.short_answers``. per_kind: training prompts per kind. n: samples per prompt.
+    temperatures: sampling temperatures (top-p 1). max_new_tokens: the completion limit.
+    group_size: G of ``mixed_groups``. seed: prompt draw and sampling seed.
+    """
+
+    model_path: str | None = None
+    kinds: tuple[str, ...] = STUDY_KINDS
+    per_kind: int = 24
+    n: int = 16
+    temperatures: tuple[float, ...] = (0.7, 1.0)
+    max_new_tokens: int = 24
+    group_size: int = 8
+    seed: int = 0
+    split: str = field(default="train")
+
+    def __post_init__(self):
+        check_kinds(self.kinds)
+
+
+def check_kinds(kinds) -> None:
+    """A ValueError unless ``kinds`` is a non-empty tuple or list of known kind names (a single string, which
+    would be read letter by letter, says how to write it)."""
+    if isinstance(kinds, str):
+        raise ValueError(f"kinds must be a tuple of task kinds, got the string {kinds!r}; write kinds=({kinds!r},)")
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"unknown task kinds {unknown}; kinds: {', '.join(KINDS)}")
+
+
+#: fields that may change while a folder's results are reused: where the results go and how often it saves
+REUSE_NEUTRAL_FIELDS = ("run_dir", "save_steps")
+
+
+#: the study's sizes: "committed" (the README's numbers), "notebook" (the size of notebook 04's own run) and
+#: "smoke" (the test's, for a tiny model given as model_path)
+STUDY_PRESETS = {
+    "committed": {},
+    "notebook": dict(seeds=(0, 1), steps=20, eval_per_kind=3, eval_n=32, probe_every=5),
+    "smoke": dict(seeds=(0, 1), steps=2, prompts_per_step=2, group_size=3, train_per_kind=2,
+                  kinds=("between", "add_1x1"), eval_per_kind=1, eval_n=4, probe_per_kind=1, probe_samples=3,
+                  probe_every=1, max_new_tokens=6, embedder="hash", bf16=False, save_steps=1),
+}
+
+
+@dataclass(frozen=True)
+class ShortAnswerStudyConfig:
+    """One study. Sizes in prompts and samples; every field is recorded with the results.
+
+    run_dir: the study's folder. model_path: a local model folder; None: the packaged SmolLM2-135M-Instruct.
+    seeds: the paired seeds. lam, lam_units: SetPO's λ (GRPO runs have λ = 0). embedder: ``setpo.embed`` spec.
+    steps, prompts_per_step, group_size (G), lr, temperature, max_new_tokens: the training runs.
+    kinds: task kinds; train_per_kind: the training pool per kind (train split).
+    eval_per_kind, eval_n, eval_seed: test prompts per kind, samples each, the sampling seed.
+    probe_per_kind, probe_samples, probe_every: validation prompts per many-answer kind sampled during training.
+    bf16: bf16 autocast in training (float32 weights). save_steps: checkpoint interval.
+    """
+
+    run_dir: str = "runs/short_answers"
+    model_path: str | None = None
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    lam: float = 0.15
+    lam_units: str = "term_std"
+    embedder: str = "default"
+    steps: int = 30
+    prompts_per_step: int = 8
+    group_size: int = 8
+    lr: float = 2e-5
+    temperature: float = 1.0
+    max_new_tokens: int = 24
+    kinds: tuple[str, ...] = STUDY_KINDS
+    train_per_kind: int = 48
+    eval_per_kind: int = 6
+    eval_n: int = 64
+    eval_seed: int = 1234
+    probe_per_kind: int = 2
+    probe_samples: int = 16
+    probe_every: int = 5
+    bf16: bool = True
+    save_steps: int = 5
+
+    def __post_init__(self):
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct and at least one, got {self.seeds!r}")
+        if self.group_size < 3:
+            raise ValueError(f"group_size must be >= 3 (SetPO's leave-one-out set), got {self.group_size}")
+        if not self.lam > 0:
+            raise ValueError(f"lam must be > 0 (the SetPO runs' λ; GRPO is λ = 0), got {self.lam!r}")
+        for name in ("steps", "prompts_per_step", "train_per_kind", "eval_per_kind", "eval_n", "probe_samples",
+                     "probe_every", "max_new_tokens", "save_steps"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
+        check_kinds(self.kinds)
+
+    #: the study's presets, and the command that runs one (a subclass names its own)
+    PRESETS: ClassVar[dict] = STUDY_PRESETS
+    COMMAND: ClassVar[str] = f"{PROG} study"
+
+    @classmethod
+    def preset(cls, name: str, **overrides):
+        """One of the class's ``PRESETS`` with ``overrides`` (run_dir, model_path, ...)."""
+        if name not in cls.PRESETS:
+            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(cls.PRESETS)}")
+        return replace(cls(), **{**cls.PRESETS[name], **overrides})
+
+    def command(self) -> str:
+        """The command line that makes this study: its preset, folder and model."""
+        name = next((n for n in self.PRESETS
+                     if self.preset(n, run_dir=self.run_dir, model_path=self.model_path) == self), None)
+        if name is None:
+            return f"{self.COMMAND} (a config outside the presets: see config.json) --out {self.run_dir}"
+        model = f" --model-path {self.model_path}" if self.model_path else ""
+        return f"{self.COMMAND} --preset {name} --out {self.run_dir}{model}"
+
+    @classmethod
+    def from_record(cls, config: dict) -> "ShortAnswerStudyConfig":
+        """The config a record's ``config`` (JSON: tuples came back as lists) was made with."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+
+    def methods(self) -> dict[str, float]:
+        """Method -> λ: GRPO (λ = 0) and SetPO+GRPO."""
+        return {"GRPO": 0.0, "SetPO+GRPO": self.lam}
+
+    def trainer_settings(self, method: str) -> dict:
+        """The ``SetPOConfig`` fields a method sets on top of the study's GRPO settings: its λ."""
+        return {"setpo_lambda": self.methods()[method]}
+
+    def run_labels(self) -> dict[str, tuple[str, int]]:
+        """Run label ("grpo_s0", "setpo_s0", ...) -> (method, seed), seeds paired."""
+        return {f"{_slug(m)}_s{s}": (m, s) for s in self.seeds for m in self.methods()}
+
+
+def _slug(method: str) -> str:
+    return "grpo" if method == "GRPO" else "setpo"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One training method of the short-answer studies: its name in tables and what it sets on top of GRPO's
+    settings (``SetPOConfig`` fields; λ comes from the study's config, ``lam_field``)."""
+
+    method: str
+    lam_field: str | None = None          # the config field that holds this arm's λ (None: λ = 0)
+    settings: tuple[tuple[str, object], ...] = ()
+
+
+#: the arms, by the slug that starts their run labels ("grpo_s0", "key_gated_s3", ...)
+ARMS = {
+    "grpo": Arm("GRPO"),
+    "setpo": Arm("SetPO+GRPO", "lam"),  # the whole completion, the study's embedder: the committed arm
+    "answer": Arm("SetPO, answer by MiniLM", "lam_answer",
+                  (("embedder", "default"), ("setpo_kernel_reads", "answer"),
+                   ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"))),
+    "key": Arm("SetPO, answer key", "lam_key",
+               (("embedder", "key"), ("setpo_kernel_reads", "answer"),
+                ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"))),
+    "key_gated": Arm("SetPO, answer key, right only", "lam_key_gated",
+                     (("embedder", "key"), ("setpo_kernel_reads", "answer"),
+                      ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"), ("setpo_gate_reward", 1.0))),
+    "passk": Arm("Pass@k Training", None, (("setpo_estimator", "pass@4"),)),
+}
+
+#: the cure study's sizes: "cure" (the record), "pilot" (λ of each new arm on the validation split), "smoke"
+CURE_PRESETS = {
+    "cure": {},
+    # the arms' own λ are unused under a λ grid: pinned to the values the committed pilot was made with, so that its
+    # command still claims results/short_answers/pilot after the record's λ changed
+    "pilot": dict(seeds=(0,), arms=("grpo", "answer", "key", "key_gated"), lam_grid=(0.15, 0.5), eval_split="val",
+                  eval_per_kind=4, eval_n=32, hard_kinds=(), reuse_from=None, lam_answer=0.15, lam_key=0.15,
+                  lam_key_gated=0.15),
+    # the MiniLM answer arm again, at smaller λ: in the pilot neither 0.15σ nor 0.5σ kept its pass@1 within 0.05 of
+    # GRPO's (GRPO's seed-0 run is trained again here, beside it, and must match the pilot's on the same prompts)
+    "pilot_answer": dict(seeds=(0,), arms=("grpo", "answer"), lam_grid=(0.02, 0.05), eval_split="val",
+                         eval_per_kind=4, eval_n=32, hard_kinds=(), reuse_from=None, lam_answer=0.15, lam_key=0.5,
+                         lam_key_gated=0.5),
+    # notebook 04's own run: GRPO and the gated answer-key arm on 2 seeds at the study's "notebook" size (the
+    # harder pass@k set and the other arms come from the committed record)
+    "notebook": dict(STUDY_PRESETS["notebook"], arms=("grpo", "key_gated"), hard_kinds=(), reuse_from=None),
+    "smoke": dict(seeds=(0,), steps=2, prompts_per_step=2, group_size=4, train_per_kind=2,
+                  kinds=("between", "add_1x1"), eval_per_kind=1, eval_n=4, probe_per_kind=1, probe_samples=3,
+                  probe_every=1, max_new_tokens=6, embedder="hash", bf16=False, save_steps=1,
+                  arms=("grpo", "setpo", "key_gated", "passk"), hard_kinds=("add_3x2",), hard_per_kind=1,
+                  hard_n=8, reuse_from=None),
+}
+
+
+@dataclass(frozen=True)
+class CureStudyConfig(ShortAnswerStudyConfig):
+    """The short-answer study extended with arms that keep SetPO's term where the reward reads (``ARMS``), a
+    peer that is known to keep pass@k, and a harder pass@k test set. The training settings it shares with the
+    committed study are the committed study's, so that study's GRPO and SetPO+GRPO runs are reused
+    (``reuse_from``) when their configs agree on every training field.
+
+    arms: slugs of ``ARMS``. lam_answer, lam_key, lam_key_gated: λ of those arms (``lam_units`` as the study's),
+    chosen by the pilot on the validation split. lam_grid: the pilot's λ values (each a run per seed).
+    eval_split: "test" (the record) or "val" (the pilot). hard_kinds, hard_per_kind, hard_n: the pass@k set
+    (test split); hard_arms: the arms evaluated on it, with the base model (the whole-completion arm is left out:
+    its models would have to be trained again, and it is not a candidate cure). reuse_from: the committed study's folder, whose runs of arms "grpo" and "setpo" are used as
+    they are (None: train them here).
+    """
+
+    run_dir: str = "runs/short_answers_cure"
+    arms: tuple[str, ...] = ("grpo", "setpo", "answer", "key", "key_gated", "passk")
+    # λ (in lam_units) chosen by the pilots on the validation split: key 0.5σ and key_gated 0.5σ
+    # (results/short_answers/pilot); answer 0.05σ (results/short_answers/pilot_answer: neither 0.15σ nor 0.5σ kept
+    # its pass@1 within 0.05 of GRPO's)
+    lam_answer: float = 0.05
+    lam_key: float = 0.5
+    lam_key_gated: float = 0.5
+    lam_grid: tuple[float, ...] = ()
+    eval_split: str = "test"
+    # base pass@64 0.54 and 0.50 on 24 train prompts (results/short_answers/hard_kinds): inside 0.3-0.8, one sum
+    # and one product, each the nearest its family has to the middle of that range
+    hard_kinds: tuple[str, ...] = ("add_3x2", "times_2x1")
+    hard_per_kind: int = 24
+    hard_n: int = 128
+    hard_arms: tuple[str, ...] = ("grpo", "answer", "key", "key_gated", "passk")
+    reuse_from: str | None = "results/short_answers/study"
+
+    def __post_init__(self):
+        super().__post_init__()
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown or not self.arms:
+            raise ValueError(f"unknown arms {unknown}; arms: {', '.join(ARMS)}")
+        if self.eval_split not in ("test", "val"):
+            raise ValueError(f"eval_split must be 'test' or 'val' (never train), got {self.eval_split!r}")
+        if self.hard_kinds:
+            check_kinds(self.hard_kinds)
+        for name in ("lam_answer", "lam_key", "lam_key_gated"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if any(not lam > 0 for lam in self.lam_grid):
+            raise ValueError(f"lam_grid values must be > 0, got {self.lam_grid!r}")
+
+    PRESETS: ClassVar[dict] = CURE_PRESETS
+    COMMAND: ClassVar[str] = "python -m setpo_lab.studies.short_answers_cure"
+
+    def methods(self) -> dict[str, float]:
+        """Method -> λ, one per arm (the pilot: one per arm and λ of its grid)."""
+        return {self.method_name(a, lam): lam for a, lam in self.arm_lams()}
+
+    def arm_lams(self) -> list[tuple[str, float]]:
+        """(arm, λ) of every method: the pilot's grid for each arm with a λ, else each arm's own λ."""
+        out = []
+        for arm in self.arms:
+            field_ = ARMS[arm].lam_field
+            lams = self.lam_grid if self.lam_grid and field_ else (getattr(self, field_) if field_ else 0.0,)
+            out += [(arm, lam) for lam in lams]
+        return out
+
+    def method_name(self, arm: str, lam: float) -> str:
+        return f"{ARMS[arm].method} λ={lam:g}" if self.lam_grid and ARMS[arm].lam_field else ARMS[arm].method
+
+    def run_labels(self) -> dict[str, tuple[str, int]]:
+        labels = {}
+        for s in self.seeds:
+            for arm, lam in self.arm_lams():
+                slug = f"{arm}{lam:g}" if self.lam_grid and ARMS[arm].lam_field else arm
+                labels[f"{slug}_s{s}"] = (self.method_name(arm, lam), s)
+        return labels
+
+    def arm_of(self, method: str) -> str:
+        return next(a for a, lam in self.arm_lams() if self.method_name(a, lam) == method)
+
+    def trainer_settings(self, method: str) -> dict:
+        arm = self.arm_of(method)
+        return {"setpo_lambda": self.methods()[method], **dict(ARMS[arm].settings)}
+
+    def reused_folder(self, label: str) -> str | None:
+        """The folder run ``label`` (or the base model's study evaluation, "base") comes from when it is reused:
+        ``reuse_from`` for the committed study's arms, else None (made here)."""
+        if self.reuse_from is None:
+            return None
+        if label == "base":
+            return self.reuse_from
+        method, _ = self.run_labels()[label]
+        return self.reuse_from if self.arm_of(method) in REUSED_ARMS else None
+
+    def training_fields(self) -> dict:
+        """The fields a run's training depends on (what a reused run must agree on)."""
+        shared = [f.name for f in fields(ShortAnswerStudyConfig)
+                  if f.name not in ("run_dir", "save_steps", "seeds", "eval_per_kind", "eval_n", "eval_seed")]
+        return {f: getattr(self, f) for f in shared}
+
+
+CURE_PROG = CureStudyConfig.COMMAND
+#: the arms the committed study trained, reused from it (``reuse_from``)
+REUSED_ARMS = ("grpo", "setpo")

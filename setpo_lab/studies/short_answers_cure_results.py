@@ -1,0 +1,328 @@
+"""The extended short-answer study's report: per-prompt metrics that do not use SetPO's kernel, paired bootstrap
+intervals over seeds and prompts, a guessing baseline beside pass@k, and a reading written by rule.
+
+Per model and test prompt (``eval/<label>.json``), on the many-answer prompts: ``distinct_right`` and
+``distinct_all`` (distinct parsed answers, right and all), ``answer_entropy`` (Shannon entropy, in nats, of the
+parsed answers; no-answer samples left out); on the one-answer prompts ``pass@1``; on every prompt
+``after_answer`` (share of samples with text after the answer line), ``length`` (characters of a completion),
+``similarity`` (within-prompt similarity of whole completions, the study's embedder, as recorded) and
+``answer_similarity`` (the same on the answer lines alone, by MiniLM). On the pass@k prompts
+(``eval_hard/<label>.json``): pass@k, k = 1, 2, 4, …, hard_n, and the guessing baseline: a guesser that draws i.i.d.
+from the base model's pooled answers to every prompt of the same kind is right with probability q (the share of
+the pool that is this prompt's answer), so its pass@k is 1 − (1 − q)^k.
+
+A comparison (an arm minus GRPO, or minus the base model) is a paired bootstrap (``paired_bootstrap``):
+seeds and prompts are resampled together for both sides, and the 95% interval is the 2.5 and 97.5 percentiles of
+the resampled mean difference; a mean of values inside a metric's range stays inside it. Every comparison reported
+is counted (``comparisons``); the intervals are 95% each, not corrected for their number, which the tables say.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from setpo.envs.short_answers import task_from_id, text_after_answer
+from setpo.metrics import pass_at_k
+from setpo.records import read_json, write_json
+from setpo_lab.studies.short_answers import eval_path, run_folder
+from setpo_lab.studies.short_answers_config import CureStudyConfig
+from setpo_lab.studies.short_answers_results import powers_of_two, training_series
+from setpo_lab.studies.stages import print_flushed
+
+#: per-prompt metrics: key -> (name, which prompts: "many" | "one" | "all", format)
+METRICS = {"distinct_right": ("distinct right answers / many-answer prompt", "many", "{:.2f}"),
+           "distinct_all": ("distinct answers / many-answer prompt", "many", "{:.2f}"),
+           "answer_entropy": ("answer entropy (nats) / many-answer prompt", "many", "{:.2f}"),
+           "pass@1": ("pass@1 (one-answer)", "one", "{:.3f}"),
+           "after_answer": ("samples with text after the answer line", "all", "{:.3f}"),
+           "length": ("completion length (characters)", "all", "{:.1f}"),
+           "similarity": ("within-prompt similarity, whole completions", "all", "{:.3f}"),
+           "answer_similarity": ("within-prompt similarity, answer lines (MiniLM)", "all", "{:.3f}")}
+#: the bootstrap's resamples and seed
+RESAMPLES, BOOTSTRAP_SEED = 2000, 0
+
+
+def _entropy(values: Sequence) -> float:
+    counts = Counter(v for v in values if v is not None)
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
+
+
+def _answer_similarity(answers: Sequence, embedder) -> float | None:
+    from setpo.metrics import mean_pairwise_similarity
+
+    lines = [f"Answer: {a}" for a in answers if a is not None]
+    return mean_pairwise_similarity(embedder(lines)) if len(lines) > 1 else None
+
+
+def prompt_metrics(evaluation: Mapping, embedder) -> dict[str, list]:
+    """Each metric of ``METRICS`` per prompt of one evaluation (None where it does not apply)."""
+    tasks = [task_from_id(t) for t in evaluation["task_ids"]]
+    out: dict[str, list] = {key: [] for key in METRICS}
+    for task, answers, texts, sim in zip(tasks, evaluation["answers"], evaluation["texts"],
+                                         evaluation["similarity"], strict=True):
+        n, many = len(answers), task.many_answers
+        right = [task.is_right(a) for a in answers]
+        out["distinct_right"].append(len({a for a, ok in zip(answers, right) if ok}) if many else None)
+        out["distinct_all"].append(len({a for a in answers if a is not None}) if many else None)
+        out["answer_entropy"].append(_entropy(answers) if many else None)
+        out["pass@1"].append(None if many else sum(right) / n)
+        out["after_answer"].append(sum(bool(text_after_answer(t)) for t in texts) / n)
+        out["length"].append(sum(len(t) for t in texts) / n)
+        out["similarity"].append(sim)
+        out["answer_similarity"].append(_answer_similarity(answers, embedder))
+    return out
+
+
+def hard_pass_at_k(evaluation: Mapping) -> dict[int, list[float]]:
+    """k -> pass@k of each pass@k prompt (unbiased, from the evaluation's samples)."""
+    tasks = [task_from_id(t) for t in evaluation["task_ids"]]
+    n = len(evaluation["answers"][0])
+    right = [sum(t.is_right(a) for a in row) for t, row in zip(tasks, evaluation["answers"], strict=True)]
+    return {k: [pass_at_k(n, c, k) for c in right] for k in powers_of_two(n)}
+
+
+def guessing_pass_at_k(base: Mapping, ks: Sequence[int]) -> dict[int, list[float]]:
+    """k -> the guessing baseline's pass@k per prompt (module docstring), from the base model's evaluation."""
+    tasks = [task_from_id(t) for t in base["task_ids"]]
+    pools: dict[str, Counter] = {}
+    for task, row in zip(tasks, base["answers"], strict=True):
+        pools.setdefault(task.kind, Counter()).update(a for a in row if a is not None)
+    out = {}
+    for k in ks:
+        out[k] = []
+        for task in tasks:
+            pool = pools[task.kind]
+            q = pool[task.low] / max(1, sum(pool.values()))
+            out[k].append(1.0 - (1.0 - q) ** k)
+    return out
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, resamples: int = RESAMPLES, seed: int = BOOTSTRAP_SEED) -> dict:
+    """Mean of a − b and its 95% percentile interval, resampling seeds (rows) and prompts (columns) together for
+    both sides. a: (S, P) per seed and prompt; b: (S, P), or (1, P) for the base model (one model, no seeds).
+    Prompts where either side is None (NaN) are left out."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    b = np.broadcast_to(b, a.shape)
+    keep = ~(np.isnan(a) | np.isnan(b)).any(axis=0)
+    d = (a - b)[:, keep]
+    s, p = d.shape
+    if p == 0:
+        return {"mean": None, "lo": None, "hi": None, "seeds": s, "prompts": 0}
+    rng = np.random.default_rng(seed)
+    rows, cols = rng.integers(0, s, size=(resamples, s)), rng.integers(0, p, size=(resamples, p))
+    means = np.array([d[r][:, c].mean() for r, c in zip(rows, cols)])
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"mean": float(d.mean()), "lo": float(lo), "hi": float(hi), "seeds": s, "prompts": p,
+            "per_seed": [float(x) for x in d.mean(axis=1)]}
+
+
+def _nanmean(x: np.ndarray) -> float:
+    """The mean of the values that apply (NaN: none does, e.g. a many-answer metric without such prompts)."""
+    x = x[~np.isnan(x)]
+    return float(x.mean()) if x.size else float("nan")
+
+
+def _matrix(per_label: Mapping[str, Mapping[str, list]], labels: Sequence[str], key: str) -> np.ndarray:
+    return np.array([[np.nan if v is None else v for v in per_label[label][key]] for label in labels], dtype=float)
+
+
+def report(cfg: CureStudyConfig, log=print_flushed) -> dict:
+    """Read every evaluation and run, write ``results.json`` and ``results.md``; returns the record."""
+    from setpo.embed import load_embedder
+
+    minilm = load_embedder("default")
+    labels = cfg.run_labels()
+    methods = list(cfg.methods())
+    by_method = {m: [label for label, (mm, _) in labels.items() if mm == m] for m in methods}
+    evaluations = {label: read_json(eval_path(cfg, label), "run the evaluate stage") for label in ["base", *labels]}
+    per_prompt = {label: prompt_metrics(e, minilm) for label, e in evaluations.items()}
+    grpo = next((m for m in methods if cfg.arm_of(m) == "grpo"), None)
+    comparisons = []
+    for m in methods:
+        for other in ([grpo] if grpo and m != grpo else []) + ["base"]:
+            for key in METRICS:
+                b = _matrix(per_prompt, ["base"] if other == "base" else by_method[other], key)
+                comparisons.append({"metric": key, "a": m, "b": other,
+                                    **paired_bootstrap(_matrix(per_prompt, by_method[m], key), b)})
+    means = {m: {key: _nanmean(_matrix(per_prompt, by_method[m], key)) for key in METRICS} for m in methods}
+    means["base model"] = {key: _nanmean(_matrix(per_prompt, ["base"], key)) for key in METRICS}
+    hard = _hard(cfg, by_method)
+    if hard:
+        comparisons += hard.pop("comparisons")
+    runs = {label: training_series(run_folder(cfg, label)) for label in labels}
+    record = {"config": json.loads(json.dumps(asdict(cfg))), "command": cfg.command(), "means": means,
+              "per_seed": {label: {key: _nanmean(_matrix(per_prompt, [label], key)) for key in METRICS}
+                           for label in labels},
+              "comparisons": comparisons, "hard": hard, "runs": runs, "reading": None}
+    record["reading"] = reading(record)
+    if cfg.lam_grid:
+        record["pilot_choice"] = pilot_choice(record, cfg)
+        record["reading"] += "- Pilot's λ per arm (most distinct right answers at a pass@1 within 0.05 of GRPO's): " \
+            + ", ".join(f"{a}: {lam if lam is not None else 'none qualifies'}"
+                        for a, lam in record["pilot_choice"].items()) + ".\n"
+    write_json(Path(cfg.run_dir) / "results.json", record)
+    (Path(cfg.run_dir) / "results.md").write_text(results_markdown(record))
+    log(f"report: {Path(cfg.run_dir) / 'results.md'} and results.json")
+    return record
+
+
+def _hard(cfg: CureStudyConfig, by_method: Mapping[str, list[str]]) -> dict:
+    """pass@k on the pass@k prompts: per method (mean over seeds and prompts), the base model, the guesser, and
+    each method's pass@k_max against GRPO and the base model."""
+    folder = Path(cfg.run_dir) / "eval_hard"
+    if not cfg.hard_kinds or not (folder / "base.json").exists():
+        return {}
+    base = read_json(folder / "base.json", "run the evaluate stage")
+    base_k = hard_pass_at_k(base)
+    ks = list(base_k)
+    curves = {"base model": {k: float(np.mean(v)) for k, v in base_k.items()},
+              "guessing": {k: float(np.mean(v)) for k, v in guessing_pass_at_k(base, ks).items()}}
+    per_method = {}
+    for m, labels in by_method.items():
+        rows = [hard_pass_at_k(read_json(folder / f"{label}.json", "run the evaluate stage")) for label in labels
+                if (folder / f"{label}.json").exists()]
+        if rows:
+            per_method[m] = rows
+            curves[m] = {k: float(np.mean([r[k] for r in rows])) for k in ks}
+    k_max = ks[-1]
+    grpo = next((m for m in per_method if cfg.arm_of(m) == "grpo"), None)
+    comparisons = []
+    for m, rows in per_method.items():
+        a = np.array([r[k_max] for r in rows])
+        for other, b in ((grpo, np.array([r[k_max] for r in per_method[grpo]]) if grpo else None),
+                         ("base", np.array([base_k[k_max]])), ("guessing", np.array([guessing_pass_at_k(base, [k_max])[k_max]]))):
+            if other is None or other == m or b is None or (b.shape[0] > 1 and b.shape != a.shape):
+                continue
+            comparisons.append({"metric": f"pass@{k_max} (pass@k prompts)", "a": m, "b": other,
+                                **paired_bootstrap(a, b)})
+    return {"k": ks, "curves": curves, "prompts": len(base["task_ids"]), "n": len(base["answers"][0]),
+            "comparisons": comparisons}
+
+
+def _fmt(d: Mapping, fmt: str = "{:+.3f}") -> str:
+    if d.get("mean") is None:
+        return "–"
+    return f"{fmt.format(d['mean'])} [{fmt.format(d['lo'])}, {fmt.format(d['hi'])}]"
+
+
+def _find(record: Mapping, metric: str, a: str, b: str) -> Mapping | None:
+    return next((c for c in record["comparisons"] if c["metric"] == metric and c["a"] == a and c["b"] == b), None)
+
+
+def reading(record: Mapping) -> str:
+    """The outcome, by rule: for each arm other than GRPO, whether it keeps more distinct right answers than
+    GRPO (interval above 0) at a pass@1 within 0.05 of GRPO's (interval's lower end ≥ −0.05), and where its
+    pass@k_max lands against GRPO, the base model and the guesser."""
+    methods = [m for m in record["means"] if m != "base model"]
+    grpo = next((m for m in methods if m.startswith("GRPO")), None)
+    if grpo is None:
+        return "- No GRPO arm: nothing to compare against.\n"
+    lines = []
+    for m in methods:
+        if m == grpo:
+            continue
+        d, p = _find(record, "distinct_right", m, grpo), _find(record, "pass@1", m, grpo)
+        if d is None or p is None or d["mean"] is None or p["mean"] is None:
+            continue
+        more, within = d["lo"] > 0, p["lo"] >= -0.05
+        verdict = ("keeps more right answers at a pass@1 within 0.05 of GRPO's." if more and within else
+                   "keeps more distinct right answers (interval above 0), but its pass@1 is not shown to be within "
+                   "0.05 of GRPO's (its interval reaches below −0.05)." if more else
+                   "does not keep detectably more distinct right answers (its interval reaches 0)"
+                   + ("." if within else ", and its pass@1 is not shown to be within 0.05 of GRPO's."))
+        lines.append(f"- **{m}** vs {grpo}: distinct right answers {_fmt(d, '{:+.2f}')}, pass@1 {_fmt(p)}: {verdict}")
+    for c in record["comparisons"]:
+        if c["metric"].startswith("pass@") and "pass@k prompts" in c["metric"]:
+            side = ("above" if c["lo"] > 0 else "below" if c["hi"] < 0 else "not apart from") if c["mean"] is not None else "–"
+            lines.append(f"- {c['metric']}: {c['a']} − {c['b']} {_fmt(c)} ({side} 0).")
+    lines.append(f"- {len(record['comparisons'])} comparisons, each with its own 95% interval (paired bootstrap over "
+                 f"seeds and prompts, {RESAMPLES} resamples); not corrected for their number: expect about one in "
+                 f"twenty to exclude 0 by chance.")
+    return "\n".join(lines) + "\n"
+
+
+def pilot_choice(record: Mapping, cfg: CureStudyConfig, tolerance: float = 0.05) -> dict[str, float | None]:
+    """The pilot's λ for each arm with a λ grid: the λ whose run keeps the most distinct right answers among
+    those whose pass@1 is within ``tolerance`` of GRPO's (on the pilot's validation prompts); None when no λ
+    qualifies (then the arm's λ needs another look, not a default)."""
+    grpo = next(m for m in record["means"] if m != "base model" and cfg.arm_of(m) == "grpo")
+    out: dict[str, float | None] = {}
+    for arm, lam in cfg.arm_lams():
+        if arm == "grpo":
+            continue
+        m = record["means"][cfg.method_name(arm, lam)]
+        if m["pass@1"] >= record["means"][grpo]["pass@1"] - tolerance:
+            best = out.get(arm)
+            if best is None or m["distinct_right"] > record["means"][cfg.method_name(arm, best)]["distinct_right"]:
+                out[arm] = lam
+        else:
+            out.setdefault(arm, None)
+    return out
+
+
+def arms_training_figure(record: Mapping):
+    """Every arm's training curves from the record (``short_answers_results.training_figure``): reward, distinct
+    right answers per probe prompt (the real-model Figure 1), within-group similarity (as each run logged it: under
+    its own kernel, so not comparable across arms) and completion length."""
+    from setpo_lab.studies.short_answers_results import training_figure as curves
+
+    return curves(CureStudyConfig.from_record(record["config"]), record, title="every arm",
+                  similarity="within-group similarity (each arm's own kernel)")
+
+
+def hard_pass_at_k_figure(record: Mapping):
+    """pass@k on the harder one-answer prompts: the base model (dotted), the guesser (dashed) and each arm (the
+    mean over its seeds); None when the record has no pass@k prompts."""
+    from setpo_lab.studies.figures import pass_at_k_curves, run_colour
+
+    hard = record.get("hard") or {}
+    if not hard:
+        return None
+    ks = [int(k) for k in hard["k"]]
+    methods = [m for m in record["means"] if m != "base model"]  # each arm keeps its training figure's colour
+    lines = []
+    for name, curve in hard["curves"].items():
+        style = {"base model": {"color": "#555555", "dash": "dot"}, "guessing": {"color": "#000000", "dash": "dash"}
+                 }.get(name) or {"color": run_colour(methods.index(name))}
+        lines.append({"x": ks, "y": [curve[str(k)] if str(k) in curve else curve[k] for k in ks],
+                      "name": "guessing from the base model's answers" if name == "guessing" else name, **style})
+    return pass_at_k_curves([{"title": f"{hard['prompts']} harder one-answer test prompts × {hard['n']} samples",
+                              "lines": lines}], max(ks),
+                            title="pass@k where there is room to move: base model, guesser and every arm")
+
+
+def results_markdown(record: Mapping) -> str:
+    """The means per method, every comparison with its interval, and the reading."""
+    cfg = record["config"]
+    methods = list(record["means"])
+    lines = [f"Short-answer study, extended: {len(cfg['seeds'])} paired seeds, {cfg['steps']} steps of "
+             f"{cfg['prompts_per_step']} prompts × G = {cfg['group_size']}, λ in units of the term's spread "
+             f"({cfg['lam_units']}). Made by `{record['command']}`.", "",
+             "| metric | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for key, (name, _, fmt) in METRICS.items():
+        lines.append(f"| {name} | " + " | ".join(fmt.format(record["means"][m][key])
+                                               if not math.isnan(record["means"][m][key]) else "–"
+                                               for m in methods) + " |")
+    hard = record.get("hard") or {}
+    if hard:
+        names = list(hard["curves"])
+        lines += ["", f"pass@k on {hard['prompts']} harder one-answer test prompts × {hard['n']} samples "
+                      f"(the guesser draws from the base model's pooled answers of the prompt's kind):", "",
+                  "| k | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for k in hard["k"]:
+            lines.append(f"| {k} | " + " | ".join(f"{hard['curves'][n][str(k)] if str(k) in hard['curves'][n] else hard['curves'][n][k]:.3f}"
+                                                for n in names) + " |")
+    lines += ["", f"| comparison | mean [95% interval] | seeds × prompts |", "|---|---|---|"]
+    for c in record["comparisons"]:
+        name = METRICS[c["metric"]][0] if c["metric"] in METRICS else c["metric"]
+        lines.append(f"| {name}: {c['a']} − {c['b']} | {_fmt(c)} | {c['seeds']} × {c['prompts']} |")
+    lines += ["", record["reading"]]
+    return "\n".join(lines) + "\n"
