@@ -144,3 +144,26 @@ def test_exit_status_from_a_real_process():
     for argv in (["-m", "setpo_lab.cli", "sweep", "--lams", "-1", "nan", "0.5"], ["-m", "setpo_lab.cli", "bench", "no_such"]):
         r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_link_puts_this_clone_on_the_interpreters_path(monkeypatch, tmp_path, capsys):
+    import sysconfig
+
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"purelib": str(tmp_path)})
+    assert cli.main(["link"]) == 0
+    assert (tmp_path / cli.LAB_PTH).read_text().strip() == str(ROOT)
+    assert cli.main(["link"]) == 0  # again: the same file, not a second line
+    assert (tmp_path / cli.LAB_PTH).read_text().splitlines() == [str(ROOT)]
+
+
+def test_the_installed_command_runs_the_librarys_commands_and_points_at_the_lab(capsys):
+    import setpo.cli as library_cli
+
+    assert library_cli.main(["--help"]) == 0 and "math-data" in capsys.readouterr().out
+    assert library_cli.main(["models", "list"]) == 0 and "SmolLM2" in capsys.readouterr().out
+    for argv, words in ((["figures"], "`make figures` or `python -m setpo_lab.cli figures`"),
+                        (["train"], "unknown command 'train'"), ([], "usage: setpo")):
+        assert library_cli.main(argv) == 2
+        out = capsys.readouterr()
+        assert words in out.err + out.out
+        assert len(out.err.strip().splitlines()) <= 1
