@@ -8,6 +8,7 @@ from dataclasses import asdict, replace
 import pytest
 
 import setpo_lab.studies.countdown as countdown
+import setpo_lab.studies.countdown_data as countdown_data
 from setpo.presets import PAPER_RUN
 from setpo_lab.studies import math as ml
 from setpo_lab.studies import stages
@@ -132,13 +133,13 @@ def test_countdown_data_building_prints_progress_at_least_every_10_s(tmp_path, m
     solved (a fake clock: each solve takes 1.5 s)."""
     now = [0.0]
     monkeypatch.setattr(stages.time, "monotonic", lambda: now[0])
-    real_solve = countdown.solve
+    real_solve = countdown_data.solve
 
     def slow_solve(*a):
         now[0] += 1.5
         return real_solve(*a)
 
-    monkeypatch.setattr(countdown, "solve", slow_solve)
+    monkeypatch.setattr(countdown_data, "solve", slow_solve)
     lines = []
     cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
     examples = sft_examples(make_data(cfg).train, 2, 0, log=lambda msg: lines.append((now[0], msg)))

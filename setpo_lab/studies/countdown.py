@@ -3,6 +3,8 @@
 The paper's Countdown study (arXiv 2602.01062: Qwen2.5-3B, GRPO vs SetPO+GRPO, G in {3, 7}, KL beta in
 {0.001, 0.005}, lambda = 0.5, pass@k from 64 samples at T = 0.5 and 1.0, top-p 0.9) at a size one CPU runs
 in under an hour, on the same engine that trains real models (TRL, through ``setpo.trl.SetPOTrainer``).
+This module runs the study and its command; its text format, data and embedders are ``countdown_data``, its
+training drivers ``countdown_training``, its settings ``countdown_config``, its report ``countdown_results``.
 
 What is ours to decide (design choices, written down here):
 
@@ -72,432 +74,67 @@ Outputs under ``--out``: ``config.json``, ``identity.json``, ``data.json`` (the 
 
 from __future__ import annotations
 
-import ast
 import functools
-import math
-import random
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
 from setpo.envs.arguments import Parser
-from setpo.envs.countdown import (
-    CountdownInstance,
-    canonical_form,
-    distinct_correct_solutions,
-    extract_answer,
-    make_prompt,
-    make_splits,
-    score_answer,
-    solve,
-)
-from setpo.diagnostics import diagnose_embedder
-from setpo.embed import CenteredEmbedder, SolutionKeyEmbedder, load_embedder
-from setpo.metrics import diversity_width_and_average_modes, pass_at_k
+from setpo.envs.countdown import make_prompt
+from setpo.records import read_json, write_json, write_text
+from setpo.trl.training import DONE_FILE, quiet_libraries
 from setpo_lab.repro.arithmetic import require_pinned
 from setpo_lab.repro.provenance import run_identity
-from setpo.records import read_json, write_json, write_text
-from setpo.refusals import loading
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo_lab.studies.countdown_config import (  # noqa: F401  (load_config: the study's public API)
-    CEILING_EMBEDDER,
-    STEPS_PER_GENERATION,
     CountdownLMConfig,
     RLRun,
     claim_folder,
     load_config,
 )
+
+# the study's data and training drivers, by their names here as before they had modules of their own
+from setpo_lab.studies.countdown_data import (  # noqa: F401
+    CountdownData,
+    answer_text,
+    diagnose_embedders,
+    evaluate_samples,
+    make_data,
+    parse_prompt,
+    prompt_text,
+    resolve_embedder,
+    rl_rows,
+    sft_examples,
+    solution_key,
+    surface_variants,
+    verifier_key,
+    warm_start_texts,
+)
 from setpo_lab.studies.countdown_results import results_markdown, summarize, with_replication
-from setpo_lab.studies.sampling import sample_completions
+from setpo_lab.studies.countdown_training import (  # noqa: F401
+    evaluate_model,
+    load_trained,
+    probe_sampler,
+    sample_eval,
+    train_rl,
+    train_sft,
+    train_stage,
+)
 from setpo_lab.studies.stages import (
-    Progress,
     RestoreMismatch,
     StudyResult,
-    check_restored,
     chosen_stages,
     claim_identity,
-    has_model,
     print_flushed,
     refusal,
-    restore_model,
-    reusable_record,
-    run_records,
     stage_done,
 )
-from setpo.trl.rewards import countdown_reward
-from setpo.trl.tiny_models import ANSWER_CLOSE, ANSWER_OPEN, build_model, build_tokenizer
-from setpo.trl.training import DONE_FILE, quiet_libraries
-
-
-# --------------------------------------------------------------------------------------------------
-# Tokenizer, model, text format
-# --------------------------------------------------------------------------------------------------
-
-
-def prompt_text(inst: CountdownInstance) -> str:
-    """The compact prompt, e.g. ``"3 7 25 50 = 82\\n"``."""
-    return " ".join(str(v) for v in inst.numbers) + f" = {inst.target}\n"
-
-
-def answer_text(expression: str) -> str:
-    return f"{ANSWER_OPEN}{expression}{ANSWER_CLOSE}"
-
-
-def solution_key(text: str) -> str | None:
-    """Canonical form of a completion's answer (the trainer counts it only when the reward says correct)."""
-    answer = extract_answer(text)
-    return None if answer is None else canonical_form(answer)
-
-
-def parse_prompt(prompt: str) -> tuple[tuple[int, ...], int]:
-    """(numbers, target) of a compact prompt ``"3 7 25 50 = 82\\n"`` (``prompt_text``'s inverse)."""
-    left, sep, right = prompt.partition("=")
-    try:
-        if not sep:
-            raise ValueError
-        return tuple(int(v) for v in left.split()), int(right.strip())
-    except ValueError:
-        raise ValueError(f"not a Countdown prompt of the form '3 7 25 = 82': {prompt[:60]!r}") from None
-
-
-def verifier_key(prompt: str, completion: str) -> tuple[str, str]:
-    """The perfect kernel's solution identity (the ceiling, ``CEILING_EMBEDDER``): a correct answer is its
-    solution's canonical form (``setpo.envs.countdown.canonical_form``), anything else its whitespace-normalised text,
-    so that two responses are "the same" exactly when the verifier cannot tell them apart."""
-    numbers, target = parse_prompt(prompt)
-    if score_answer(completion, numbers, target) == 1.0:
-        return "solution", canonical_form(extract_answer(completion))
-    return "text", " ".join(completion.split())
-
-
-# --------------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class CountdownData:
-    train: list[CountdownInstance]
-    val: list[CountdownInstance]
-    test: list[CountdownInstance]
-
-
-def make_data(cfg: CountdownLMConfig) -> CountdownData:
-    """Disjoint train / validation / test problems (validation carved from the training draw)."""
-    train, test = make_splits(cfg.n_train + cfg.n_val, cfg.n_test, cfg.seed, num_numbers=cfg.num_numbers,
-                              number_range=cfg.number_range, target_range=cfg.target_range)
-    return CountdownData(train[:cfg.n_train], train[cfg.n_train:], test)
-
-
-def sft_examples(instances: Sequence[CountdownInstance], solutions_per_problem: int, seed: int,
-                 log=None) -> list[dict]:
-    """Prompt-completion pairs: up to ``solutions_per_problem`` distinct solver solutions per problem.
-
-    Problems with more solutions get a seeded random subset, so the warm start sees several modes of many
-    problems without over-weighting the problems that have dozens. log: a progress line at most every 10 s
-    (solving the study's 3000 problems takes about 40 s on a laptop core).
-    """
-    if solutions_per_problem < 1:
-        raise ValueError(f"solutions_per_problem must be >= 1, got {solutions_per_problem}")
-    rng = random.Random(seed)
-    out = []
-    if log is not None:
-        log(f"[data] solving {len(instances)} problems for their distinct solutions")
-        instances = Progress(log, "[data] solved", len(instances)).over(instances)
-    for inst in instances:
-        sols = solve(inst.numbers, inst.target)
-        if len(sols) > solutions_per_problem:
-            sols = rng.sample(sols, solutions_per_problem)
-        out.extend({"prompt": prompt_text(inst), "completion": answer_text(s)} for s in sols)
-    rng.shuffle(out)
-    return out
-
-
-def warm_start_texts(cfg: CountdownLMConfig, data: CountdownData | None = None, log=None) -> list[str]:
-    """The warm-start completions, the reference a "centered:" embedder subtracts the mean of. data: the
-    study's ``CountdownData`` when at hand (None: made again from ``cfg``, the same problems)."""
-    train = (data if data is not None else make_data(cfg)).train
-    return [e["completion"] for e in sft_examples(train, cfg.sft_solutions_per_problem, cfg.seed, log)]
-
-
-def evaluate_samples(instances: Sequence[CountdownInstance], samples: Sequence[Sequence[str]]) -> dict:
-    """pass@k (k = 1..n), accuracy and the diversity numbers from n samples per problem.
-
-    Returns {"n", "correct" (per problem), "distinct" (per problem), "pass_at_k" (list, k = 1..n, mean over
-    problems), "accuracy" (mean fraction correct = pass@1), "diversity_width", "average_modes",
-    "average_modes_all" (over all problems, unsolved counting 0)}.
-    """
-    n = len(samples[0]) if samples else 0
-    if len(samples) != len(instances) or any(len(s) != n for s in samples) or n == 0:
-        raise ValueError("samples must hold the same number (>= 1) of completions for every instance")
-    correct, distinct = [], []
-    for inst, texts in zip(instances, samples):
-        correct.append(sum(score_answer(t, inst.numbers, inst.target) == 1.0 for t in texts))
-        distinct.append(len(distinct_correct_solutions(texts, inst.numbers, inst.target)))
-    curve = [sum(pass_at_k(n, c, k) for c in correct) / len(correct) for k in range(1, n + 1)]
-    width, modes = diversity_width_and_average_modes(distinct)
-    _, modes_all = diversity_width_and_average_modes(distinct, over="all")
-    return {"n": n, "correct": correct, "distinct": distinct, "pass_at_k": curve, "accuracy": curve[0],
-            "diversity_width": width, "average_modes": modes, "average_modes_all": modes_all}
-
-
-def rl_rows(instances: Sequence[CountdownInstance]) -> list[dict]:
-    return [{"prompt": prompt_text(i), "numbers": list(i.numbers), "target": i.target} for i in instances]
-
-
-# --------------------------------------------------------------------------------------------------
-# Kernels
-# --------------------------------------------------------------------------------------------------
-
-
-def resolve_embedder(spec: str, reference_texts: Sequence[str] | Callable[[], Sequence[str]], cache: dict):
-    """The embedder a run names, loaded once per study: "centered:<spec>" is ``<spec>`` minus its mean over
-    ``reference_texts`` (the warm-start completions), ``setpo.embed.CenteredEmbedder``; "verifier" is the
-    perfect kernel (``verifier_key`` through ``setpo.embed.SolutionKeyEmbedder``); anything else goes to
-    ``load_embedder``. reference_texts may be a function returning them, called only when a "centered:"
-    embedder is built (the study's costs a solver pass over the training problems)."""
-    if spec not in cache:
-        if spec == CEILING_EMBEDDER:
-            cache[spec] = SolutionKeyEmbedder(verifier_key)
-            return cache[spec]
-        base, centred = (spec.partition(":")[2], True) if spec.startswith("centered:") else (spec, False)
-        embedder = load_embedder(base)
-        if centred:
-            embedder = CenteredEmbedder(embedder, reference_texts() if callable(reference_texts) else reference_texts)
-        cache[spec] = embedder
-    return cache[spec]
-
-
-def surface_variants(expression: str, n: int, rng: random.Random) -> list[str]:
-    """n texts of one solution written differently: operands of + and * swapped at random, spacing varied.
-    The same solution for ``canonical_form``; what an embedder should put close together."""
-    def swap(node):
-        for child in ast.iter_child_nodes(node):
-            swap(child)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)) and rng.random() < 0.5:
-            node.left, node.right = node.right, node.left
-        return node
-
-    out = []
-    for _ in range(n):
-        text = ast.unparse(swap(ast.parse(expression, mode="eval")))
-        out.append(text if rng.random() < 0.5 else text.replace(" ", ""))
-    return out
-
-
-def diagnose_embedders(cfg: CountdownLMConfig, data: CountdownData, embedders: dict,
-                       reference: Sequence[str] | Callable[[], Sequence[str]], max_problems: int = 40) -> dict:
-    """``setpo.diagnostics.diagnose_embedder`` for every embedder the study uses, on validation problems with
-    at least 4 distinct solutions: up to 6 solutions each, 3 surface variants per solution."""
-    rng = random.Random(cfg.seed)
-    problems = []
-    for inst in data.val:
-        sols = solve(inst.numbers, inst.target)
-        if len(sols) >= 4:
-            picked = rng.sample(sols, min(6, len(sols)))
-            problems.append([(answer_text(v), s) for s in picked for v in surface_variants(s, 3, rng)])
-        if len(problems) >= max_problems:
-            break
-    specs = dict.fromkeys((cfg.paper_embedder, *cfg.search_embedders))
-    return {spec: diagnose_embedder(resolve_embedder(spec, reference, embedders), problems) for spec in specs}
-
-
-# --------------------------------------------------------------------------------------------------
-# Training drivers: the warm start (``train_sft``), one RL run (``train_rl``), and the test and
-# validation evaluations (``sample_eval``, ``evaluate_model``), each resumable and made at the
-# study's identity
-# --------------------------------------------------------------------------------------------------
-
-
-def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:
-    seed = cfg.seed if seed is None else seed
-    return dict(report_to=[], use_cpu=not torch.cuda.is_available(), bf16=False, seed=seed,
-                data_seed=seed, save_total_limit=1, save_only_model=False, disable_tqdm=True,
-                logging_steps=1, dataloader_num_workers=0)
-
-
-def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=print_flushed, examples=None,
-              identity: dict | None = None, redo: bool = False) -> Path:
-    """Warm start by supervised fine-tuning on solver solutions; returns the final model directory.
-    examples: the study's ``sft_examples``, or a function making them, when at hand (None: made here).
-    identity: the run identity (``study_identity``) the folder must have been made at (None: not checked);
-    ``redo``: remake it if not."""
-    def fit_warm_start(final: Path) -> None:
-        from datasets import Dataset  # the engine (datasets, TRL, transformers): imported when a stage trains,
-        from trl import SFTConfig, SFTTrainer  # so that reading a finished study (notebook 03) stays light
-
-        from setpo.trl import train_resumable
-
-        tokenizer = build_tokenizer()
-        model = build_model(tokenizer, cfg.model, seed=cfg.seed)
-        rows = examples() if callable(examples) else examples  # the study's, made only when SFT trains
-        if rows is None:
-            rows = sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log)
-        log(f"[sft] {len(rows)} examples from {len(data.train)} problems, "
-            f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
-        steps_per_epoch = math.ceil(len(rows) / cfg.sft_batch_size)
-        args = SFTConfig(
-            output_dir=str(out_dir), num_train_epochs=cfg.sft_epochs, learning_rate=cfg.sft_lr,
-            per_device_train_batch_size=cfg.sft_batch_size, lr_scheduler_type="cosine",
-            warmup_steps=min(50, steps_per_epoch), weight_decay=0.01, max_length=cfg.model.max_position_embeddings,
-            completion_only_loss=True,
-            save_strategy="steps", save_steps=max(1, steps_per_epoch // 2), gradient_checkpointing=False,
-            **_common_args(cfg))
-        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
-                             processing_class=tokenizer)
-        train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(rows)}, log,
-                        f"[sft]: {steps_per_epoch} steps per epoch, {cfg.sft_epochs:g} epochs")
-
-    return train_stage(out_dir, "[sft] the warm start", "the warm start", fit_warm_start, log, identity, redo)
-
-
-def train_stage(out_dir: Path, label: str, what: str, fit: Callable[[Path], None], log, identity: dict | None,
-                redo: bool) -> Path:
-    """The frame of every training stage (the warm start, each RL run), around ``fit(final)``, which trains
-    into ``final = out_dir/final``: claim the folder at ``identity`` (``redo``: remake what was made at
-    another); a stage already done is returned untrained; one recorded as done whose model is not here
-    (``restore_model``: a study kept in git without its models) is trained again, its records kept, and its
-    new weights checked against the recorded ones (``check_restored``). The one place a stage's folder is claimed
-    at the identity. label: the log's prefix; what: the stage, in refusals. Returns the final model's folder."""
-    final = out_dir / "final"
-    claim_identity(out_dir, identity, redo)
-    recorded = restore_model(final)
-    if stage_done(final):
-        return final
-    kept = run_records(out_dir) if recorded is not None else {}
-    if recorded is not None:
-        log(f"{label}: its model is not here (a study folder keeps its records, not its models): "
-            "training it again, to the recorded weights")
-    fit(final)
-    for ckpt in out_dir.glob("checkpoint-*"):
-        shutil.rmtree(ckpt, ignore_errors=True)
-    check_restored(final, recorded, what, kept)
-    return final
-
-
-def load_trained(model_dir: Path):
-    """(tokenizer, float32 model) of a finished stage; a damaged folder is a ValueError naming it."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # the engine, when a model is loaded
-
-    if stage_done(model_dir) and not has_model(model_dir):
-        raise refusal("recorded as trained, but its model is not here (a study folder keeps its records, not its "
-                      "models)", model_dir, "rerun with the stage that trains it (--stages sft,rl,eval): it is "
-                      "trained again and checked against the recorded weights")
-    with loading(model_dir, f"delete {Path(model_dir).parent.name} and rerun to train that stage again",
-                 expected="model folder", root=Path(model_dir).parents[1]):  # damaged weights, config: one message
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
-    return tokenizer, model
-
-
-def probe_sampler(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], tokenizer):
-    """``sample(model, step)`` for ``setpo.trl.probe_callback``: ``cfg.probe_samples`` completions at T = 1 per
-    fixed probe problem, as {"problem", "numbers", "target", "text", "expression", "reward", "canonical"}
-    records."""
-    probes = list(probes)
-
-    def sample(model, step: int) -> list[dict]:
-        samples = sample_completions(model, tokenizer, [prompt_text(p) for p in probes], cfg.probe_samples,
-                                     temperature=1.0, seed=cfg.seed + step)
-        return [{"problem": j, "numbers": list(inst.numbers), "target": inst.target, "text": t,
-                 "expression": extract_answer(t), "reward": score_answer(t, inst.numbers, inst.target),
-                 "canonical": solution_key(t)}
-                for j, (inst, texts) in enumerate(zip(probes, samples)) for t in texts]
-
-    return sample
-
-
-def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path | Callable[[], Path],
-             out_dir: Path, embedder=None, log=print_flushed, callbacks: Sequence = (), identity: dict | None = None,
-             redo: bool = False, make_embedder: Callable[[], object] | None = None) -> Path:
-    """One RL run from the warm start (GRPO, SetPO, the pairwise penalty, DRA-GRPO, Pass@k training, the
-    perfect-kernel ceiling); resumes from its last checkpoint. Returns the final model's folder.
-
-    init_dir: the warm start's final folder, or a function returning it, called only when the run trains (the
-    study's trains the warm start again when its model is not here). embedder: the Embedder ``run.embedder``
-    names, shared across runs (None: load it by name; "centered:..." and the ceiling's "verifier" need the
-    study's, see ``resolve_embedder``); make_embedder: a function returning it instead, called only when the run
-    trains, so that a finished run loads no embedder. The run's seed sets TRL's
-    sampling and prompt order. callbacks: extra TrainerCallbacks (the tests use one to interrupt a run).
-    identity: the run identity the folder must have been made at (None: not checked); ``redo``: remake it if
-    not. Writes ``timings.json`` beside the run: seconds of generation, embedding and update (this invocation's;
-    ``resumed`` says whether earlier ones did part of the run).
-    """
-    def fit_rl_run(final: Path) -> None:
-        from datasets import Dataset  # the engine, imported when a run trains (see train_sft)
-
-        from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
-        from setpo.trl.training import last_checkpoint
-
-        warm_start = init_dir() if callable(init_dir) else init_dir
-        run_embedder = make_embedder() if make_embedder is not None else embedder
-        out_dir.mkdir(parents=True, exist_ok=True)
-        resumed = last_checkpoint(out_dir) is not None
-        tokenizer, model = load_trained(warm_start)
-        tokenizer.padding_side = "left"
-        g = run.group_size
-        per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
-        args = config_for(
-            run.preset, **run.trainer_settings(), output_dir=str(out_dir), learning_rate=cfg.rl_lr,
-            per_device_train_batch_size=per_step // STEPS_PER_GENERATION, steps_per_generation=STEPS_PER_GENERATION,
-            max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
-            temperature=cfg.rl_temperature, top_p=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
-            save_steps=cfg.rl_save_steps, gradient_checkpointing=False, **_common_args(cfg, run.seed))
-        probes = probe_callback(probe_sampler(cfg, data.val[:cfg.n_probe], tokenizer), out_dir / "probes.jsonl",
-                                cfg.probe_every)
-        trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
-                               train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
-                               embedder=run_embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
-        t0 = time.time()
-        train_resumable(trainer, tokenizer, out_dir, final, {"run": asdict(run)}, log,
-                        f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
-        write_json(out_dir / "timings.json",
-                   {**trainer.setpo_seconds, "seconds": time.time() - t0, "resumed": resumed})
-
-    return train_stage(out_dir, f"[rl] {run.name}", f"run {run.name}", fit_rl_run, log, identity, redo)
-
-
-def sample_eval(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[CountdownInstance],
-                temperature: float, label: str = "", log=None) -> list[list[str]]:
-    """The ``cfg.eval_samples`` completions per problem an evaluation scores (seeded: sampling again gives them
-    again). log: a progress line at most every 10 s."""
-    tokenizer, model = load_trained(model_dir)
-    progress = None if log is None else Progress(log, f"[eval] {label}: problems sampled", len(instances)).step
-    return sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
-                              temperature, cfg.eval_top_p, cfg.rl_max_completion_length,
-                              batch_sequences=cfg.eval_batch_sequences, seed=cfg.seed + 1, progress=progress)
-
-
-def evaluate_model(cfg: CountdownLMConfig, model_dir: Path | Callable[[], Path],
-                   instances: Sequence[CountdownInstance], temperature: float, path: Path, log=None,
-                   texts_file: Path | None = None, identity: dict | None = None, redo: bool = False) -> dict:
-    """Sample ``cfg.eval_samples`` completions per problem (``sample_eval``) and score them; cached in ``path``
-    with the run identity it was made at (a cache made at another is refused, or with ``redo`` made again).
-    model_dir: the model's folder, or a function training it and returning it, called only when the evaluation
-    is not cached (a resumed study trains no model whose evaluations it has). texts_file: where to keep the
-    completions (for the judge; None keeps none)."""
-    cached = reusable_record(path, identity, redo, "delete it and rerun to evaluate again")
-    if cached is not None:
-        return cached
-    model_dir = model_dir() if callable(model_dir) else model_dir
-    t0 = time.time()
-    samples = sample_eval(cfg, model_dir, instances, temperature, path.stem, log)
-    if texts_file is not None:
-        write_json(texts_file, samples)
-    result = evaluate_samples(instances, samples)
-    result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
-                  examples=[s[:4] for s in samples[:5]])
-    if identity is not None:
-        result["identity"] = identity
-    write_json(path, result)
-    return result
-
 
 # --------------------------------------------------------------------------------------------------
 # The study
