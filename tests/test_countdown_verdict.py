@@ -3,7 +3,7 @@ the grid, the ceiling, the baselines, the replication), on hand-made records who
 
 import pytest
 
-from setpo_lab.studies.countdown_results import headline_bar, verdict, verdict_markdown
+from setpo_lab.studies.countdown_verdict import headline_bar, verdict, verdict_markdown
 
 
 def ci(mean, half=None, n=5):
@@ -93,7 +93,7 @@ def test_the_replication_counts_what_both_studies_made_bit_for_bit(tmp_path):
     verdict's replication line repeats the counts."""
     import json
 
-    from setpo_lab.studies.countdown_results import bitwise_agreement
+    from setpo_lab.studies.countdown_verdict import bitwise_agreement
 
     def study(root, models, evaluations):
         for name, digest in models.items():

@@ -161,7 +161,7 @@ def test_the_record_says_which_machine_trained_and_evaluated_each_row(study):
     """A study of several sittings may have had several machines (another one's kernels give other weights):
     every row names the processor that trained it and the one that evaluated it, and the record counts them."""
     from setpo_lab.repro.provenance import machine
-    from setpo_lab.studies.countdown_results import machine_label
+    from setpo_lab.studies.countdown_verdict import machine_label
 
     summary = json.loads((Path(study.out) / "results.json").read_text())
     here = machine_label(machine())
@@ -172,7 +172,7 @@ def test_the_record_says_which_machine_trained_and_evaluated_each_row(study):
 
 
 def test_machine_label_names_the_widest_vector_extension():
-    from setpo_lab.studies.countdown_results import machine_label
+    from setpo_lab.studies.countdown_verdict import machine_label
 
     assert machine_label({"cpu": "AMD EPYC", "vector": ["avx2", "fma", "avx512f"], "flags_sha256": "6a93d771884cba54"}) \
         == "AMD EPYC avx512f 6a93d771"

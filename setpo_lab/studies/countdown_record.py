@@ -177,7 +177,7 @@ def same_study_at(commit: str, threads: int, log: Callable[[str], object] = prin
     own, and every model (final-weights SHA-256) and every evaluation (per-problem counts) they both make is
     identical bit for bit (``countdown_results.bitwise_agreement``), at the same configuration and with the
     same summary."""
-    from setpo_lab.studies.countdown_results import bitwise_agreement  # what a study and its replication share
+    from setpo_lab.studies.countdown_verdict import bitwise_agreement  # what a study and its replication share
 
     args = ["--smoke", "--set", f"threads={threads}"]
     with tempfile.TemporaryDirectory(prefix="setpo-same-study-") as tmp, temporary_worktree(commit, root) as tree:

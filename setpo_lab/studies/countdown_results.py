@@ -7,16 +7,13 @@ evaluations into the record (``results.json``, and ``figures/fig3_countdown_resu
 figures``), and everything else here only reads that record and draws it. ``evaluate_samples`` scores one
 evaluation's samples (pass@k, width, average modes), the numbers every row is made of.
 
-Two parts only read what a study wrote: where each row came from and whether two studies made the same thing
-(``made_on``, ``fingerprints``, ``machines_used``, ``bitwise_agreement``), and what the record says on the
-study's questions, decided by fixed rules from its numbers (``verdict``), so that the docs and notebook 03 state
-conclusions the record can check.
+Where each row came from and what the record says on the study's questions (``verdict``) are
+``countdown_verdict``'s.
 """
 
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import math
 import statistics
@@ -24,12 +21,21 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from setpo_lab.repro.arithmetic import active_arithmetic
-from setpo_lab import ROOT
 from setpo.records import read_json, read_records
+from setpo_lab import ROOT
+from setpo_lab.repro.arithmetic import active_arithmetic
 from setpo_lab.studies.countdown_config import REUSE_NEUTRAL_FIELDS, CountdownLMConfig, RLRun
-from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
-from setpo_lab.studies.intervals import mean_ci, t975
+from setpo_lab.studies.countdown_verdict import (
+    bitwise_agreement,
+    ci_text,
+    fingerprints,
+    identical_text,
+    in_main_cell,
+    machines_used,
+    made_on,
+    verdict,
+    verdict_markdown,
+)
 from setpo_lab.studies.figures import (
     BASELINE_COLOUR,
     SETPO_COLOURS,
@@ -41,6 +47,9 @@ from setpo_lab.studies.figures import (
     save_table,
 )
 from setpo_lab.studies.figures import trajectory_figure as shared_trajectory_figure
+from setpo_lab.studies.intervals import mean_ci, t975
+from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
+
 
 def embedder_label(spec: str) -> str:
     """An embedder spec by its real name ("centered:<spec>": that model, centred on the warm-start completions)."""
@@ -570,233 +579,3 @@ def write_results(summary: dict, out_dir: str | Path, record: dict) -> tuple[str
                       note=f"Made by `{record['command']}`; every row, seed and setting in "
                            "`fig3_countdown_results.json` beside this file.")
     return table, path
-
-# --------------------------------------------------------------------------------------------------
-# Where each row came from: the processor that trained and the one that evaluated it, digests of its weights
-# and of its evaluation's counts, and how many of those a study and its replication share bit for bit
-# --------------------------------------------------------------------------------------------------
-
-
-def machine_label(machine: Mapping | None) -> str:
-    """A short name of the processor an identity records (``setpo_lab.repro.provenance.machine``): its model, its widest
-    vector extension and its flags digest, e.g. "AMD EPYC avx512f 6a93d771"; "unrecorded" if none."""
-    if not machine:
-        return "unrecorded"
-    widest = next((v for v in ("amx_tile", "avx512f", "avx2") if v in (machine.get("vector") or [])), None)
-    parts = [machine.get("cpu"), widest, (machine.get("flags_sha256") or "")[:8] or None]
-    return " ".join(str(x) for x in parts if x) or "unrecorded"
-
-
-def made_on(out: Path, name: str, evaluation: Mapping) -> dict:
-    """Which processor trained run ``name`` (its folder's identity.json; "sft": the warm start) and which
-    evaluated it (the evaluation's identity): a study of several sittings may have had several."""
-    folder = _run_folder(out, name) / "identity.json"
-    trained = read_json(folder, "delete the run's folder and rerun").get("machine") if folder.exists() else None
-    return {"trained_on": machine_label(trained),
-            "evaluated_on": machine_label((evaluation.get("identity") or {}).get("machine"))}
-
-
-def fingerprints(out: Path, name: str, evaluation: Mapping) -> dict:
-    """What the run and its evaluation came to, as digests to compare two studies bit for bit:
-    ``weights_sha256`` (its final weights, from ``final/done.json``; None if unrecorded) and ``counts_sha256``
-    (``counts_digest`` of the evaluation)."""
-    return {"weights_sha256": _weights_digest(_run_folder(out, name)),
-            "counts_sha256": counts_digest(evaluation)}
-
-
-def counts_digest(evaluation: Mapping) -> str:
-    """SHA-256 of an evaluation's per-problem correct and distinct counts: what it measured, not when or how fast."""
-    counts = json.dumps([list(evaluation["correct"]), list(evaluation.get("distinct") or [])])
-    return hashlib.sha256(counts.encode()).hexdigest()
-
-
-def _run_folder(out: Path, name: str) -> Path:
-    """Where a study keeps run ``name``: "sft" is the warm start, anything else an RL run."""
-    return out / "sft" if name == "sft" else out / "rl" / name
-
-
-def _weights_digest(run_folder: Path) -> str | None:
-    done = run_folder / "final" / "done.json"
-    return read_json(done, "delete the run's folder and rerun").get("weights_sha256") if done.exists() else None
-
-
-def machines_used(rows: Sequence[Mapping]) -> dict[str, dict[str, int]]:
-    """How many of the record's rows each processor trained and evaluated: {"trained": {label: rows}, "evaluated":
-    {...}}. More than one label: the study's sittings had different machines (see
-    docs/reproducibility/countdown-history.md)."""
-    count = lambda key: dict(sorted(collections.Counter(r[key] for r in rows).items()))  # noqa: E731
-    return {"trained": count("trained_on"), "evaluated": count("evaluated_on")}
-
-
-def bitwise_agreement(out: str | Path, other: str | Path) -> dict:
-    """Of everything two study folders both made: the models (the warm start, every search and final run, by
-    name) and the evaluations (validation and test, by name): how many are shared, and how many identical (the
-    same final-weights SHA-256; the same ``counts_digest``). A model without a recorded digest counts as shared,
-    not identical."""
-    def models(root: Path) -> dict[str, str | None]:
-        return {p.name: _weights_digest(p) for p in [root / "sft", *sorted((root / "rl").glob("*"))]
-                if (p / "final" / "done.json").exists()}
-
-    def evaluations(root: Path) -> dict[str, str]:
-        return {f"{split}/{p.stem}": counts_digest(read_json(p, "delete it and rerun to evaluate again"))
-                for split in ("val", "eval") for p in sorted((root / split).glob("*.json"))
-                if not p.name.endswith(".texts.json")}  # the judge's responses, not an evaluation
-
-    def count(made) -> tuple[int, int]:
-        mine, theirs = made(Path(out)), made(Path(other))
-        shared = set(mine) & set(theirs)
-        return len(shared), sum(mine[k] is not None and mine[k] == theirs[k] for k in shared)
-    n_models, same_models = count(models)
-    n_evaluations, same_evaluations = count(evaluations)
-    return {"models": n_models, "models_identical": same_models,
-            "evaluations": n_evaluations, "evaluations_identical": same_evaluations}
-
-
-# --------------------------------------------------------------------------------------------------
-# What the record says: the study's questions answered by fixed rules from its numbers
-# --------------------------------------------------------------------------------------------------
-
-
-def in_main_cell(row: dict, cfg) -> bool:
-    """Whether a record row's run has the main cell's G and β; cfg: the config or its record (a dict). The warm
-    start's row (no G) is in no cell."""
-    g, beta = ((cfg["main_group_size"], cfg["main_beta"]) if isinstance(cfg, Mapping)
-               else (cfg.main_group_size, cfg.main_beta))
-    return row["G"] == g and row["beta"] == beta
-
-
-def ci_text(d: dict, scale: float = 100.0, digits: int = 1) -> str:
-    """A mean with its 95% interval, as points (``scale``): "+1.2 [+0.3, +2.1]", or "+1.2 (1 seed)"."""
-    if d["lo"] is None:
-        return f"{scale * d['mean']:+.{digits}f} (1 seed)"
-    return f"{scale * d['mean']:+.{digits}f} [{scale * d['lo']:+.{digits}f}, {scale * d['hi']:+.{digits}f}]"
-
-
-PASS1_LOSS_BAR = 0.02  # the headline's bar: its pass@n interval above 0 with a mean pass@1 loss ≤ 2 points
-
-
-def _side(ci: dict | None) -> str:
-    """Where a paired difference's 95% interval lies: "above 0", "below 0", "spans 0" (or "no interval")."""
-    if not ci or ci.get("lo") is None or ci["n"] < 2:
-        return "no interval"
-    return "above 0" if ci["lo"] > 0 else "below 0" if ci["hi"] < 0 else "spans 0"
-
-
-def headline_bar(head: dict | None) -> bool | None:
-    """Whether a headline (chosen SetPO+GRPO − GRPO, a ``paired`` entry) meets the study's bar: pass@n interval
-    above 0 and mean pass@1 at most ``PASS1_LOSS_BAR`` below GRPO's (None: no headline or no interval)."""
-    if head is None or _side(head["passn"]) == "no interval":
-        return None
-    return _side(head["passn"]) == "above 0" and head["pass1"]["mean"] >= -PASS1_LOSS_BAR
-
-
-def identical_text(identical: Mapping | None) -> str:
-    """"; identical bit for bit: 58 of 58 models, 67 of 67 evaluations" from ``bitwise_agreement``'s counts;
-    "" when the record has none."""
-    if not identical:
-        return ""
-    return (f"; identical bit for bit: {identical['models_identical']} of {identical['models']} models, "
-            f"{identical['evaluations_identical']} of {identical['evaluations']} evaluations")
-
-
-def verdict(summary: dict) -> list[dict]:
-    """What the record says on each of the study's questions, decided by fixed rules from its numbers, so that
-    the docs and notebook 03 state conclusions the record can check: [{"question", "answer", "holds", "evidence"}]
-    (holds: True / False, or None where the record cannot tell). The questions: the headline against the bar;
-    width and average modes (interval above 0); the grid (holds: every other cell's pass@n interval above 0;
-    fails: any below 0); the perfect-kernel ceiling (how much of its pass@n gain the chosen embedder reaches;
-    whether its mean pass@n gets back to the warm start's); SetPO against each baseline (better / worse: the
-    paired interval above / below 0, else not separable); and whether the replication agrees (both studies
-    meet the bar or both miss it, with the same sign of the pass@n effect); and whether one processor made the
-    whole record (``machines``: holds when every row was trained and evaluated by the same one)."""
-    n = str(summary["config"]["eval_samples"])
-    head = next((p for p in summary["paired"] if p["primary"]), None)
-    out = []
-
-    def add(question, answer, holds, evidence):
-        out.append({"question": question, "answer": answer, "holds": holds, "evidence": evidence})
-
-    def diff_text(d: dict) -> str:
-        return (f"Δ pass@1 {ci_text(d['pass1'])}, Δ pass@{n} {ci_text(d['passn'])}, Δ avg modes {ci_text(d['avg_modes'], 1.0, 2)}, "
-                f"Δ width {ci_text(d['width'], 1.0, 1)} ({len(d['seeds'])} seeds)")
-
-    if head is not None:
-        bar = headline_bar(head)
-        add(f"Does the chosen SetPO+GRPO beat GRPO at pass@{n} in the main cell (interval above 0, pass@1 loss ≤ "
-            f"{100 * PASS1_LOSS_BAR:.0f} points)?",
-            "yes" if bar else "no" if bar is False else "cannot tell", bar,
-            f"{head['variant']} − GRPO, T = 1: {diff_text(head)}")
-        for key, label in (("width", "diversity width"), ("avg_modes", "average modes")):
-            side = _side(head[key])
-            add(f"Does it keep more distinct solutions ({label})?", side, {"above 0": True, "below 0": False}.get(side),
-                f"Δ {label} {ci_text(head[key], 1.0, 2 if key == 'avg_modes' else 1)}")
-    grid = [c for c in summary.get("grid", []) if (c["G"], c["beta"]) != (summary["config"]["main_group_size"],
-                                                                       summary["config"]["main_beta"]) or c["T"] != 1.0]
-    if grid:
-        sides = [_side(c["difference"]["passn"]) for c in grid]
-        positive = sum(c["difference"]["passn"]["mean"] > 0 for c in grid)
-        add(f"Does the pass@{n} effect hold over the grid (the other G, β, T)?",
-            f"mean above 0 in {positive} of {len(grid)} cells, interval above 0 in {sides.count('above 0')}, "
-            f"below 0 in {sides.count('below 0')}",
-            True if sides.count("above 0") == len(grid) else False if "below 0" in sides else None,
-            "; ".join(f"G={c['G']}, β={c['beta']:g}, T={c['T']:g}: Δ pass@{n} {ci_text(c['difference']['passn'])}"
-                      for c in grid))
-    versus = {v["role"]: v for v in summary.get("versus", [])}
-    ceiling = next((p for p in summary["paired"] if p.get("role") == "ceiling"), None)
-    sft = next((r for r in summary["runs"] if r["name"] == "sft" and r["T"] == 1.0), None)
-    if ceiling is not None and head is not None:
-        # On the ceiling's own seeds: the headline may have more (headline_seeds), and another seed set would
-        # compare two different samples. chosen − GRPO there = (chosen − ceiling) + (ceiling − GRPO).
-        same = "ceiling" in versus and versus["ceiling"]["seeds"] == ceiling["seeds"]
-        gain = versus["ceiling"]["passn"]["mean"] + ceiling["passn"]["mean"] if same else head["passn"]["mean"]
-        reach = gain / ceiling["passn"]["mean"] if ceiling["passn"]["mean"] > 0 else None
-        ceiling_passn = statistics.mean(r["pass_at_k"][n] for r in summary["runs"] if r.get("role") == "ceiling"
-                                        and r["T"] == 1.0 and in_main_cell(r, summary["config"]))
-        add("How much of the perfect kernel's effect does the chosen embedder reach?",
-            "-" if reach is None else f"{100 * reach:.0f}% of its pass@{n} gain over GRPO"
-            + (f" (on its {len(ceiling['seeds'])} seeds)" if same else ""), None,
-            f"ceiling ({ceiling['variant']}) − GRPO: Δ pass@{n} {ci_text(ceiling['passn'])}; chosen − GRPO: "
-            f"{ci_text(head['passn'])}" + (f"; chosen − ceiling: {ci_text(versus['ceiling']['passn'])}" if "ceiling" in versus else ""))
-        if sft is not None:
-            back = ceiling_passn >= sft["pass_at_k"][n]
-            add(f"Does the perfect kernel bring SetPO+GRPO back to the warm start's pass@{n}?", "yes" if back else "no",
-                back,
-                f"ceiling pass@{n} {ceiling_passn:.3f} (mean over seeds), warm start {sft['pass_at_k'][n]:.3f}")
-    for role, name in (("pairwise", "the pairwise penalty"), ("dra", "DRA-GRPO"), ("passk", "Pass@k training"),
-                       ("paper", "the paper-faithful setting")):
-        v = versus.get(role)
-        if v is not None:
-            side = _side(v["passn"])
-            add(f"Chosen SetPO+GRPO against {name} ({v['baseline']}) at pass@{n}?",
-                {"above 0": "better", "below 0": "worse"}.get(side, "not separable"),
-                {"above 0": True, "below 0": False}.get(side), f"chosen − {v['baseline']}: {diff_text(v)}")
-    agreement = summary.get("agreement")
-    if agreement:
-        heads = {k: a["headline"] for k, a in agreement.items()}
-        bars = {k: headline_bar(h) for k, h in heads.items()}
-        signs = {k: None if h is None else h["passn"]["mean"] > 0 for k, h in heads.items()}
-        agree = None if None in bars.values() else len(set(bars.values())) == 1 and len(set(signs.values())) == 1
-        add("Does the replication (the whole study at another thread count) agree?",
-            "yes" if agree else "no" if agree is False else "cannot tell", agree,
-            "; ".join(f"{k} ({a['threads']} thread(s), chosen {a['chosen']}): "
-                      + ("-" if a["headline"] is None else f"Δ pass@1 {ci_text(a['headline']['pass1'])}, Δ pass@{n} "
-                         f"{ci_text(a['headline']['passn'])}, bar {'met' if bars[k] else 'not met'}")
-                      for k, a in agreement.items()) + identical_text(summary.get("identical")))
-    machines = summary.get("machines")
-    if machines:
-        made = sorted(set(machines["trained"]) | set(machines["evaluated"]))
-        add("Was the record made on one processor (one machine's kernels; another's give other weights in the last "
-            "bits)?", "yes" if len(made) == 1 else f"no: {len(made)}", len(made) == 1,
-            f"trained: {', '.join(f'{m} ({n} rows)' for m, n in machines['trained'].items())}; evaluated: "
-            + ", ".join(f"{m} ({n} rows)" for m, n in machines["evaluated"].items()))
-    return out
-
-
-def verdict_markdown(summary: dict) -> list[str]:
-    """``verdict`` as a table: question, answer, evidence."""
-    rows = verdict(summary)
-    if not rows:
-        return []
-    return (["What the record says (the study's questions, decided by `countdown_results.verdict`'s fixed rules):", "",
-             "| question | answer | evidence |", "|---|---|---|"]
-            + [f"| {v['question']} | {v['answer']} | {v['evidence']} |" for v in rows] + [""])
