@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from setpo.records import read_json
+from setpo_lab.studies.intervals import interval_side, interval_text
 
 # --------------------------------------------------------------------------------------------------
 # Where each row came from: the processor that trained and the one that evaluated it, digests of its weights
@@ -111,27 +112,18 @@ def in_main_cell(row: dict, cfg) -> bool:
 
 def ci_text(d: dict, scale: float = 100.0, digits: int = 1) -> str:
     """A mean with its 95% interval, as points (``scale``): "+1.2 [+0.3, +2.1]", or "+1.2 (1 seed)"."""
-    if d["lo"] is None:
-        return f"{scale * d['mean']:+.{digits}f} (1 seed)"
-    return f"{scale * d['mean']:+.{digits}f} [{scale * d['lo']:+.{digits}f}, {scale * d['hi']:+.{digits}f}]"
+    return interval_text(d, f"{{:+.{digits}f}}", scale=scale, alone=" (1 seed)")
 
 
 PASS1_LOSS_BAR = 0.02  # the headline's bar: its pass@n interval above 0 with a mean pass@1 loss ≤ 2 points
 
 
-def _side(ci: dict | None) -> str:
-    """Where a paired difference's 95% interval lies: "above 0", "below 0", "spans 0" (or "no interval")."""
-    if not ci or ci.get("lo") is None or ci["n"] < 2:
-        return "no interval"
-    return "above 0" if ci["lo"] > 0 else "below 0" if ci["hi"] < 0 else "spans 0"
-
-
 def headline_bar(head: dict | None) -> bool | None:
     """Whether a headline (chosen SetPO+GRPO − GRPO, a ``paired`` entry) meets the study's bar: pass@n interval
     above 0 and mean pass@1 at most ``PASS1_LOSS_BAR`` below GRPO's (None: no headline or no interval)."""
-    if head is None or _side(head["passn"]) == "no interval":
+    if head is None or interval_side(head["passn"]) is None:
         return None
-    return _side(head["passn"]) == "above 0" and head["pass1"]["mean"] >= -PASS1_LOSS_BAR
+    return interval_side(head["passn"]) == "above 0" and head["pass1"]["mean"] >= -PASS1_LOSS_BAR
 
 
 def identical_text(identical: Mapping | None) -> str:
@@ -171,13 +163,13 @@ def verdict(summary: dict) -> list[dict]:
             "yes" if bar else "no" if bar is False else "cannot tell", bar,
             f"{head['variant']} − GRPO, T = 1: {diff_text(head)}")
         for key, label in (("width", "diversity width"), ("avg_modes", "average modes")):
-            side = _side(head[key])
+            side = interval_side(head[key]) or "no interval"
             add(f"Does it keep more distinct solutions ({label})?", side, {"above 0": True, "below 0": False}.get(side),
                 f"Δ {label} {ci_text(head[key], 1.0, 2 if key == 'avg_modes' else 1)}")
     grid = [c for c in summary.get("grid", []) if (c["G"], c["beta"]) != (summary["config"]["main_group_size"],
                                                                        summary["config"]["main_beta"]) or c["T"] != 1.0]
     if grid:
-        sides = [_side(c["difference"]["passn"]) for c in grid]
+        sides = [(interval_side(c["difference"]["passn"]) or "no interval") for c in grid]
         positive = sum(c["difference"]["passn"]["mean"] > 0 for c in grid)
         add(f"Does the pass@{n} effect hold over the grid (the other G, β, T)?",
             f"mean above 0 in {positive} of {len(grid)} cells, interval above 0 in {sides.count('above 0')}, "
@@ -210,7 +202,7 @@ def verdict(summary: dict) -> list[dict]:
                        ("paper", "the paper-faithful setting")):
         v = versus.get(role)
         if v is not None:
-            side = _side(v["passn"])
+            side = interval_side(v["passn"]) or "no interval"
             add(f"Chosen SetPO+GRPO against {name} ({v['baseline']}) at pass@{n}?",
                 {"above 0": "better", "below 0": "worse"}.get(side, "not separable"),
                 {"above 0": True, "below 0": False}.get(side), f"chosen − {v['baseline']}: {diff_text(v)}")

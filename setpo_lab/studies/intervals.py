@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 # two-sided 95% Student t quantiles by degrees of freedom (values - 1); a normal 1.96 beyond the table
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -26,3 +26,23 @@ def mean_ci(values: Sequence[float]) -> dict:
         return {"mean": mean, "lo": None, "hi": None, "n": n}
     half = t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
+
+
+def interval_side(d: Mapping | None) -> str | None:
+    """Where a difference's 95% interval lies: "above 0", "below 0" or "spans 0"; None without one (no record, no
+    interval, or fewer than 2 values)."""
+    if not d or d.get("lo") is None or d.get("n", 2) < 2:
+        return None
+    return "above 0" if d["lo"] > 0 else "below 0" if d["hi"] < 0 else "spans 0"
+
+
+def interval_text(d: Mapping, fmt: str = "{:+.3f}", *, scale: float = 1.0, unit: str = "", alone: str = "",
+                  missing: str = "–") -> str:
+    """A mean and its interval, each value ``fmt.format(scale * v)``: "{mean}{unit} [{lo}, {hi}]"; without an
+    interval "{mean}{unit}{alone}"; without a mean ``missing``."""
+    if d.get("mean") is None:
+        return missing
+    mean = fmt.format(scale * d["mean"]) + unit
+    if d.get("lo") is None:
+        return mean + alone
+    return f"{mean} [{fmt.format(scale * d['lo'])}, {fmt.format(scale * d['hi'])}]"

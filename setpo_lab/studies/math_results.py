@@ -26,12 +26,14 @@ from setpo_lab.studies.figures import (
     run_colour,
     run_record,
     save_table,
+)
+from setpo_lab.studies.figures import (
     trajectory_figure as shared_trajectory_figure,
 )
-from setpo_lab.studies.intervals import mean_ci
-from setpo_lab.studies.stages import sittings_seconds
+from setpo_lab.studies.intervals import interval_side, interval_text, mean_ci
 from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 from setpo_lab.studies.math_config import MathRunConfig, cuda, uses_vllm
+from setpo_lab.studies.stages import sittings_seconds
 
 
 def pass_at_k_figure(results: Mapping[str, dict], title: str = ""):
@@ -189,19 +191,14 @@ def run_seconds(run_dir: str | Path) -> float:
     return float(read_json(Path(run_dir) / "final" / "done.json", "delete the run folder and rerun")["seconds"])
 
 
-def _interval_text(d: dict) -> str:
-    return f"{100 * d['mean']:+.1f} points [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"
+MOVED = {"above 0": "up", "below 0": "down", "spans 0": "no detectable change"}
 
 
 def _moved(d: dict) -> str:
     """A paired difference in words: which way it moved, or no detectable change, with its interval."""
-    if d["lo"] is None:
-        return f"{100 * d['mean']:+.1f} points (one problem: no interval)"
-    if d["lo"] > 0:
-        return f"up, {_interval_text(d)}"
-    if d["hi"] < 0:
-        return f"down, {_interval_text(d)}"
-    return f"no detectable change, {_interval_text(d)}"
+    text = interval_text(d, "{:+.1f}", scale=100, unit=" points", alone=" (one problem: no interval)")
+    side = interval_side(d)
+    return text if side is None else f"{MOVED[side]}, {text}"
 
 
 TRAINING_SIGNAL_KEYS = {"reward": "reward", "clipped": "completions/clipped_ratio"}
@@ -293,8 +290,7 @@ def paired_table(diffs: Sequence[dict]) -> str:
     rows: dict[tuple[str, str], dict] = {}
     for d in diffs:
         row = rows.setdefault((d["a"], d["b"]), {"comparison": f"{d['a']} − {d['b']}"})
-        interval = "" if d["lo"] is None else f" [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"
-        row[f"Δ pass@{d['k']}"] = f"{100 * d['mean']:+.1f}{interval}"
+        row[f"Δ pass@{d['k']}"] = interval_text(d, "{:+.1f}", scale=100)
     n = diffs[0]["n"] if diffs else 0
     return (markdown_table(list(rows.values()))
             + f"\n\n*Points; mean over the {n} problems of the per-problem difference, 95% t-interval over problems.*")

@@ -31,6 +31,7 @@ import numpy as np
 from setpo.envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
+from setpo_lab.studies.intervals import interval_side, interval_text
 from setpo_lab.studies.short_answers import eval_path, run_folder
 from setpo_lab.studies.short_answers_config import CureStudyConfig
 from setpo_lab.studies.short_answers_results import powers_of_two, training_series
@@ -207,12 +208,6 @@ def _hard(cfg: CureStudyConfig, by_method: Mapping[str, list[str]]) -> dict:
             "comparisons": comparisons}
 
 
-def _fmt(d: Mapping, fmt: str = "{:+.3f}") -> str:
-    if d.get("mean") is None:
-        return "–"
-    return f"{fmt.format(d['mean'])} [{fmt.format(d['lo'])}, {fmt.format(d['hi'])}]"
-
-
 def _find(record: Mapping, metric: str, a: str, b: str) -> Mapping | None:
     return next((c for c in record["comparisons"] if c["metric"] == metric and c["a"] == a and c["b"] == b), None)
 
@@ -238,11 +233,12 @@ def reading(record: Mapping) -> str:
                    "0.05 of GRPO's (its interval reaches below −0.05)." if more else
                    "does not keep detectably more distinct right answers (its interval reaches 0)"
                    + ("." if within else ", and its pass@1 is not shown to be within 0.05 of GRPO's."))
-        lines.append(f"- **{m}** vs {grpo}: distinct right answers {_fmt(d, '{:+.2f}')}, pass@1 {_fmt(p)}: {verdict}")
+        lines.append(f"- **{m}** vs {grpo}: distinct right answers {interval_text(d, '{:+.2f}')}, pass@1 {interval_text(p)}: {verdict}")
     for c in record["comparisons"]:
         if c["metric"].startswith("pass@") and "pass@k prompts" in c["metric"]:
-            side = ("above" if c["lo"] > 0 else "below" if c["hi"] < 0 else "not apart from") if c["mean"] is not None else "–"
-            lines.append(f"- {c['metric']}: {c['a']} − {c['b']} {_fmt(c)} ({side} 0).")
+            side = {"above 0": "above", "below 0": "below"}.get(interval_side(c), "not apart from") \
+                if c["mean"] is not None else "–"
+            lines.append(f"- {c['metric']}: {c['a']} − {c['b']} {interval_text(c)} ({side} 0).")
     lines.append(f"- {len(record['comparisons'])} comparisons, each with its own 95% interval (paired bootstrap over "
                  f"seeds and prompts, {RESAMPLES} resamples); not corrected for their number: expect about one in "
                  f"twenty to exclude 0 by chance.")
@@ -323,6 +319,6 @@ def results_markdown(record: Mapping) -> str:
     lines += ["", f"| comparison | mean [95% interval] | seeds × prompts |", "|---|---|---|"]
     for c in record["comparisons"]:
         name = METRICS[c["metric"]][0] if c["metric"] in METRICS else c["metric"]
-        lines.append(f"| {name}: {c['a']} − {c['b']} | {_fmt(c)} | {c['seeds']} × {c['prompts']} |")
+        lines.append(f"| {name}: {c['a']} − {c['b']} | {interval_text(c)} | {c['seeds']} × {c['prompts']} |")
     lines += ["", record["reading"]]
     return "\n".join(lines) + "\n"

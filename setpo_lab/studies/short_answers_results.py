@@ -28,9 +28,8 @@ from pathlib import Path
 from setpo.envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, read_records, write_json
-from setpo_lab.studies.intervals import mean_ci
+from setpo_lab.studies.intervals import interval_side, interval_text, mean_ci
 from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
-
 from setpo_lab.studies.stages import print_flushed
 
 #: the quantities a paired difference is reported for: key -> (label, format of a value)
@@ -137,14 +136,6 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _interval(d: Mapping, fmt: str) -> str:
-    if d["mean"] is None:
-        return "–"
-    if d["lo"] is None:
-        return fmt.format(d["mean"])
-    return f"{fmt.format(d['mean'])} [{fmt.format(d['lo'])}, {fmt.format(d['hi'])}]"
-
-
 def results_markdown(record: Mapping) -> str:
     """Two tables: each method's mean over seeds (the base model's value beside it), and the paired
     differences, each with its 95% interval over the seeds."""
@@ -160,12 +151,12 @@ def results_markdown(record: Mapping) -> str:
     for key, (name, fmt) in PAIRED_METRICS.items():
         name = name.replace("k_max", str(k_max))
         b = "–" if key == "reward_rise" else fmt.format(base[key]) if base[key] is not None else "–"
-        lines.append(f"| {name} | {b} | " + " | ".join(_interval(record["by_method"][m][key], fmt)
+        lines.append(f"| {name} | {b} | " + " | ".join(interval_text(record["by_method"][m][key], fmt)
                                                         for m in methods) + " |")
     lines += ["", "| paired difference | mean [95% interval over seeds] |", "|---|---|"]
     for p in record["paired"]:
         name, fmt = PAIRED_METRICS[p["metric"]]
-        lines.append(f"| {name.replace('k_max', str(k_max))}: {p['a']} − {p['b']} | {_interval(p, '{:+.3f}')} |")
+        lines.append(f"| {name.replace('k_max', str(k_max))}: {p['a']} − {p['b']} | {interval_text(p, '{:+.3f}')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -242,10 +233,9 @@ def _paired(record: Mapping, metric: str, a: str, b: str) -> Mapping:
 
 
 def _verdict(d: Mapping) -> str:
-    """Where a paired difference's 95% interval lies: above 0, below 0, or across it."""
-    if d["lo"] is None:
-        return "one seed, no interval"
-    return "above 0" if d["lo"] > 0 else "below 0" if d["hi"] < 0 else "its interval spans 0"
+    """Where a paired difference's 95% interval lies, in the reading's words."""
+    side = interval_side(d)
+    return {None: "one seed, no interval", "spans 0": "its interval spans 0"}.get(side, side)
 
 
 def reading(record: Mapping) -> str:
@@ -255,7 +245,7 @@ def reading(record: Mapping) -> str:
     grpo, setpo = list(record["by_method"])
     k_max = max(int(k) for k in record["models"]["base"]["pass_at_k"])
     rise = record["by_method"][grpo]["reward_rise"]
-    lines = [f"- **{grpo}'s training reward** rose by {_interval(rise, '{:+.3f}')} from the first third of the "
+    lines = [f"- **{grpo}'s training reward** rose by {interval_text(rise, '{:+.3f}')} from the first third of the "
              f"steps to the last ({_verdict(rise)}; 95% interval over {rise['n']} seeds)."]
     for metric, name in (("pass@1", "pass@1"), ("pass@max", f"pass@{k_max}"),
                          ("distinct_right", "distinct right answers per many-answer prompt"),
@@ -263,8 +253,8 @@ def reading(record: Mapping) -> str:
                          ("after_answer", "samples with text after the answer line")):
         g, s, d = (_paired(record, metric, grpo, "base"), _paired(record, metric, setpo, "base"),
                    _paired(record, metric, setpo, grpo))
-        lines.append(f"- **{name}:** {grpo} − base {_interval(g, '{:+.3f}')} ({_verdict(g)}); {setpo} − base "
-                     f"{_interval(s, '{:+.3f}')} ({_verdict(s)}); {setpo} − {grpo} {_interval(d, '{:+.3f}')} "
+        lines.append(f"- **{name}:** {grpo} − base {interval_text(g, '{:+.3f}')} ({_verdict(g)}); {setpo} − base "
+                     f"{interval_text(s, '{:+.3f}')} ({_verdict(s)}); {setpo} − {grpo} {interval_text(d, '{:+.3f}')} "
                      f"({_verdict(d)}).")
     similarity, after, distinct = (_paired(record, m, setpo, grpo) for m in ("similarity", "after_answer",
                                                                            "distinct_right"))
