@@ -157,10 +157,11 @@ def shape_prompts(tok, shape: Shape) -> list[str]:
     """``shape.prompts`` chat prompts: GSM8K training questions in notebook 06's Qwen-Math template, or the short-
     answer prompt (system message with one example, a question) padded with worked examples to ~prompt_tokens."""
     if shape.name == "GSM8K":
-        from setpo.envs.math import gsm8k_file, load_math_problems
-        from setpo_lab.studies.math import chat_prompts
+        from setpo.envs.math import gsm8k_file, load_math_problems, qwen_math_messages
+        from setpo_lab.studies.toolkit import chat_prompts
 
-        return chat_prompts(tok, [p.question for p in load_math_problems(gsm8k_file("train"), limit=shape.prompts)])
+        return chat_prompts(tok, [p.question for p in load_math_problems(gsm8k_file("train"), limit=shape.prompts)],
+                            qwen_math_messages)
     out = []
     for i in range(shape.prompts):
         question = SHORT_QUESTIONS[i % len(SHORT_QUESTIONS)]
@@ -370,9 +371,10 @@ def study_step_rows(folder: Path, tmp: str, roof: dict, smoke: bool) -> list[dic
     from transformers import AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
 
-    from setpo.envs.short_answers import to_trl_records
+    from setpo.envs.short_answers import task_messages, to_trl_records
     from setpo.embed import load_embedder
-    from setpo_lab.studies.short_answers import chat_prompts, train_tasks, trainer_args
+    from setpo_lab.studies.short_answers import train_tasks, trainer_args
+    from setpo_lab.studies.toolkit import chat_prompts
     from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
     from setpo.trl import SetPOTrainer
     from setpo.trl.rewards import short_answer_reward
@@ -381,7 +383,8 @@ def study_step_rows(folder: Path, tmp: str, roof: dict, smoke: bool) -> list[dic
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     embedder = load_embedder(cfg.embedder, device="cpu")
     tasks = train_tasks(cfg)
-    prompt_len = statistics.mean(len(tok(p, add_special_tokens=False)["input_ids"]) for p in chat_prompts(tok, tasks))
+    prompt_len = statistics.mean(len(tok(p, add_special_tokens=False)["input_ids"])
+                                 for p in chat_prompts(tok, tasks, task_messages))
     rows = []
     for name, (method, changes) in STEP_SETUPS.items():
         print(f"  RL step, {name} ...", flush=True)

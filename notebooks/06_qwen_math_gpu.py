@@ -52,10 +52,12 @@ import torch
 from IPython.display import Markdown, display
 
 from setpo.embed import load_embedder
+from setpo.envs.math import qwen_math_messages
 from setpo_lab.studies import judging
 from setpo_lab.studies import math as ml
 from setpo_lab.studies import math_results as mr
 from setpo_lab.studies.figures import save_figure, save_table, show, show_table
+from setpo_lab.studies.toolkit import chat_prompts
 from setpo.trl import quiet_libraries
 
 quiet_libraries()
@@ -110,7 +112,8 @@ if MATH:
     model_path = ml.resolve_model_path(cfg)
     tokenizer = ml.load_tokenizer(model_path)
     print(f"{len(train)} training and {len(val)} validation problems; model: {model_path}")
-    print(ml.chat_prompts(tokenizer, [train[0].question])[0] + "…", "\nreference answer:", train[0].answer)
+    print(chat_prompts(tokenizer, [train[0].question], qwen_math_messages)[0] + "…", "\nreference answer:",
+          train[0].answer)
 
 # %% [markdown]
 # ## The base model at large sampling budgets

@@ -22,7 +22,7 @@ def test_the_code_is_every_module_the_study_can_import_but_not_what_only_draws()
     assert {"setpo.trl.trainer", "setpo.trl.config", "setpo.diversity", "setpo.envs.countdown.verifier",
             "setpo_lab.studies.countdown_config", "setpo.embed"} <= set(closure)
     assert not {"setpo_lab.studies.figures", "setpo_lab.studies.countdown_results", "setpo.judge.client",
-                "setpo.verl.launch"} & set(closure)
+                "setpo.verl.launch", "setpo_lab.studies.toolkit", "setpo_lab.studies.intervals"} & set(closure)
 
 
 def test_differences_name_threads_files_and_versions_but_not_the_commit_alone(tmp_path):

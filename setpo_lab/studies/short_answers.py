@@ -64,6 +64,7 @@ from setpo.envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer,
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, ShortAnswerStudyConfig
+from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.stages import (Progress, StudyResult, check_restored, chosen_stages, claim_folder, has_model,
                                   heartbeat, print_flushed, refusal, restore_model, run_records, stage_done)
 from setpo.trl.rewards import short_answer_reward
@@ -107,7 +108,7 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
 
     out = Path(out)
     claim_folder(out / "base_samples", asdict(cfg))
-    model_dir = model_folder(cfg.model_path)
+    model_dir = base_model_folder(cfg.model_path)
     tok, model = load_model(model_dir, torch.float32)
     rows = []
     for temperature in cfg.temperatures:
@@ -118,7 +119,7 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
                 samples = read_json(cache, "delete it and rerun to sample this kind again")["samples"]
             else:
                 started = time.perf_counter()
-                prompts = chat_prompts(tok, tasks)
+                prompts = chat_prompts(tok, tasks, task_messages)
                 samples = sample_completions(model, tok, prompts, n=cfg.n, temperature=temperature,
                                              max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                                              add_special_tokens=False, share_prompt=True)
@@ -221,18 +222,11 @@ def probe_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
     return sample_tasks(kinds, "val", cfg.probe_per_kind, seed=0)
 
 
-def model_folder(model_path: str | None) -> Path:
+def base_model_folder(model_path: str | None) -> Path:
     """The base model: ``model_path`` (it must exist) or the packaged SmolLM2 (prepared once)."""
-    if model_path:
-        path = Path(model_path).expanduser()
-        if not path.is_dir():
-            raise FileNotFoundError(f"no model folder at {str(path)!r}; give a local model folder, or leave "
-                                    "model_path None for the packaged SmolLM2-135M-Instruct "
-                                    "(`python -m setpo.models prepare smollm2-135m-instruct DIR` makes one)")
-        return path
-    from setpo.models import prepared_folder
-
-    return prepared_folder(log=lambda *_: None)
+    return model_folder(model_path, remedy="give a local model folder, or leave model_path None for the packaged "
+                                           "SmolLM2-135M-Instruct (`python -m setpo.models prepare "
+                                           "smollm2-135m-instruct DIR` makes one)")
 
 
 def load_model(model_dir: Path, dtype):
@@ -249,18 +243,13 @@ def load_model(model_dir: Path, dtype):
     return tokenizer, model
 
 
-def chat_prompts(tokenizer, tasks: Sequence[TaskSpec]) -> list[str]:
-    return [tokenizer.apply_chat_template(task_messages(t), tokenize=False, add_generation_prompt=True)
-            for t in tasks]
-
-
 def sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg: ShortAnswerStudyConfig,
                        seed: int, progress=None) -> list[list[str]]:
     """n completions per task at the training temperature (``setpo_lab.studies.sampling.sample_completions``, each
     prompt run once and its samples continued from copies of its cache)."""
     from setpo_lab.studies.sampling import sample_completions
 
-    return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks), n=n, temperature=cfg.temperature,
+    return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), n=n, temperature=cfg.temperature,
                               max_new_tokens=cfg.max_new_tokens, seed=seed, batch_sequences=256,
                               add_special_tokens=False, share_prompt=True, progress=progress)
 
@@ -301,7 +290,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
         return final
     recorded = restore_model(final)
     kept = run_records(out) if recorded is not None else None
-    base = model_folder(cfg.model_path)
+    base = base_model_folder(cfg.model_path)
     tokenizer, model = load_model(base, torch.float32)
     probes = probe_tasks(cfg)
 
@@ -436,7 +425,7 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
                                    need_model="evaluate" in chosen and not (evaluated / f"{label}.json").exists())
                   for label in cfg.run_labels()}
     if "evaluate" in chosen:
-        evaluate_model(cfg, "base", model_folder(cfg.model_path), embedder, log)
+        evaluate_model(cfg, "base", base_model_folder(cfg.model_path), embedder, log)
         for label, final in finals.items():
             if not stage_done(final):
                 raise ValueError(f"run {label} is not trained: {final}; run the train stage first")

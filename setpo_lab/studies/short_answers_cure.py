@@ -28,7 +28,7 @@ from pathlib import Path
 
 from setpo.envs.short_answers import TaskSpec, sample_tasks
 from setpo.records import read_json
-from setpo_lab.studies.short_answers import evaluate_model, model_folder, rerun_status, run_folder, train_run
+from setpo_lab.studies.short_answers import base_model_folder, evaluate_model, rerun_status, run_folder, train_run
 from setpo_lab.studies.short_answers_config import (CURE_PRESETS, CURE_PROG, REUSE_NEUTRAL_FIELDS, CureStudyConfig,
                                                 ShortAnswerStudyConfig)
 from setpo_lab.studies.stages import StudyResult, chosen_stages, claim_folder, print_flushed, refusal, stage_done
@@ -83,7 +83,7 @@ def run_cure(cfg: CureStudyConfig, stages: Sequence[str] | str | None = None, *,
         finals = {label: train_run(cfg, label, embedder=embedder, log=log,
                                    need_model="evaluate" in chosen and not evaluated(label)) for label in labels}
     if "evaluate" in chosen:
-        base = model_folder(cfg.model_path)
+        base = base_model_folder(cfg.model_path)
         evaluate_model(cfg, "base", base, embedder, log)
         if hard:
             evaluate_model(cfg, "base", base, embedder, log, tasks=hard_tasks(cfg), n=cfg.hard_n, folder="eval_hard")
