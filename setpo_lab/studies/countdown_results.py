@@ -47,7 +47,7 @@ from setpo_lab.studies.figures import (
     save_table,
 )
 from setpo_lab.studies.figures import trajectory_figure as shared_trajectory_figure
-from setpo_lab.studies.intervals import mean_ci, t975
+from setpo_lab.studies.intervals import mean_ci, paired_ci, t975
 from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 
 
@@ -154,10 +154,9 @@ def every_row(summary: dict) -> list[dict]:
 
 def _paired(pairs: Sequence[tuple[dict, dict]], n: str) -> dict:
     """a - b over (a, b) rows of the same seed: pass@1, pass@n, average modes, width, each with its interval."""
-    diff = lambda f: mean_ci([f(a) - f(b) for a, b in pairs])  # noqa: E731
-    return {"seeds": [a["seed"] for a, _ in pairs], "pass1": diff(lambda r: r["pass_at_k"]["1"]),
-            "passn": diff(lambda r: r["pass_at_k"][n]), "avg_modes": diff(lambda r: r["avg_modes"]),
-            "width": diff(lambda r: r["width"])}
+    return {"seeds": [a["seed"] for a, _ in pairs], "pass1": paired_ci(pairs, lambda r: r["pass_at_k"]["1"]),
+            "passn": paired_ci(pairs, lambda r: r["pass_at_k"][n]), "avg_modes": paired_ci(pairs, lambda r: r["avg_modes"]),
+            "width": paired_ci(pairs, lambda r: r["width"])}
 
 
 def _cell_rows(rows: Sequence[dict], g, beta, temp: float) -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 # two-sided 95% Student t quantiles by degrees of freedom (values - 1); a normal 1.96 beyond the table
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -26,6 +26,15 @@ def mean_ci(values: Sequence[float]) -> dict:
         return {"mean": mean, "lo": None, "hi": None, "n": n}
     half = t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
+
+
+def paired_ci(pairs: Iterable[tuple], value: Callable | None = None, *, differences: str | None = None) -> dict:
+    """The paired difference a − b over units (seeds, problems): ``mean_ci`` of ``value(a) − value(b)`` for each
+    (a, b) in ``pairs``, in their order (``value`` None: the pairs hold the numbers); with ``differences``, the
+    per-unit differences too, under that key."""
+    value = value or (lambda x: x)
+    diffs = [value(a) - value(b) for a, b in pairs]
+    return {**mean_ci(diffs), differences: diffs} if differences else mean_ci(diffs)
 
 
 def interval_side(d: Mapping | None) -> str | None:

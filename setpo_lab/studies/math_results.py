@@ -30,7 +30,7 @@ from setpo_lab.studies.figures import (
 from setpo_lab.studies.figures import (
     trajectory_figure as shared_trajectory_figure,
 )
-from setpo_lab.studies.intervals import interval_side, interval_text, mean_ci
+from setpo_lab.studies.intervals import interval_side, interval_text, paired_ci
 from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 from setpo_lab.studies.math_config import MathRunConfig, cuda, uses_vllm
 from setpo_lab.studies.stages import sittings_seconds
@@ -279,9 +279,9 @@ def paired_differences(results: Mapping[str, dict], pairs: Sequence[tuple[str, s
             raise ValueError(f"{a!r} and {b!r} were not evaluated alike: n = {ra['k']} vs {rb['k']} samples of "
                              f"{ra['n_problems']} vs {rb['n_problems']} problems")
         for k in (k for k in ks if k <= ra["k"]):
-            diffs = [pass_at_k(ra["k"], int(ca), k) - pass_at_k(rb["k"], int(cb), k)
-                     for ca, cb in zip(ra["correct"], rb["correct"])]
-            out.append({"a": a, "b": b, "k": k, **mean_ci(diffs)})
+            # ra["k"] == rb["k"] (checked above): one pass@k estimate serves both sides
+            out.append({"a": a, "b": b, "k": k, **paired_ci(zip(ra["correct"], rb["correct"]),
+                                                            lambda c: pass_at_k(ra["k"], int(c), k))})
     return out
 
 

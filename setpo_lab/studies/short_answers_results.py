@@ -28,7 +28,7 @@ from pathlib import Path
 from setpo.envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, read_records, write_json
-from setpo_lab.studies.intervals import interval_side, interval_text, mean_ci
+from setpo_lab.studies.intervals import interval_side, interval_text, mean_ci, paired_ci
 from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
 from setpo_lab.studies.stages import print_flushed
 
@@ -110,10 +110,10 @@ def report(cfg: ShortAnswerStudyConfig, log=print_flushed) -> dict:
         for a, b in ((setpo, grpo), (grpo, "base"), (setpo, "base")):
             if b == "base" and key == "reward_rise":
                 continue
-            diffs = [_value(models, runs, _label(labels, a, s), key)
-                     - (models["base"][key] if b == "base" else _value(models, runs, _label(labels, b, s), key))
-                     for s in cfg.seeds]
-            paired.append({"metric": key, "a": a, "b": b, **mean_ci(diffs), "per_seed": diffs})
+            value = lambda m, s: (models["base"][key] if m == "base"  # noqa: E731
+                                  else _value(models, runs, _label(labels, m, s), key))
+            paired.append({"metric": key, "a": a, "b": b,
+                           **paired_ci([(value(a, s), value(b, s)) for s in cfg.seeds], differences="per_seed")})
     record = {"config": json.loads(json.dumps(asdict(cfg))),
               "command": cfg.command(),
               "models": models, "by_method": by_method, "paired": paired, "runs": runs}
