@@ -105,13 +105,11 @@ from setpo.verl.estimator import (
     embeddings_from_batch,
     resolve_device,
 )
-from setpo.verl.launch import (
+from setpo.verl.launch import launch_config_from_args, main, prepare_data
+from setpo.verl.overrides import (
     VerlLaunchConfig,
     build_overrides,
     compose_config,
-    launch_config_from_args,
-    main,
-    prepare_data,
     validate,
     verl_config_dir,
     verl_preset_overrides,

@@ -29,6 +29,7 @@ from setpo_lab.studies.countdown_data import (
     solution_key,
 )
 from setpo_lab.studies.sampling import sample_completions
+from setpo_lab.studies.trainer_arguments import rl_trainer_args, run_arguments
 from setpo_lab.studies.stages import (
     Progress,
     check_restored,
@@ -41,13 +42,6 @@ from setpo_lab.studies.stages import (
     run_records,
     stage_done,
 )
-
-
-def _common_args(cfg: CountdownLMConfig, seed: int | None = None) -> dict:
-    seed = cfg.seed if seed is None else seed
-    return dict(report_to=[], use_cpu=not torch.cuda.is_available(), bf16=False, seed=seed,
-                data_seed=seed, save_total_limit=1, save_only_model=False, disable_tqdm=True,
-                logging_steps=1, dataloader_num_workers=0)
 
 
 def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=print_flushed, examples=None,
@@ -76,7 +70,7 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=pr
             warmup_steps=min(50, steps_per_epoch), weight_decay=0.01, max_length=cfg.model.max_position_embeddings,
             completion_only_loss=True,
             save_strategy="steps", save_steps=max(1, steps_per_epoch // 2), gradient_checkpointing=False,
-            **_common_args(cfg))
+            **run_arguments(cfg.seed, on_cpu=not torch.cuda.is_available()))
         trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                              processing_class=tokenizer)
         train_resumable(trainer, tokenizer, out_dir, final, {"examples": len(rows)}, log,
@@ -160,7 +154,7 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
     def fit_rl_run(final: Path) -> None:
         from datasets import Dataset  # the engine, imported when a run trains (see train_sft)
 
-        from setpo.trl import SetPOTrainer, config_for, probe_callback, train_resumable
+        from setpo.trl import SetPOTrainer, probe_callback, train_resumable
         from setpo.trl.training import last_checkpoint
 
         warm_start = init_dir() if callable(init_dir) else init_dir
@@ -171,12 +165,12 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
         tokenizer.padding_side = "left"
         g = run.group_size
         per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
-        args = config_for(
-            run.preset, **run.trainer_settings(), output_dir=str(out_dir), learning_rate=cfg.rl_lr,
-            per_device_train_batch_size=per_step // STEPS_PER_GENERATION, steps_per_generation=STEPS_PER_GENERATION,
-            max_steps=cfg.rl_steps, max_completion_length=cfg.rl_max_completion_length,
-            temperature=cfg.rl_temperature, top_p=1.0, lr_scheduler_type="constant", warmup_steps=0, save_strategy="steps",
-            save_steps=cfg.rl_save_steps, gradient_checkpointing=False, **_common_args(cfg, run.seed))
+        args = rl_trainer_args(
+            run.preset, out_dir, seed=run.seed, save_steps=cfg.rl_save_steps, on_cpu=not torch.cuda.is_available(),
+            **run.trainer_settings(), learning_rate=cfg.rl_lr, per_device_train_batch_size=per_step // STEPS_PER_GENERATION,
+            steps_per_generation=STEPS_PER_GENERATION, max_steps=cfg.rl_steps,
+            max_completion_length=cfg.rl_max_completion_length, temperature=cfg.rl_temperature,
+            gradient_checkpointing=False)
         probes = probe_callback(probe_sampler(cfg, data.val[:cfg.n_probe], tokenizer), out_dir / "probes.jsonl",
                                 cfg.probe_every)
         trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,

@@ -42,6 +42,7 @@ from setpo_lab.studies.math_results import read_probes, trajectory_figure  # noq
 from setpo_lab.studies.math_results import write_results
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
+from setpo_lab.studies.trainer_arguments import rl_trainer_args
 from setpo_lab.studies.stages import (Progress, StudyResult, chosen_stages, claim_folder, heartbeat, print_flushed,
                                  sittings_seconds, stage_done)
 from setpo.trl.tiny_models import make_tiny_model
@@ -121,23 +122,18 @@ def load_study_problems(cfg: MathRunConfig) -> tuple[list[MathProblem], list[Mat
 
 def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str = "absolute"):
     """The ``setpo.trl`` config of one run: the preset's loss settings, the paper's sampling, our batch shape."""
-    from setpo.trl import config_for  # imports TRL
-
     on_gpu = cuda()
-    use_vllm = uses_vllm(cfg)
     completions = cfg.prompts_per_step * cfg.num_generations
     extra = {} if cfg.lr is None else {"learning_rate": cfg.lr}
-    if use_vllm:
+    if uses_vllm(cfg):
         extra.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
-    return config_for(
-        cfg.algo, output_dir=str(output_dir), setpo_lambda=lam, setpo_lambda_units=units, embedder=cfg.embedder,
-        num_generations=cfg.num_generations,
-        temperature=cfg.temperature, top_p=1.0, max_completion_length=cfg.max_completion_length, beta=cfg.beta,
+    return rl_trainer_args(
+        cfg.algo, output_dir, seed=cfg.seed, save_steps=cfg.save_steps, on_cpu=not on_gpu, bf16=on_gpu,
+        setpo_lambda=lam, setpo_lambda_units=units, embedder=cfg.embedder, num_generations=cfg.num_generations,
+        temperature=cfg.temperature, max_completion_length=cfg.max_completion_length, beta=cfg.beta,
         per_device_train_batch_size=cfg.micro_batch, gradient_accumulation_steps=completions // cfg.micro_batch,
-        num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps, lr_scheduler_type="constant",
-        warmup_steps=0, save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1, logging_steps=1,
-        report_to=[], use_cpu=not on_gpu, bf16=on_gpu, gradient_checkpointing=on_gpu and not cfg.tiny,
-        seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0, **extra)
+        num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
+        gradient_checkpointing=on_gpu and not cfg.tiny, **extra)
 
 
 def sample_responses(model, tokenizer, questions: Sequence[str], n: int, temperature: float, top_p: float,

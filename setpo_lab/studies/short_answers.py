@@ -65,6 +65,7 @@ from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, ShortAnswerStudyConfig
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
+from setpo_lab.studies.trainer_arguments import rl_trainer_args
 from setpo_lab.studies.stages import (Progress, StudyResult, check_restored, chosen_stages, claim_folder, has_model,
                                   heartbeat, print_flushed, refusal, restore_model, run_records, stage_done)
 from setpo.trl.rewards import short_answer_reward
@@ -257,16 +258,13 @@ def sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg:
 def trainer_args(cfg: ShortAnswerStudyConfig, settings: dict, seed: int, output_dir: Path):
     """The ``SetPOConfig`` of one run: the study's GRPO settings and the method's ``settings``
     (``cfg.trainer_settings``: λ, and for the cure study's arms what the kernel reads, the gate, the estimator)."""
-    from setpo.trl import config_for  # imports TRL
-
-    return config_for(
-        "grpo", output_dir=str(output_dir), **{"setpo_lambda_units": cfg.lam_units, "embedder": cfg.embedder,
-                                               **settings}, num_generations=cfg.group_size, temperature=cfg.temperature, top_p=1.0,
-        max_completion_length=cfg.max_new_tokens, beta=0.0, learning_rate=cfg.lr, lr_scheduler_type="constant",
-        warmup_steps=0, max_steps=cfg.steps, per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,
-        gradient_accumulation_steps=1, setpo_share_prompt_pass=True, gradient_checkpointing=False,
-        bf16=cfg.bf16, use_cpu=True, save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1,
-        logging_steps=1, report_to=[], seed=seed, data_seed=seed, disable_tqdm=True, dataloader_num_workers=0)
+    return rl_trainer_args(
+        "grpo", output_dir, seed=seed, save_steps=cfg.save_steps, bf16=cfg.bf16,
+        **{"setpo_lambda_units": cfg.lam_units, "embedder": cfg.embedder, **settings},
+        num_generations=cfg.group_size, temperature=cfg.temperature, max_completion_length=cfg.max_new_tokens,
+        beta=0.0, learning_rate=cfg.lr, max_steps=cfg.steps,
+        per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size, gradient_accumulation_steps=1,
+        setpo_share_prompt_pass=True, gradient_checkpointing=False)
 
 
 def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_flushed,
