@@ -149,8 +149,8 @@ STUDY_OUTPUTS = ("sft", "rl", "val", "eval", "diagnostics.json", "selection.json
 # modules that only summarise, draw or judge finished runs (editing them changes no run, so it must not make
 # a long study's runs unusable).
 IDENTITY_MODULES = ("setpo_lab.studies.countdown",)
-NOT_IN_IDENTITY = ("setpo_lab.studies.countdown_results", "setpo_lab.studies.figures", "setpo_lab.studies.static_render",
-                   "setpo_lab.studies.judging", "setpo.judge")
+NOT_IN_IDENTITY = ("setpo_lab.studies.countdown_results", "setpo_lab.studies.figures",
+                   "setpo_lab.studies.static_render", "setpo_lab.studies.judging", "setpo.judge")
 
 
 def study_identity(cfg: CountdownLMConfig) -> dict:

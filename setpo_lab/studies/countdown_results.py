@@ -155,8 +155,8 @@ def every_row(summary: dict) -> list[dict]:
 def _paired(pairs: Sequence[tuple[dict, dict]], n: str) -> dict:
     """a - b over (a, b) rows of the same seed: pass@1, pass@n, average modes, width, each with its interval."""
     return {"seeds": [a["seed"] for a, _ in pairs], "pass1": paired_ci(pairs, lambda r: r["pass_at_k"]["1"]),
-            "passn": paired_ci(pairs, lambda r: r["pass_at_k"][n]), "avg_modes": paired_ci(pairs, lambda r: r["avg_modes"]),
-            "width": paired_ci(pairs, lambda r: r["width"])}
+            "passn": paired_ci(pairs, lambda r: r["pass_at_k"][n]),
+            "avg_modes": paired_ci(pairs, lambda r: r["avg_modes"]), "width": paired_ci(pairs, lambda r: r["width"])}
 
 
 def _cell_rows(rows: Sequence[dict], g, beta, temp: float) -> list[dict]:

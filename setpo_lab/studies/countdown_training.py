@@ -167,7 +167,8 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
         per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
         args = rl_trainer_args(
             run.preset, out_dir, seed=run.seed, save_steps=cfg.rl_save_steps, on_cpu=not torch.cuda.is_available(),
-            **run.trainer_settings(), learning_rate=cfg.rl_lr, per_device_train_batch_size=per_step // STEPS_PER_GENERATION,
+            **run.trainer_settings(), learning_rate=cfg.rl_lr,
+            per_device_train_batch_size=per_step // STEPS_PER_GENERATION,
             steps_per_generation=STEPS_PER_GENERATION, max_steps=cfg.rl_steps,
             max_completion_length=cfg.rl_max_completion_length, temperature=cfg.rl_temperature,
             gradient_checkpointing=False)

@@ -153,8 +153,8 @@ def verdict(summary: dict) -> list[dict]:
         out.append({"question": question, "answer": answer, "holds": holds, "evidence": evidence})
 
     def diff_text(d: dict) -> str:
-        return (f"Δ pass@1 {ci_text(d['pass1'])}, Δ pass@{n} {ci_text(d['passn'])}, Δ avg modes {ci_text(d['avg_modes'], 1.0, 2)}, "
-                f"Δ width {ci_text(d['width'], 1.0, 1)} ({len(d['seeds'])} seeds)")
+        return (f"Δ pass@1 {ci_text(d['pass1'])}, Δ pass@{n} {ci_text(d['passn'])}, "
+                f"Δ avg modes {ci_text(d['avg_modes'], 1.0, 2)}, Δ width {ci_text(d['width'], 1.0, 1)} ({len(d['seeds'])} seeds)")
 
     if head is not None:
         bar = headline_bar(head)
@@ -192,7 +192,8 @@ def verdict(summary: dict) -> list[dict]:
             "-" if reach is None else f"{100 * reach:.0f}% of its pass@{n} gain over GRPO"
             + (f" (on its {len(ceiling['seeds'])} seeds)" if same else ""), None,
             f"ceiling ({ceiling['variant']}) − GRPO: Δ pass@{n} {ci_text(ceiling['passn'])}; chosen − GRPO: "
-            f"{ci_text(head['passn'])}" + (f"; chosen − ceiling: {ci_text(versus['ceiling']['passn'])}" if "ceiling" in versus else ""))
+            f"{ci_text(head['passn'])}"
+            + (f"; chosen − ceiling: {ci_text(versus['ceiling']['passn'])}" if "ceiling" in versus else ""))
         if sft is not None:
             back = ceiling_passn >= sft["pass_at_k"][n]
             add(f"Does the perfect kernel bring SetPO+GRPO back to the warm start's pass@{n}?", "yes" if back else "no",

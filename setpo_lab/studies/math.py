@@ -30,15 +30,16 @@ from pathlib import Path
 import torch
 
 from setpo.envs.arguments import Parser
-from setpo.envs.math import (MathProblem, gsm8k_file, load_math_problems, math_reward, qwen_math_messages, smoke_problems,
-                       to_trl_records)
+from setpo.envs.math import (MathProblem, gsm8k_file, load_math_problems, math_reward, qwen_math_messages,
+                             smoke_problems, to_trl_records)
 from setpo.metrics import pass_at_k
 from setpo.records import append_record, read_json, read_records, write_json
 from setpo.refusals import loading
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
-from setpo_lab.studies.math_results import read_probes, trajectory_figure  # noqa: F401  (scripts/gpu_checks/training.py's names)
+# read_probes, trajectory_figure: the names scripts/gpu_checks/training.py imports from here
+from setpo_lab.studies.math_results import read_probes, trajectory_figure  # noqa: F401
 from setpo_lab.studies.math_results import write_results
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
@@ -141,8 +142,8 @@ def sample_responses(model, tokenizer, questions: Sequence[str], n: int, tempera
                      first_index: int = 0, share_prompt: bool = False, fast_nucleus: bool = False) -> list[list[str]]:
     """n responses per question, prompted with the Qwen-Math template (``setpo_lab.studies.sampling.sample_completions``;
     progress: called with the prompts each batch finished; first_index, share_prompt, fast_nucleus: see there)."""
-    return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions, qwen_math_messages), n, temperature, top_p,
-                              max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False,
+    return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions, qwen_math_messages), n, temperature,
+                              top_p, max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False,
                               progress=progress, first_index=first_index, share_prompt=share_prompt,
                               fast_nucleus=fast_nucleus)
 

@@ -171,7 +171,7 @@ def similarity_table(similarity: Mapping[str, Mapping[int, float]]) -> str:
         if not by_step:
             continue
         (s0, v0), (s1, v1) = next(iter(by_step.items())), list(by_step.items())[-1]
-        rows.append({"run": label, f"first probe": f"{v0:.3f} (step {s0})", "last probe": f"{v1:.3f} (step {s1})",
+        rows.append({"run": label, "first probe": f"{v0:.3f} (step {s0})", "last probe": f"{v1:.3f} (step {s1})",
                      "change": f"{v1 - v0:+.3f}"})
     return markdown_table(rows)
 

@@ -250,7 +250,8 @@ def sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg:
     prompt run once and its samples continued from copies of its cache)."""
     from setpo_lab.studies.sampling import sample_completions
 
-    return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), n=n, temperature=cfg.temperature,
+    return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), n=n,
+                              temperature=cfg.temperature,
                               max_new_tokens=cfg.max_new_tokens, seed=seed, batch_sequences=256,
                               add_special_tokens=False, share_prompt=True, progress=progress)
 

@@ -233,7 +233,8 @@ def reading(record: Mapping) -> str:
                    "0.05 of GRPO's (its interval reaches below −0.05)." if more else
                    "does not keep detectably more distinct right answers (its interval reaches 0)"
                    + ("." if within else ", and its pass@1 is not shown to be within 0.05 of GRPO's."))
-        lines.append(f"- **{m}** vs {grpo}: distinct right answers {interval_text(d, '{:+.2f}')}, pass@1 {interval_text(p)}: {verdict}")
+        lines.append(f"- **{m}** vs {grpo}: distinct right answers {interval_text(d, '{:+.2f}')}, "
+                     f"pass@1 {interval_text(p)}: {verdict}")
     for c in record["comparisons"]:
         if c["metric"].startswith("pass@") and "pass@k prompts" in c["metric"]:
             side = {"above 0": "above", "below 0": "below"}.get(interval_side(c), "not apart from") \
@@ -316,7 +317,7 @@ def results_markdown(record: Mapping) -> str:
         for k in hard["k"]:
             lines.append(f"| {k} | " + " | ".join(f"{hard['curves'][n][str(k)] if str(k) in hard['curves'][n] else hard['curves'][n][k]:.3f}"
                                                 for n in names) + " |")
-    lines += ["", f"| comparison | mean [95% interval] | seeds × prompts |", "|---|---|---|"]
+    lines += ["", "| comparison | mean [95% interval] | seeds × prompts |", "|---|---|---|"]
     for c in record["comparisons"]:
         name = METRICS[c["metric"]][0] if c["metric"] in METRICS else c["metric"]
         lines.append(f"| {name}: {c['a']} − {c['b']} | {interval_text(c)} | {c['seeds']} × {c['prompts']} |")
