@@ -249,6 +249,28 @@ def project_frame(frame, embedder, method: str = "pca", seed: int = 0):
 
 # ---- shared builders --------------------------------------------------------------------------------------
 
+def seed_band(series: Sequence[Sequence[float]], spread: str = "ci95", smooth: int = 1):
+    """The mean over seeds, point by point, of per-seed series (cut to the shortest), with the band a ``line_grid``
+    line draws: ``spread`` "ci95", the mean's 95% t-interval (``intervals.mean_ci``; one seed: the mean alone),
+    or "se", ± one standard error after a ``smooth``-step moving average (NaN read as 0 in the average). Returns
+    (x, mean, (lo, hi)), x the points' positions (the window's centre when smoothed)."""
+    if spread == "ci95":
+        from setpo_lab.studies.intervals import mean_ci
+
+        cis = [mean_ci([s[i] for s in series]) for i in range(min(map(len, series)))]
+        mean = [c["mean"] for c in cis]
+        band = tuple([c[end] if c[end] is not None else c["mean"] for c in cis] for end in ("lo", "hi"))
+        return list(range(len(mean))), mean, band
+    runs = np.asarray(series, dtype=float)
+    if smooth > 1:
+        kernel = np.ones(smooth) / smooth
+        runs = np.stack([np.convolve(np.nan_to_num(r), kernel, mode="valid") for r in runs])
+    mean = np.nanmean(runs, 0)
+    se = np.nanstd(runs, 0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else np.zeros_like(mean)
+    x = np.arange(len(mean)) + (smooth - 1) / 2
+    return x.tolist(), mean.tolist(), ((mean - se).tolist(), (mean + se).tolist())
+
+
 def run_colour(i: int) -> str:
     """The colour of a study's i-th run: the baseline first, then SetPO's colours in turn."""
     return BASELINE_COLOUR if i == 0 else SETPO_COLOURS[(i - 1) % len(SETPO_COLOURS)]

@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from setpo.envs.rubric import RubricTask
-from setpo_lab.studies.figures import line_grid
+from setpo_lab.studies.figures import line_grid, seed_band
 
 METHODS = (("grpo", "GRPO", "#7f7f7f"), ("grpo_matched", "GRPO, same grader budget", "#1f77b4"),
            ("setgrpo", "SetGRPO", "#d62728"))
@@ -37,24 +36,12 @@ def graders_table(task_config, seed: int = 0) -> str:
     return "\n".join(rows)
 
 
-def _band(rows: Sequence[dict], method: str, key: str, smooth: int = 1):
-    """Mean over seeds and ± one standard error of a per-step quantity, after a ``smooth``-step moving average."""
-    runs = np.asarray([r["history"][method][key] for r in rows], dtype=float)
-    if smooth > 1:
-        kernel = np.ones(smooth) / smooth
-        runs = np.stack([np.convolve(np.nan_to_num(r), kernel, mode="valid") for r in runs])
-    mean = np.nanmean(runs, 0)
-    se = np.nanstd(runs, 0, ddof=1) / math.sqrt(len(runs)) if len(runs) > 1 else np.zeros_like(mean)
-    x = np.arange(len(mean)) + (smooth - 1) / 2
-    return x.tolist(), mean.tolist(), ((mean - se).tolist(), (mean + se).tolist())
-
-
 def training_figure(rows: Sequence[dict], smooth: int = 9):
     """The paper's Figures 3 and 5 in miniature: true-quality reward, SetGRPO's accepted-group ratio and mean
     recovery ratio η*, and the RMS coefficient per step; means over seeds with ± one standard error."""
     def line(method, key, s=1, band=True):
         label, colour = next((lab, c) for m, lab, c in METHODS if m == method)
-        x, y, b = _band(rows, method, key, s)
+        x, y, b = seed_band([r["history"][method][key] for r in rows], "se", s)
         return {"x": x, "y": y, "name": label, "color": colour, "band": b if band and len(rows) > 1 else None}
 
     best = sum(r["best"] for r in rows) / len(rows)

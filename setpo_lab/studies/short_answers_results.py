@@ -160,21 +160,13 @@ def results_markdown(record: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _band(series: Sequence[Sequence[float]]) -> tuple[list, list, list]:
-    """Mean and 95% interval, point by point, of equally long series (one per seed)."""
-    cis = [mean_ci([s[i] for s in series]) for i in range(min(map(len, series)))]
-    mean = [c["mean"] for c in cis]
-    return mean, [c["lo"] if c["lo"] is not None else c["mean"] for c in cis], \
-        [c["hi"] if c["hi"] is not None else c["mean"] for c in cis]
-
-
 def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping, title: str = "GRPO vs SetPO+GRPO",
                     similarity: str = "within-group similarity"):
     """Training reward, distinct right answers per probe prompt, within-group similarity and completion length
     over training, one colour per method (``cfg.methods()``: the extended study's arms too): the mean over seeds
     with its 95% band, or, with fewer than 3 seeds (where a t-interval is many times the data's range), each seed
     as a thin line under the mean."""
-    from setpo_lab.studies.figures import line_grid, run_colour
+    from setpo_lab.studies.figures import line_grid, run_colour, seed_band
 
     panels = [{"title": "training reward", "lines": []},
               {"title": "distinct right answers per probe prompt", "lines": []},
@@ -188,7 +180,7 @@ def training_figure(cfg: ShortAnswerStudyConfig, record: Mapping, title: str = "
                                           ("step", "similarity"), ("step", "length"))):
             if any(v is None for r in runs for v in r[y]):  # a TRL version that does not log this quantity
                 continue
-            mean, lo, hi = _band([r[y] for r in runs])
+            _, mean, (lo, hi) = seed_band([r[y] for r in runs])
             line = {"x": runs[0][x][:len(mean)], "y": mean, "name": method, "color": run_colour(i)}
             if few_seeds:  # the mean first, so the legend shows its solid line
                 panel["lines"] += [line, *({**line, "y": r[y][:len(mean)], "width": 1, "dash": "dot"} for r in runs)]
