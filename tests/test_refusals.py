@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from setpo_lab.repro import refusals
+from setpo import refusals
 from setpo.records import read_json, read_records
 
 HEAD = 120
