@@ -32,13 +32,13 @@ from setpo_lab.studies.sampling import sample_completions
 from setpo_lab.studies.trainer_arguments import rl_trainer_args, run_arguments
 from setpo_lab.studies.stages import (
     Progress,
+    cached_evaluation,
     check_restored,
     claim_identity,
     has_model,
     print_flushed,
     refusal,
     restore_model,
-    reusable_record,
     run_records,
     stage_done,
 )
@@ -205,18 +205,16 @@ def evaluate_model(cfg: CountdownLMConfig, model_dir: Path | Callable[[], Path],
     model_dir: the model's folder, or a function training it and returning it, called only when the evaluation
     is not cached (a resumed study trains no model whose evaluations it has). texts_file: where to keep the
     completions (for the judge; None keeps none)."""
-    cached = reusable_record(path, identity, redo, "delete it and rerun to evaluate again")
-    if cached is not None:
-        return cached
-    model_dir = model_dir() if callable(model_dir) else model_dir
-    t0 = time.time()
-    samples = sample_eval(cfg, model_dir, instances, temperature, path.stem, log)
-    if texts_file is not None:
-        write_json(texts_file, samples)
-    result = evaluate_samples(instances, samples)
-    result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
-                  examples=[s[:4] for s in samples[:5]])
-    if identity is not None:
-        result["identity"] = identity
-    write_json(path, result)
-    return result
+    def evaluate() -> dict:
+        t0 = time.time()
+        samples = sample_eval(cfg, model_dir() if callable(model_dir) else model_dir, instances, temperature,
+                              path.stem, log)
+        if texts_file is not None:
+            write_json(texts_file, samples)
+        result = evaluate_samples(instances, samples)
+        result.update(temperature=temperature, top_p=cfg.eval_top_p, seconds=time.time() - t0,
+                      examples=[s[:4] for s in samples[:5]])
+        return result
+
+    return cached_evaluation(path, evaluate, identity=identity, redo=redo,
+                             remedy="delete it and rerun to evaluate again")

@@ -44,8 +44,8 @@ from setpo_lab.studies.math_results import write_results
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
-from setpo_lab.studies.stages import (Progress, StudyResult, chosen_stages, claim_folder, heartbeat, print_flushed,
-                                 sittings_seconds, stage_done)
+from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, chosen_stages, claim_folder,
+                                      heartbeat, print_flushed, sittings_seconds, stage_done)
 from setpo.trl.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
 
@@ -343,49 +343,42 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
     Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds", "label",
     "sampled"} (``sampling_record``).
     """
-    if cache is not None and Path(cache).is_file():
-        result = read_json(Path(cache), "delete it and rerun to evaluate again")
-        if "sampled" not in result:  # kept before evaluations recorded what they sampled
-            result = record_sampling(cfg, model_dir, evaluated_problems(cfg, problems), Path(cache), result, label)
-        return result
     problems = evaluated_problems(cfg, problems)
-    sampled = sampling_record(cfg, model_dir, problems)
     partial = None if cache is None else Path(cache).with_suffix(".partial.jsonl")
-    same = None if cache is None or texts_file is not None else evaluation_of_same_model(Path(cache), sampled)
-    if same is not None:
-        if log:
-            log(f"[{label}] the same model as {same['label']!r} (weights, tokenizer and stop ids), sampled alike: "
-                "its evaluation is that one's")
-        result = {**same, "label": label, "same_model_as": same["label"], "seconds": 0.0}
-        write_json(Path(cache), result)
-        for leftover in (partial, partial.with_suffix(".clock.json")):
-            leftover.unlink(missing_ok=True)
-        return result
-    t0 = time.time()
-    texts = sample_eval_texts(cfg, model_dir, problems, log=log, label=label, partial=partial)
-    if texts_file is not None:
-        write_json(Path(texts_file), texts)
-    seconds = time.time() - t0
-    if partial is not None:  # the sampling time over every sitting, not only this one
-        seconds = sittings_seconds(Path(partial).with_suffix(".clock.json"))
-        Path(partial).with_suffix(".clock.json").unlink(missing_ok=True)
-    correct = [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)]
-    k = cfg.eval_k
-    per_source: dict[str, list[float]] = {}
-    for p, c in zip(problems, correct):
-        per_source.setdefault(p.source, []).append(c / k)
-    result = {
-        "avg_at_k": sum(c / k for c in correct) / len(correct), "k": k,
-        "per_source": {s: sum(v) / len(v) for s, v in per_source.items()},
-        "pass_at_k": [sum(pass_at_k(k, int(c), j) for c in correct) / len(correct) for j in range(1, k + 1)],
-        "correct": correct, "n_problems": len(problems), "temperature": cfg.eval_temperature,
-        "top_p": cfg.eval_top_p, "examples": [ts[:2] for ts in texts[:3]], "seconds": seconds,
-        "label": label, "sampled": sampled,
-    }
-    if cache is not None:
-        Path(cache).parent.mkdir(parents=True, exist_ok=True)
-        write_json(Path(cache), result)
-        partial.unlink(missing_ok=True)
+
+    def evaluate() -> dict:
+        sampled = sampling_record(cfg, model_dir, problems)
+        same = None if cache is None or texts_file is not None else evaluation_of_same_model(Path(cache), sampled)
+        if same is not None:
+            if log:
+                log(f"[{label}] the same model as {same['label']!r} (weights, tokenizer and stop ids), sampled "
+                    "alike: its evaluation is that one's")
+            return {**same, "label": label, "same_model_as": same["label"], "seconds": 0.0}
+        t0 = time.time()
+        texts = sample_eval_texts(cfg, model_dir, problems, log=log, label=label, partial=partial)
+        if texts_file is not None:
+            write_json(Path(texts_file), texts)
+        seconds = time.time() - t0 if partial is None else sittings_seconds(partial.with_suffix(".clock.json"))
+        correct = [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)]
+        k = cfg.eval_k
+        per_source: dict[str, list[float]] = {}
+        for p, c in zip(problems, correct):
+            per_source.setdefault(p.source, []).append(c / k)
+        return {
+            "avg_at_k": sum(c / k for c in correct) / len(correct), "k": k,
+            "per_source": {s: sum(v) / len(v) for s, v in per_source.items()},
+            "pass_at_k": [sum(pass_at_k(k, int(c), j) for c in correct) / len(correct) for j in range(1, k + 1)],
+            "correct": correct, "n_problems": len(problems), "temperature": cfg.eval_temperature,
+            "top_p": cfg.eval_top_p, "examples": [ts[:2] for ts in texts[:3]], "seconds": seconds,
+            "label": label, "sampled": sampled,
+        }
+
+    def reuse(kept: dict) -> dict:  # one kept before evaluations recorded what they sampled gets it
+        return kept if "sampled" in kept else record_sampling(cfg, model_dir, problems, Path(cache), kept, label)
+
+    result = cached_evaluation(cache, evaluate, reuse=reuse, remedy="delete it and rerun to evaluate again")
+    for leftover in ((partial, partial.with_suffix(".clock.json")) if partial is not None else ()):
+        leftover.unlink(missing_ok=True)  # the sittings' samples and clock, once the evaluation is kept
     return result
 
 

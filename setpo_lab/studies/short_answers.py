@@ -66,8 +66,9 @@ from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, ShortAnswerStudyConfig
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
-from setpo_lab.studies.stages import (Progress, StudyResult, check_restored, chosen_stages, claim_folder, has_model,
-                                  heartbeat, print_flushed, refusal, restore_model, run_records, stage_done)
+from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, check_restored, chosen_stages,
+                                      claim_folder, has_model, heartbeat, print_flushed, refusal, restore_model,
+                                      run_records, stage_done)
 from setpo.trl.rewards import short_answer_reward
 
 
@@ -341,24 +342,23 @@ def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, emb
     from setpo.metrics import mean_pairwise_similarity
 
     path = eval_path(cfg, label, folder)
-    if path.exists():
-        return reused_evaluation(read_json(path, f"delete {path} and rerun to evaluate {label} again"), path,
-                                 model_dir)
-    tasks = test_tasks(cfg) if tasks is None else list(tasks)
-    n = cfg.eval_n if n is None else n
-    # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
-    tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32)
-    started = time.perf_counter()
-    progress = Progress(log, f"[eval {label}] prompts", len(tasks))
-    with heartbeat(log, f"[eval {label}]"):
-        texts = sample_tasks_texts(model, tokenizer, tasks, n, cfg, seed=cfg.eval_seed, progress=progress.step)
-    similarity = [mean_pairwise_similarity(embedder(xs)) if len(xs) > 1 else None for xs in texts]
-    record = {"label": label, **model_record(model_dir), "task_ids": [t.task_id for t in tasks],
-              "answers": [[parse_answer(x) for x in xs] for xs in texts], "texts": texts,
-              "similarity": similarity, "seconds": time.perf_counter() - started}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, record)
-    return record
+
+    def evaluate() -> dict:
+        chosen = test_tasks(cfg) if tasks is None else list(tasks)
+        # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
+        tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32)
+        started = time.perf_counter()
+        progress = Progress(log, f"[eval {label}] prompts", len(chosen))
+        with heartbeat(log, f"[eval {label}]"):
+            texts = sample_tasks_texts(model, tokenizer, chosen, cfg.eval_n if n is None else n, cfg,
+                                       seed=cfg.eval_seed, progress=progress.step)
+        similarity = [mean_pairwise_similarity(embedder(xs)) if len(xs) > 1 else None for xs in texts]
+        return {"label": label, **model_record(model_dir), "task_ids": [t.task_id for t in chosen],
+                "answers": [[parse_answer(x) for x in xs] for xs in texts], "texts": texts,
+                "similarity": similarity, "seconds": time.perf_counter() - started}
+
+    return cached_evaluation(path, evaluate, reuse=lambda kept: reused_evaluation(kept, path, model_dir),
+                             remedy=f"delete {path} and rerun to evaluate {label} again")
 
 
 def rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, log=print_flushed) -> dict:

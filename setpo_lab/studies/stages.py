@@ -266,6 +266,26 @@ def reusable_record(path: str | Path, identity: Mapping | None, redo: bool = Fal
     return None
 
 
+def cached_evaluation(path: str | Path | None, evaluate: Callable[[], dict], *, remedy: str,
+                      reuse: Callable[[dict], dict] | None = None, identity: Mapping | None = None,
+                      redo: bool = False) -> dict:
+    """The frame of every study's evaluation of a model: the one kept in ``path`` if there is one and it may be
+    reused, else ``evaluate()``'s, kept there (with ``identity`` under "identity"). A kept one must have been made at
+    ``identity`` (``reusable_record``: another is refused, or with ``redo`` made again) and passes through ``reuse``,
+    which refuses one made by another model or brings an older record up to date. path None: nothing is kept."""
+    if path is None:
+        return evaluate()
+    kept = reusable_record(path, identity, redo, remedy)
+    if kept is not None:
+        return reuse(kept) if reuse else kept
+    record = evaluate()
+    if identity is not None:
+        record["identity"] = identity
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_json(Path(path), record)
+    return record
+
+
 def print_flushed(*args) -> None:
     """Every study's default ``log``: print, flushed, so a long run's progress shows when stdout is a file."""
     print(*args, flush=True)
