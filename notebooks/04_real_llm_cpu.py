@@ -62,9 +62,8 @@ from setpo_lab.studies import math_results as mr
 from setpo_lab.studies import short_answers_cure_results as cure
 from setpo_lab.studies import short_answers_results as sar
 from setpo_lab.studies.figures import ROOT, save_figure, save_table, show, show_table
-from setpo_lab.studies.short_answers import run_folder
+from setpo_lab.studies.short_answers import run_folder, run_study
 from setpo_lab.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig
-from setpo_lab.studies.short_answers_cure import run_cure
 from setpo.trl import quiet_libraries
 from setpo.trl.tiny_models import make_tiny_model
 
@@ -103,7 +102,7 @@ show_table((ROOT / "results" / "short_answers" / "base_model.md").read_text())
 # finished piece is not redone.
 
 # %%
-study = run_cure(cfg)
+study = run_study(cfg)
 
 # %% [markdown]
 # This notebook's own run: 2 seeds are a first look, not a result (an interval over 2 seeds is wide); the

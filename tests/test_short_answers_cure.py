@@ -11,7 +11,7 @@ import pytest
 
 from setpo.metrics import pass_at_k
 from setpo_lab.studies.short_answers_config import ARMS, CureStudyConfig, ShortAnswerStudyConfig
-from setpo_lab.studies.short_answers_cure import check_reusable, hard_tasks, run_cure
+from setpo_lab.studies.short_answers import run_study
 from setpo_lab.studies.short_answers_cure_results import (BOOTSTRAP_SEED, guessing_pass_at_k, paired_bootstrap, reading,
                                                      prompt_metrics)
 
@@ -27,7 +27,7 @@ def tiny_model(tmp_path_factory):
 def cure(tiny_model, tmp_path_factory):
     cfg = CureStudyConfig.preset("smoke", run_dir=str(tmp_path_factory.mktemp("cure") / "c"), model_path=tiny_model)
     lines = []
-    return cfg, run_cure(cfg, log=lines.append), lines
+    return cfg, run_study(cfg, log=lines.append), lines
 
 
 def test_smoke_cure_study_trains_every_arm_with_its_settings(cure):
@@ -43,7 +43,7 @@ def test_smoke_cure_study_trains_every_arm_with_its_settings(cure):
     assert {p.stem for p in (root / "eval_hard").glob("*.json")} == {
         "base", *(label for label in result.runs if label.split("_s")[0] in cfg.hard_arms)}
     hard = json.loads((root / "eval_hard" / "base.json").read_text())
-    assert hard["task_ids"] == [t.task_id for t in hard_tasks(cfg)] and len(hard["answers"][0]) == cfg.hard_n
+    assert hard["task_ids"] == [t.task_id for t in cfg.hard_tasks()] and len(hard["answers"][0]) == cfg.hard_n
     assert hard["model"] == Path(cfg.model_path).name and len(hard["model_identity"]) == 64
 
 
@@ -152,9 +152,9 @@ def test_reuse_needs_the_same_training_settings(tmp_path):
     saved = ShortAnswerStudyConfig()
     (study / "config.json").write_text(json.dumps(
         {k: list(v) if isinstance(v, tuple) else v for k, v in saved.__dict__.items()}))
-    check_reusable(CureStudyConfig(reuse_from=str(study)))
+    CureStudyConfig(reuse_from=str(study)).check_reusable()
     with pytest.raises(ValueError, match=r"other settings \(lr\).*study/config\.json"):
-        check_reusable(CureStudyConfig(reuse_from=str(study), lr=1e-4))
+        CureStudyConfig(reuse_from=str(study), lr=1e-4).check_reusable()
     cfg = CureStudyConfig(reuse_from=str(study))
     assert cfg.reused_folder("grpo_s0") == str(study) and cfg.reused_folder("key_s0") is None
     assert cfg.reused_folder("base") == str(study)

@@ -63,7 +63,8 @@ from setpo.envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer,
                                 task_messages, to_trl_records)
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
-from setpo_lab.studies.short_answers_config import PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, ShortAnswerStudyConfig
+from setpo_lab.studies.short_answers_config import (PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, CureStudyConfig,
+                                                    ShortAnswerStudyConfig)
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
 from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, check_restored, chosen_stages,
@@ -214,7 +215,7 @@ def test_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
 def eval_path(cfg: ShortAnswerStudyConfig, label: str, folder: str = "eval") -> Path:
     """``<folder>/<label>.json`` of the study's folder, or, for the study evaluation of a run (or the base
     model) the cure study reuses, of the folder it reuses from."""
-    source = getattr(cfg, "reused_folder", lambda _: None)(label) if folder == "eval" else None
+    source = cfg.reused_folder(label) if folder == "eval" else None
     return Path(source or cfg.run_dir) / folder / f"{label}.json"
 
 
@@ -328,7 +329,7 @@ def prune_checkpoints(out: Path) -> None:
 def run_folder(cfg: ShortAnswerStudyConfig, label: str) -> Path:
     """Where run ``label`` lives: ``train/<label>`` of the study's folder, or of the folder it reuses runs from
     (``CureStudyConfig.reuse_from``, for the committed study's arms)."""
-    source = getattr(cfg, "reused_folder", lambda _: None)(label)
+    source = cfg.reused_folder(label)
     return Path(source or cfg.run_dir) / "train" / label
 
 
@@ -405,36 +406,46 @@ def rerun_status(cfg: ShortAnswerStudyConfig, label: str) -> int:
 
 def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = None, *,
               log=print_flushed) -> StudyResult:
-    """The study's stages in order (None: all); each finished piece is reused. Returns (``StudyResult``) each
-    run's final model folder by label and, when "report" ran, the results record (``results.json``)."""
+    """The study's stages in order (None: all); each finished piece is reused. The extended study
+    (``CureStudyConfig``) first checks the runs it reuses, and evaluates the base model and ``hard_labels`` on its
+    pass@k prompts too. Returns (``StudyResult``) each run's final model folder by label and, when "report" ran,
+    the results record (``results.json``)."""
     from setpo.embed import load_embedder
 
     t0 = time.time()
     chosen = chosen_stages(stages, STAGES)
     if cfg is None:
         raise ValueError("run_study needs a ShortAnswerStudyConfig, got None")
-    claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json",
-                 results=("train", "eval", "results.json"),
+    claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json", results=cfg.RESULTS,
                  remedy="use another --out, or delete that folder and rerun")
+    cfg.check_reusable()
     embedder = load_embedder(cfg.embedder)
-    finals = {label: Path(cfg.run_dir) / "train" / label / "final" for label in cfg.run_labels()}
+    hard = set(cfg.hard_labels())
+    finals = {label: run_folder(cfg, label) / "final" for label in cfg.run_labels()}
     if "train" in chosen:
-        evaluated = Path(cfg.run_dir) / "eval"
+        def evaluated(label: str) -> bool:
+            return eval_path(cfg, label).exists() and (label not in hard or eval_path(cfg, label, "eval_hard").exists())
+
         finals = {label: train_run(cfg, label, embedder=embedder, log=log,
-                                   need_model="evaluate" in chosen and not (evaluated / f"{label}.json").exists())
+                                   need_model="evaluate" in chosen and not evaluated(label))
                   for label in cfg.run_labels()}
     if "evaluate" in chosen:
-        evaluate_model(cfg, "base", base_model_folder(cfg.model_path), embedder, log)
-        for label, final in finals.items():
-            if not stage_done(final):
-                raise ValueError(f"run {label} is not trained: {final}; run the train stage first")
-            evaluate_model(cfg, label, final, embedder, log)
+        for label, model in [("base", base_model_folder(cfg.model_path)), *finals.items()]:
+            if label != "base" and not stage_done(model):
+                raise ValueError(f"run {label} is not trained: {model}; run the train stage first")
+            evaluate_model(cfg, label, model, embedder, log)
+            if label in hard or (label == "base" and hard):
+                evaluate_model(cfg, label, model, embedder, log, tasks=cfg.hard_tasks(), n=cfg.hard_n,
+                               folder="eval_hard")
     summary = {}
     if "report" in chosen:
-        from setpo_lab.studies.short_answers_results import report
-
+        if isinstance(cfg, CureStudyConfig):
+            from setpo_lab.studies.short_answers_cure_results import report
+        else:
+            from setpo_lab.studies.short_answers_results import report
         summary = report(cfg, log=log)
-    return StudyResult("short_answers", Path(cfg.run_dir), finals, summary, time.time() - t0)
+    name = "short_answers_cure" if isinstance(cfg, CureStudyConfig) else "short_answers"
+    return StudyResult(name, Path(cfg.run_dir), finals, summary, time.time() - t0)
 
 
 def main(argv=None) -> int:

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import ClassVar
 
-from setpo.envs.short_answers import KINDS, STUDY_KINDS
+from setpo.envs.short_answers import KINDS, STUDY_KINDS, TaskSpec, sample_tasks
+from setpo.records import read_json
+from setpo_lab.studies.stages import refusal
 
 PROG = "python -m setpo_lab.studies.short_answers"
 
@@ -146,6 +149,20 @@ class ShortAnswerStudyConfig:
         """Run label ("grpo_s0", "setpo_s0", ...) -> (method, seed), seeds paired."""
         return {f"{_slug(m)}_s{s}": (m, s) for s in self.seeds for m in self.methods()}
 
+    #: what a run of the study writes in its folder besides config.json (``stages.claim_folder``'s results)
+    RESULTS: ClassVar[tuple[str, ...]] = ("train", "eval", "results.json")
+
+    def reused_folder(self, label: str) -> str | None:
+        """The folder run ``label`` comes from when another study's is reused: this study trains every run."""
+        return None
+
+    def check_reusable(self) -> None:
+        """Nothing to check: no run is reused."""
+
+    def hard_labels(self) -> list[str]:
+        """The runs evaluated on a harder pass@k set besides the study's test prompts: none."""
+        return []
+
 
 def _slug(method: str) -> str:
     return "grpo" if method == "GRPO" else "setpo"
@@ -282,6 +299,32 @@ class CureStudyConfig(ShortAnswerStudyConfig):
     def trainer_settings(self, method: str) -> dict:
         arm = self.arm_of(method)
         return {"setpo_lambda": self.methods()[method], **dict(ARMS[arm].settings)}
+
+    RESULTS: ClassVar[tuple[str, ...]] = ("train", "eval", "eval_hard", "results.json")
+
+    def hard_tasks(self) -> list[TaskSpec]:
+        """The pass@k prompts: ``hard_per_kind`` test prompts of each of ``hard_kinds``."""
+        return sample_tasks(self.hard_kinds, "test", self.hard_per_kind, seed=0) if self.hard_kinds else []
+
+    def hard_labels(self) -> list[str]:
+        """The runs evaluated on the pass@k prompts (the base model's "base" besides): those of ``hard_arms``."""
+        if not self.hard_kinds:
+            return []
+        return [label for label, (method, _) in self.run_labels().items() if self.arm_of(method) in self.hard_arms]
+
+    def check_reusable(self) -> None:
+        """Refuse to reuse ``reuse_from``'s runs unless that study trained with this study's settings and seeds and
+        evaluated on the same test prompts and samples."""
+        if not self.reuse_from:
+            return
+        path = Path(self.reuse_from) / "config.json"
+        saved = ShortAnswerStudyConfig.from_record(read_json(path, "give reuse_from a finished short-answer study"))
+        mine = ShortAnswerStudyConfig(**{f.name: getattr(self, f.name) for f in fields(ShortAnswerStudyConfig)})
+        differ = sorted(f for f in (*self.training_fields(), "seeds", "eval_per_kind", "eval_n", "eval_seed")
+                        if getattr(saved, f) != getattr(mine, f))
+        if differ or self.eval_split != "test":
+            raise refusal(f"was made with other settings ({', '.join(differ) or 'eval_split'}), so its runs are not "
+                          f"this study's", path, "set reuse_from=None to train every arm here, or match its settings")
 
     def reused_folder(self, label: str) -> str | None:
         """The folder run ``label`` (or the base model's study evaluation, "base") comes from when it is reused:
