@@ -134,7 +134,8 @@ def countdown_rows(sizes: CountdownSizes = COUNTDOWN) -> tuple[list[dict], float
 
     from setpo.envs.countdown import generate_instances
     from setpo.embed import HashedNgramEmbedder, default_embedder
-    from setpo_lab.studies.countdown import CountdownLMConfig, make_data, rl_rows, train_sft
+    from setpo_lab.studies.countdown import CountdownLMConfig, make_data, train_sft
+    from setpo_lab.studies.countdown_data import rl_rows
     from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
     from setpo.trl import quiet_libraries
 

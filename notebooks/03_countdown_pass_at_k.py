@@ -68,7 +68,8 @@ import torch
 
 from setpo_lab.repro.arithmetic import require_pinned
 from setpo_lab.studies import countdown_results as cr
-from setpo_lab.studies.countdown import CountdownLMConfig, load_config, resolve_embedder, run_study, warm_start_texts
+from setpo_lab.studies.countdown import CountdownLMConfig, load_config, resolve_embedder, run_study
+from setpo_lab.studies.countdown_data import warm_start_texts
 from setpo_lab.studies.figures import save_figure, show, show_table
 
 torch.set_num_threads(1)

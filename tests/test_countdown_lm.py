@@ -12,17 +12,15 @@ from setpo import pass_at_k
 from setpo_lab.studies.countdown import (
     CountdownLMConfig,
     RLRun,
-    answer_text,
     evaluate_samples,
     load_config,
     make_data,
-    prompt_text,
     train_rl,
     train_sft,
     run_study,
     sft_examples,
-    solution_key,
 )
+from setpo_lab.studies.countdown_data import answer_text, prompt_text, solution_key
 from setpo.trl.tiny_models import ModelSize, build_tokenizer
 from setpo.trl.rewards import countdown_reward
 

@@ -259,7 +259,7 @@ def _model_folder_refusals(tiny_model: Path, tmp_path: Path, load, error=ValueEr
 
 
 def test_countdown_trained_model(tiny_model, tmp_path):
-    from setpo_lab.studies.countdown import load_trained
+    from setpo_lab.studies.countdown_training import load_trained
 
     messages = _model_folder_refusals(tiny_model, tmp_path, load_trained)
     check_refusals(messages, "sft/final", "delete sft and rerun to train that stage again")

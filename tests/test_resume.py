@@ -276,7 +276,7 @@ def test_study_folder_refuses_another_config_or_a_missing_one(tmp_path):
 
 
 def test_damaged_finished_model_is_named(countdown, tmp_path):
-    from setpo_lab.studies.countdown import load_trained
+    from setpo_lab.studies.countdown_training import load_trained
 
     *_, sft, _, _ = countdown
     broken = tmp_path / "sft" / "final"

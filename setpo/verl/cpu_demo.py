@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 
 def _prompt_text(inst) -> str:
-    """The Countdown study's compact prompt (``setpo_lab.studies.countdown.prompt_text``, without its newline)."""
+    """The Countdown study's compact prompt (``setpo_lab.studies.countdown_data.prompt_text``, without its newline)."""
     return " ".join(str(v) for v in inst.numbers) + f" = {inst.target}"
 
 

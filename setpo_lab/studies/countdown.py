@@ -99,33 +99,16 @@ from setpo_lab.studies.countdown_config import (  # noqa: F401  (load_config: th
     load_config,
 )
 
-# the study's data and training drivers, by their names here as before they had modules of their own
-from setpo_lab.studies.countdown_data import (  # noqa: F401
+from setpo_lab.studies.countdown_data import (
     CountdownData,
-    answer_text,
     diagnose_embedders,
     evaluate_samples,
     make_data,
-    parse_prompt,
-    prompt_text,
     resolve_embedder,
-    rl_rows,
     sft_examples,
-    solution_key,
-    surface_variants,
-    verifier_key,
-    warm_start_texts,
 )
 from setpo_lab.studies.countdown_results import results_markdown, summarize, with_replication
-from setpo_lab.studies.countdown_training import (  # noqa: F401
-    evaluate_model,
-    load_trained,
-    probe_sampler,
-    sample_eval,
-    train_rl,
-    train_sft,
-    train_stage,
-)
+from setpo_lab.studies.countdown_training import evaluate_model, sample_eval, train_rl, train_sft
 from setpo_lab.studies.stages import (
     RestoreMismatch,
     StudyResult,
