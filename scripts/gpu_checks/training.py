@@ -18,6 +18,7 @@ def check_training(device: str, run_root: Path) -> dict:
 
     from setpo.embed import load_embedder
     from setpo_lab.studies import math as ml
+    from setpo_lab.studies import math_results
     from setpo.trl import quiet_libraries
 
     quiet_libraries()
@@ -38,17 +39,17 @@ def check_training(device: str, run_root: Path) -> dict:
         assert done["steps"] == 3, f"{label} ran {done['steps']} steps"
         history = json.loads((final.parent / "log_history.json").read_text())
         assert any("setpo/s_mean" in h for h in history), f"{label}: no SetPO metrics logged"
-        res = ml.evaluate_avg_at_k(cfg, final, val)
+        res = ml.evaluate_model(cfg, final, val)
         out[label] = {"steps": done["steps"], "avg_at_k": res["avg_at_k"], "eval_s": round(res["seconds"], 1)}
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()
         assert peak > 0, "nothing was allocated on the GPU: training did not run there"
         out["peak_gpu_mib"] = round(peak / 2**20)
-    probes = {label: ml.read_probes(f.parent / "probes.jsonl") for label, f in finals.items()}
+    probes = {label: math_results.read_probes(f.parent / "probes.jsonl") for label, f in finals.items()}
     try:
         import plotly  # noqa: F401
 
-        _, data = ml.trajectory_figure(probes, embedder, method="pca")
+        _, data = math_results.trajectory_figure(probes, embedder, method="pca")
         assert data["steps"] == [0, 2, 3], data["steps"]
         out["trajectory_points"] = sum(len(v["xy"]) for v in data["points"].values())
     except ImportError:  # the bare machine has no plotly: check the projection the figure is drawn from

@@ -38,8 +38,6 @@ from setpo.refusals import loading
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import add_stage_and_set_arguments, parsed_stages, set_overrides
 from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
-# read_probes, trajectory_figure: the names scripts/gpu_checks/training.py imports from here
-from setpo_lab.studies.math_results import read_probes, trajectory_figure  # noqa: F401
 from setpo_lab.studies.math_results import write_results
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
@@ -318,18 +316,6 @@ def evaluation_of_same_model(cache: Path, sampled: Mapping) -> dict | None:
     return None
 
 
-def record_sampling(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], cache: Path,
-                    result: dict, label: str) -> dict:
-    """An evaluation kept before evaluations recorded ``sampled`` and ``label`` gets them, written back, when its
-    k, temperature, top-p and problem count are the present settings' (else it is returned as it is)."""
-    if (result.get("k"), result.get("temperature"), result.get("top_p"), result.get("n_problems")) != (
-            cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p, len(problems)):
-        return result
-    result = {**result, "label": label, "sampled": sampling_record(cfg, model_dir, problems)}
-    write_json(cache, result)
-    return result
-
-
 def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
                    cache: str | Path | None = None, texts_file: str | Path | None = None, log=None,
                    label: str = "eval") -> dict:
@@ -373,10 +359,7 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
             "label": label, "sampled": sampled,
         }
 
-    def reuse(kept: dict) -> dict:  # one kept before evaluations recorded what they sampled gets it
-        return kept if "sampled" in kept else record_sampling(cfg, model_dir, problems, Path(cache), kept, label)
-
-    result = cached_evaluation(cache, evaluate, reuse=reuse, remedy="delete it and rerun to evaluate again")
+    result = cached_evaluation(cache, evaluate, remedy="delete it and rerun to evaluate again")
     for leftover in ((partial, partial.with_suffix(".clock.json")) if partial is not None else ()):
         leftover.unlink(missing_ok=True)  # the sittings' samples and clock, once the evaluation is kept
     return result
@@ -403,9 +386,6 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
         cache = None if cache_dir is None else Path(cache_dir) / passk_file(cfg, label).name
         out[label] = evaluate_model(pcfg, model_dir, problems, cache=cache, log=log, label=label)
     return out
-
-
-evaluate_avg_at_k = evaluate_model  # the name scripts/gpu_check.py calls; Pass@1 as avg@k is what it computes
 
 
 def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem],
