@@ -62,8 +62,8 @@ from setpo_lab.studies import math_results as mr
 from setpo_lab.studies import short_answers_cure_results as cure
 from setpo_lab.studies import short_answers_results as sar
 from setpo_lab.studies.figures import ROOT, save_figure, save_table, show, show_table
-from setpo_lab.studies.short_answers import run_folder, run_study
-from setpo_lab.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig
+from setpo_lab.studies.short_answers import run_study
+from setpo_lab.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig, run_folder
 from setpo.trl import quiet_libraries
 from setpo.trl.tiny_models import make_tiny_model
 

@@ -64,7 +64,7 @@ from setpo.envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer,
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import (PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, CureStudyConfig,
-                                                    ShortAnswerStudyConfig)
+                                                    ShortAnswerStudyConfig, eval_path, run_folder)
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
 from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, check_restored, chosen_stages,
@@ -212,13 +212,6 @@ def test_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
     return sample_tasks(cfg.kinds, getattr(cfg, "eval_split", "test"), cfg.eval_per_kind, seed=0)
 
 
-def eval_path(cfg: ShortAnswerStudyConfig, label: str, folder: str = "eval") -> Path:
-    """``<folder>/<label>.json`` of the study's folder, or, for the study evaluation of a run (or the base
-    model) the cure study reuses, of the folder it reuses from."""
-    source = cfg.reused_folder(label) if folder == "eval" else None
-    return Path(source or cfg.run_dir) / folder / f"{label}.json"
-
-
 def probe_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
     """Validation prompts with many right answers, sampled during training (distinct answers, trajectories)."""
     kinds = [k for k in cfg.kinds if k in MANY_ANSWER_KINDS] or list(cfg.kinds)
@@ -324,13 +317,6 @@ def prune_checkpoints(out: Path) -> None:
     if stage_done(out / "final"):
         for checkpoint in out.glob("checkpoint-*"):
             shutil.rmtree(checkpoint)
-
-
-def run_folder(cfg: ShortAnswerStudyConfig, label: str) -> Path:
-    """Where run ``label`` lives: ``train/<label>`` of the study's folder, or of the folder it reuses runs from
-    (``CureStudyConfig.reuse_from``, for the committed study's arms)."""
-    source = cfg.reused_folder(label)
-    return Path(source or cfg.run_dir) / "train" / label
 
 
 def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed, *,

@@ -346,3 +346,17 @@ class CureStudyConfig(ShortAnswerStudyConfig):
 CURE_PROG = CureStudyConfig.COMMAND
 #: the arms the committed study trained, reused from it (``reuse_from``)
 REUSED_ARMS = ("grpo", "setpo")
+
+
+def eval_path(cfg: ShortAnswerStudyConfig, label: str, folder: str = "eval") -> Path:
+    """``<folder>/<label>.json`` of the study's folder, or, for the study evaluation of a run (or the base
+    model) the cure study reuses, of the folder it reuses from."""
+    source = cfg.reused_folder(label) if folder == "eval" else None
+    return Path(source or cfg.run_dir) / folder / f"{label}.json"
+
+
+def run_folder(cfg: ShortAnswerStudyConfig, label: str) -> Path:
+    """Where run ``label`` lives: ``train/<label>`` of the study's folder, or of the folder it reuses runs from
+    (``CureStudyConfig.reuse_from``, for the committed study's arms)."""
+    source = cfg.reused_folder(label)
+    return Path(source or cfg.run_dir) / "train" / label

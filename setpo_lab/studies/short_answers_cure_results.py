@@ -32,8 +32,7 @@ from setpo.envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo_lab.studies.intervals import interval_side, interval_text
-from setpo_lab.studies.short_answers import eval_path, run_folder
-from setpo_lab.studies.short_answers_config import CureStudyConfig
+from setpo_lab.studies.short_answers_config import CureStudyConfig, eval_path, run_folder
 from setpo_lab.studies.short_answers_results import powers_of_two, training_series
 from setpo_lab.studies.stages import print_flushed
 
