@@ -1,10 +1,16 @@
 # Two commands do all set-up: `make demo` and `make test` create (or reuse) .venv and install what they need.
 # torch is installed first, on its own, from TORCH_SPEC and, if set, TORCH_INDEX (e.g. PyTorch's CPU wheel
 # index on a machine without a GPU), so that later installs keep that build instead of pulling another.
+# Every other package is installed under CONSTRAINTS (constraints/tested.txt, and constraints/trl-oldest.txt for
+# the second venv): the versions the whole suite last passed at, so that a release made today cannot turn a fresh
+# clone's `make test` red. `make test-newest` resolves the newest releases instead, runs the suite there and, when
+# it passes, rewrites both files (docs/reproducibility/versions.md).
 PYTHON      ?= python3
 VENV        ?= .venv
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
+CONSTRAINTS        ?= constraints/tested.txt
+OLDEST_CONSTRAINTS ?= constraints/trl-oldest.txt
 PY          := $(VENV)/bin/python
 PIP         := $(PY) -m pip --disable-pip-version-check
 # The TRL adapter is tested at both ends of the range the pyproject admits (docs/reproducibility/versions.md): the
@@ -19,14 +25,28 @@ ADAPTER_TESTS := tests/test_trl.py tests/test_trl_baselines.py tests/test_resume
                  tests/test_trl_reads.py tests/test_fast_path_fallbacks.py tests/test_rollouts.py \
                  tests/test_setgrpo.py::test_trl_trainer_two_reward_functions_as_graders
 
-.PHONY: demo test test-trl-oldest chromium bench lab figures countdown real-model docs clean
+.PHONY: demo test test-newest test-trl-oldest chromium bench lab figures countdown real-model docs clean
 
 demo: $(VENV)/.deps-notebooks
 	$(PY) -m setpo_lab.cli demo
 
 test: chromium $(VENV)/.deps-test $(VENV)/.real-model $(OLDEST_VENV)/.deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not newest"
 	$(OLDEST_PY) -m pytest -q $(ADAPTER_TESTS)
+
+# The suite at the newest releases that pyproject.toml admits (fresh venvs beside the usual ones, no constraints),
+# plus the checks that ask today's package index what each documented install resolves to (marker `newest`). When
+# everything passes, constraints/ is rewritten from those venvs: commit it with a note of what moved.
+NEWEST_VENV        ?= .venv-newest
+NEWEST_OLDEST_VENV ?= .venv-newest-trl-oldest
+test-newest:
+	rm -rf $(NEWEST_VENV) $(NEWEST_OLDEST_VENV)
+	$(MAKE) chromium $(NEWEST_VENV)/.deps-test $(NEWEST_VENV)/.real-model $(NEWEST_OLDEST_VENV)/.deps \
+	  VENV=$(NEWEST_VENV) OLDEST_VENV=$(NEWEST_OLDEST_VENV) CONSTRAINTS= OLDEST_CONSTRAINTS=tests/trl-oldest.txt
+	$(NEWEST_VENV)/bin/python -m pytest -q
+	$(NEWEST_OLDEST_VENV)/bin/python -m pytest -q $(ADAPTER_TESTS)
+	$(PYTHON) scripts/freeze_constraints.py $(NEWEST_VENV) constraints/tested.txt
+	$(PYTHON) scripts/freeze_constraints.py $(NEWEST_OLDEST_VENV) constraints/trl-oldest.txt
 
 # The adapter's tests alone, at the lowest admitted TRL and transformers (part of `make test`).
 test-trl-oldest: $(OLDEST_VENV)/.deps
@@ -94,21 +114,23 @@ $(VENV)/.torch: | $(PY)
 # One stamp per set of extras; it is redone when pyproject.toml changes, so a second run is instant. The lab
 # (setpo_lab/: the studies, their records and commands) is not in the wheel: `link` puts this clone on the venv's
 # path, so that notebooks, `make lab` and scripts run as files import it (docs/getting-started.md).
-$(VENV)/.deps-%: pyproject.toml $(VENV)/.torch
-	$(PIP) install -q -e ".[$*]"
+$(VENV)/.deps-%: pyproject.toml $(CONSTRAINTS) $(VENV)/.torch
+	$(PIP) install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[$*]"
 	$(PY) -m setpo_lab.cli link
 	@touch $@
 
-# The second venv: torch as above, then the `lm` extra (editable, so it tests this checkout) under the pins of
-# tests/trl-oldest.txt; everything else resolves as in .venv. plotly: test_math_data draws its figures too.
-$(OLDEST_VENV)/.deps: pyproject.toml tests/trl-oldest.txt
+# The second venv: torch as above, then the `lm` extra (editable, so it tests this checkout) under
+# OLDEST_CONSTRAINTS: constraints/trl-oldest.txt holds tests/trl-oldest.txt's floors and the versions of everything
+# else that passed with them (`make test-newest` resolves it from tests/trl-oldest.txt alone). plotly: test_math_data
+# draws its figures too.
+$(OLDEST_VENV)/.deps: pyproject.toml tests/trl-oldest.txt $(OLDEST_CONSTRAINTS)
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "setpo needs Python 3.10 or newer, found " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_PIP) install -q --upgrade pip
 	$(OLDEST_PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(OLDEST_PIP) install -q -c tests/trl-oldest.txt -e ".[lm]" plotly "pytest>=8"
+	$(OLDEST_PIP) install -q -c $(OLDEST_CONSTRAINTS) -e ".[lm]" plotly "pytest>=8"
 	$(OLDEST_PY) -m setpo_lab.cli link
 	@touch $@
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .hypothesis site
+	rm -rf $(VENV) $(OLDEST_VENV) $(NEWEST_VENV) $(NEWEST_OLDEST_VENV) .pytest_cache .hypothesis site

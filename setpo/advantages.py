@@ -30,7 +30,7 @@ import torch
 
 from setpo.diversity import (DIVERSITY_TERMS, as_embeddings, group_dra_rewards, rewards_and_embeddings,
                              unchecked_group_dra_rewards, unchecked_term)
-from setpo.groups import Groups, as_tensor, check_finite, check_real, const, representable
+from setpo.groups import Groups, as_bool_rows, as_tensor, check_finite, check_real, const, representable
 from setpo.presets import LAMBDA_UNITS
 from setpo.registry import lookup, registrar
 
@@ -399,7 +399,7 @@ def _setpo(rewards, emb, index, group_size, lam, estimator, eps, term, lam_units
     lenient = small_groups == "verl" and groups.min_size < 3
     members = None
     if term_rows is not None:
-        members = as_tensor(term_rows, name="term_rows", dtype=torch.bool, device=device)
+        members = as_bool_rows(term_rows, name="term_rows", device=device)
         if members.shape != (n,):
             raise ValueError(f"term_rows has shape {tuple(members.shape)}; expected ({n},)")
         if small_groups == "raise" and e is not None:
@@ -435,7 +435,7 @@ def _setpo(rewards, emb, index, group_size, lam, estimator, eps, term, lam_units
     if s is None:
         s = torch.zeros_like(bar)
     if without_term is not None:
-        mask = as_tensor(without_term, name="without_term", dtype=torch.bool, device=s.device)
+        mask = as_bool_rows(without_term, name="without_term", device=s.device)
         if mask.shape != s.shape:
             raise ValueError(f"without_term has shape {tuple(mask.shape)}; expected ({n},)")
         s = s.masked_fill(mask, 0.0)

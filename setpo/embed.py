@@ -458,6 +458,10 @@ def resolve_reader(spec) -> Callable[[str], str | None] | None:
         raise ValueError(f"an answer reader is a callable text -> str | None or 'package.module:function', "
                          f"got {spec!r:.80}")
     module_name, name = spec.split(":")
+    if module_name.startswith(".") or not all(part.isidentifier() for part in module_name.split(".")) \
+            or not name.isidentifier():
+        raise ValueError(f"answer reader {spec!r}: name an absolute module and a function, "
+                         f"'package.module:function' (no relative names, no spaces)")
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
@@ -476,6 +480,27 @@ def is_named_embedder(spec: str) -> bool:
     """True for the specs ``load_embedder`` resolves by name (no local path needed): the default model, hash,
     key."""
     return spec in DEFAULT_NAMES or spec == KEY_NAME or spec == "hash" or spec.startswith("hash:")
+
+
+def check_embedder_spec(spec, where: str = "embedder", *, folder_here: bool = True) -> None:
+    """A ValueError naming ``where`` unless ``spec`` is a string ``load_embedder`` can resolve, without loading
+    anything: a name (``is_named_embedder``; "hash:<dim>" with a positive integer size) or a local folder (a model
+    is never downloaded); ``folder_here=False`` leaves the folder to be checked where it is loaded (verl's workers
+    may hold a model folder that the driver does not)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"{where} must be 'default', 'hash', 'hash:<dim>', 'key' or a local sentence-transformers "
+                         f"folder, got {spec!r:.80}")
+    if spec.startswith("hash:"):
+        dim = spec.partition(":")[2]
+        if not (dim.isascii() and dim.isdigit() and int(dim) > 0):
+            raise ValueError(f"{where}: the size after 'hash:' must be a positive integer, e.g. hash:256; got {spec!r}")
+        return
+    if is_named_embedder(spec):
+        return
+    if folder_here and not Path(spec).is_dir():
+        raise ValueError(f"{where}: {spec!r:.80} is neither a named embedder ('default', 'hash', 'hash:<dim>', 'key') "
+                         f"nor a local folder; download the sentence-transformers model first and pass its folder "
+                         f"(nothing is downloaded at run time)")
 
 
 def load_embedder(spec: str | Embedder | None = "default", device: str | None = "cpu",

@@ -23,6 +23,22 @@ import torch
 _HALF = (torch.float16, torch.bfloat16)
 
 
+def as_bool_rows(x, *, name: str, device=None) -> torch.Tensor:
+    """A bool tensor from booleans (a bool tensor or array, or a sequence of True/False); numbers, 0/1 included,
+    are a ValueError naming ``name``: a row flag must say yes or no, not be read as truthy."""
+    if isinstance(x, torch.Tensor):
+        t = x
+    else:
+        arr = np.asarray(x if not isinstance(x, (str, bytes, Mapping, Set)) else [x], dtype=object)
+        if arr.size and not all(isinstance(v, (bool, np.bool_)) for v in arr.reshape(-1).tolist()):
+            bad = next(v for v in arr.reshape(-1).tolist() if not isinstance(v, (bool, np.bool_)))
+            raise ValueError(f"{name} must be booleans (True/False for each row), got {type(bad).__name__} {bad!r:.40}")
+        t = torch.as_tensor(arr.astype(bool))
+    if t.dtype != torch.bool:
+        raise ValueError(f"{name} must be booleans (True/False for each row), got dtype {t.dtype}")
+    return t if device is None else t.to(device)
+
+
 def as_tensor(x, *, name: str, device=None, dtype=None) -> torch.Tensor:
     """Torch tensor from a tensor, numpy array or sequence of numbers.
 

@@ -22,19 +22,26 @@ reads: a policy learns to append varied filler after a collapsed answer (docs/st
 
   beside the paper's s_i = D(Ω) − D(Ω ∖ {o_i}) over all G rollouts (``setpo.setpo_advantages(term_rows=...)``).
 
+  Ω⁺ holds only rows that a reward function scored: a row every reward function left unscored (None, NaN) is
+  not "r_i >= τ" whatever τ is; it gets s = 0 and no base advantage (TRL's rule since 1.6), so Â = 0.
+
 ``ExploitMonitor`` watches a run for the term being paid where the reward does not look: each generation batch
 it logs the correlation of s with completion length and, when an answer reader is given, the share of
-completions with text after the answer, and warns once (``SetPOExploitWarning``) in plain words when either
-has held for ``window`` batches in a row.
+completions with text after the answer; every ``window`` batches at λ > 0 it decides, at a false-alarm rate it
+states (``alpha`` per signal over a whole run), whether s rises with length within groups, or the share of
+completions with unread text is high and has risen while the kernel reads whole completions, and warns once
+(``SetPOExploitWarning``) in plain words.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 #: ``kernel_reads`` values: the whole completion (the paper) or what the answer reader returns.
@@ -54,6 +61,17 @@ def check_kernel_reads(kernel_reads, reader: AnswerReader | None, where: str) ->
     if kernel_reads == "answer" and reader is None:
         raise ValueError(f"{where}kernel_reads='answer' needs an answer reader (a function completion text -> "
                          f"the part the reward checks, e.g. 'setpo.envs.short_answers:answer_key')")
+
+
+def gate_value(tau, where: str) -> float | None:
+    """The correctness gate τ as a float (None: no gate); any real number is accepted (numpy scalars included), a
+    bool, a non-number or a non-finite value is a ValueError naming ``where``."""
+    if tau is None:
+        return None
+    if isinstance(tau, (bool, np.bool_)) or not isinstance(tau, numbers.Real) or not math.isfinite(float(tau)):
+        raise ValueError(f"{where} must be None or a finite number (the reward a rollout needs to enter the "
+                         f"diversity sets), got {tau!r}")
+    return float(tau)
 
 
 def read_answers(texts: Sequence[str], reader: AnswerReader) -> list[str | None]:
@@ -99,7 +117,8 @@ class SetPOExploitWarning(UserWarning):
 
 
 def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Pearson correlation of two (n,) float64 vectors; NaN for n < 3 or when either has no spread."""
+    """Pearson correlation of two (n,) float64 vectors; NaN for n < 3 or when either has no spread (logged
+    only: the decision is ``length_evidence``'s)."""
     if x.numel() < 3:
         return float("nan")
     x, y = x - x.mean(), y - y.mean()
@@ -107,69 +126,189 @@ def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
     return float((x * y).sum()) / den if den > 1e-12 else float("nan")
 
 
+def _ranks(x: torch.Tensor) -> torch.Tensor:
+    """Mid-ranks of a (n,) vector (ties share their mean rank), float64: the rows below plus the mean position
+    among the tied rows."""
+    below = (x.unsqueeze(0) < x.unsqueeze(1)).sum(1)
+    tied = (x.unsqueeze(0) == x.unsqueeze(1)).sum(1)
+    return below.double() + (tied.double() + 1) / 2
+
+
+def length_evidence(s: torch.Tensor, lengths: torch.Tensor, groups: torch.Tensor) -> tuple[float, float]:
+    """Within-group rank association of s with completion length: (T, Var[T] under no association).
+
+    For each group, the centred mid-ranks a of s and b of the lengths give T_g = Σ a·b; if s does not depend on
+    length, every ordering of a group's lengths is equally likely and T_g has mean 0 and variance
+    Σa² · Σb² / (n_g − 1) (exactly, ties included). Summing over groups, T / sqrt(Var) is a stratified Spearman
+    statistic, about standard normal with no association. Within groups because the policy is paid within them
+    (Â compares a rollout with its siblings); a group with one row, or no spread in s or in length, adds nothing.
+    """
+    total, var = 0.0, 0.0
+    for g in groups.unique():
+        rows = groups == g
+        if int(rows.sum()) < 2:
+            continue
+        a, b = _ranks(s[rows]), _ranks(lengths[rows])
+        a, b = a - a.mean(), b - b.mean()
+        total += float((a * b).sum())
+        var += float((a * a).sum() * (b * b).sum()) / (int(rows.sum()) - 1)
+    return total, var
+
+
+def unread_evidence(unread: torch.Tensor, groups: torch.Tensor) -> tuple[float, float]:
+    """The share of rows with unread text and the variance of that share, with each group's rows as one cluster
+    (rows of one prompt are alike, so counting them as independent would understate the noise):
+    v = Σ_g (y_g − p·m_g)² / (C (C − 1) m̄²) over C groups of m_g rows, y_g of them with unread text."""
+    ids = groups.unique()
+    y = torch.stack([unread[groups == g].double().sum() for g in ids])
+    m = torch.stack([(groups == g).double().sum() for g in ids])
+    p = float(y.sum() / m.sum())
+    c = len(ids)
+    v = float(((y - p * m) ** 2).sum() / (c * (c - 1) * m.mean() ** 2)) if c > 1 else float("inf")
+    return p, v
+
+
+def _normal_quantile(q: float) -> float:
+    return float(torch.special.ndtri(torch.tensor(q, dtype=torch.float64)))
+
+
 @dataclass
 class ExploitMonitor:
-    """Per-batch signals that the diversity term is paid where the reward does not look, and one warning each.
+    """Signals that the diversity term is paid where the reward does not look, decided with a stated false-alarm
+    rate, and one warning each (``SetPOExploitWarning``).
 
-    window: batches in a row a signal must hold before the warning. min_corr: the correlation of s with
-    completion length (over rows in the sets) that counts as "paid in length". min_unread: the share of
-    completions with text after the answer that counts as "paid in unread text", when the rows carrying such
-    text also get the larger s on average and the kernel reads whole completions (a kernel that reads only the
-    answer cannot pay for text after it). A signal that is NaN (too few rows) breaks the run of batches.
+    Batches are pooled in blocks of ``window`` generation batches with λ > 0 (batches at λ = 0, such as TRL's
+    evaluation batches, pay nothing and are not counted); each full block is one decision per signal. The k-th
+    decision of a signal is taken at level α_k = alpha / (k (k + 1)): since Σ_k α_k = alpha, a run of any length
+    warns about a signal that is absent with probability at most ``alpha`` (1 run in 1,000 by default, per signal).
+
+    - **length**: within each group, the rank association of s with completion length, pooled over the block's
+      rows in the diversity sets (``length_evidence``); warns when T / sqrt(Var) > z(1 − α_k). Only while the
+      kernel can see length: never with ``kernel_reads="answer"``, where s is a function of the answers alone.
+    - **unread text** (with an answer reader, while the kernel reads whole completions): the share of
+      completions with text after the answer is *high* (at least ``min_unread`` over the block) and *rising*: above
+      the share of the run's first block by at least ``min_rise`` and by more than z(1 − α_k) standard errors
+      (``unread_evidence``: groups as clusters). It does not need any row without filler: when every completion
+      pads to the length cap (98.5% of the whole-completion arm's samples in docs/studies/short_answers.md) the
+      share is still high and has still risen from where the run began. A run that starts with filler everywhere
+      has no rise to see; pass ``baseline_unread`` (the base model's share, measured on its own samples) to compare
+      with that instead of the first block.
+
+    window: generation batches (at λ > 0) per decision, >= 1. alpha: the false-alarm probability of each signal over
+    a whole run, in (0, 1). min_unread: the share of completions with unread text that counts as high. min_rise: the
+    smallest rise of that share over the baseline that counts. baseline_unread: None (the run's first block) or the
+    share to compare with.
     """
 
-    window: int = 3
-    min_corr: float = 0.3
-    min_unread: float = 0.25
+    window: int = 8
+    alpha: float = 1e-3
+    min_unread: float = 0.5
+    min_rise: float = 0.2
+    baseline_unread: float | None = None
     warned: set[str] = field(default_factory=set)
-    _runs: dict[str, list[float]] = field(default_factory=lambda: {"length": [], "unread": []})
+    decisions: dict[str, int] = field(default_factory=lambda: {"length": 0, "unread": 0})
+    _block: list[dict] = field(default_factory=list)
+    _baseline: tuple[float, float] | None = None
+
+    def __post_init__(self):
+        if isinstance(self.window, bool) or not isinstance(self.window, numbers.Integral) or self.window < 1:
+            raise ValueError(f"ExploitMonitor.window must be an integer >= 1 (generation batches per decision), "
+                             f"got {self.window!r}")
+        self.window = int(self.window)
+        for name, low, high in (("alpha", 0.0, 1.0), ("min_unread", 0.0, 1.0), ("min_rise", 0.0, 1.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low < float(value) < high:
+                raise ValueError(f"ExploitMonitor.{name} must be a number in ({low:g}, {high:g}), got {value!r}")
+            setattr(self, name, float(value))
+        if self.baseline_unread is not None:
+            value = self.baseline_unread
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) <= 1:
+                raise ValueError(f"ExploitMonitor.baseline_unread must be None or a share in [0, 1], got {value!r}")
+            self._baseline = (float(value), 0.0)
 
     def observe(self, s: torch.Tensor, lengths: Sequence[int], in_sets: Sequence[bool],
                 answers: Sequence[str | None] | None, texts: Sequence[str] | None, *, lam: float,
-                kernel_reads: str) -> dict[str, float]:
+                kernel_reads: str, groups: Sequence | None = None) -> dict[str, float]:
         """Update with one generation batch: s (N,) the raw term, lengths (N,) completion tokens, in_sets (N,)
         the rows in the diversity sets, answers (N,) the reader's answers and texts (N,) the completions
-        (None without a reader). Returns the metrics to log ("setpo/s_length_corr", and with a reader
-        "setpo/unread_fraction" and "setpo/s_unread_gap"); warns once per signal when λ > 0."""
-        s = s.detach().double().cpu()
+        (None without a reader), groups (N,) each row's group id (None: one group). Returns this batch's metrics
+        ("setpo/s_length_corr", and with a reader "setpo/unread_fraction" and "setpo/s_unread_gap"; NaN where
+        undefined), and warns once per signal when a block of ``window`` batches with λ > 0 decides so."""
+        s = s.detach().double().cpu().reshape(-1)
+        n = s.numel()
+        length = torch.as_tensor(list(lengths), dtype=torch.float64)
         rows = torch.as_tensor(list(in_sets), dtype=torch.bool)
-        corr = _pearson(s[rows], torch.as_tensor(list(lengths), dtype=torch.float64)[rows])
-        metrics = {"setpo/s_length_corr": corr}
-        self._extend("length", corr if corr >= self.min_corr else None)
+        dense: dict = {}
+        gid = torch.zeros(n, dtype=torch.long) if groups is None else \
+            torch.as_tensor([dense.setdefault(g, len(dense)) for g in groups], dtype=torch.long)
+        if not (length.numel() == rows.numel() == gid.numel() == n):
+            raise ValueError(f"ExploitMonitor.observe: {n} values of s, {length.numel()} lengths, "
+                             f"{rows.numel()} in_sets flags and {gid.numel()} group ids")
+        metrics = {"setpo/s_length_corr": _pearson(s[rows], length[rows])}
+        unread = None
         if answers is not None and texts is not None:
-            unread = torch.tensor([bool(unread_text(t, a)) for t, a in zip(texts, answers, strict=True)])
-            fraction = float(unread.double().mean()) if unread.numel() else float("nan")
+            unread = torch.tensor([bool(unread_text(t, a)) for t, a in zip(texts, answers, strict=True)],
+                                  dtype=torch.bool).reshape(-1)
             with_text, without = s[rows & unread], s[rows & ~unread]
-            gap = float(with_text.mean() - without.mean()) if with_text.numel() and without.numel() else float("nan")
-            metrics.update({"setpo/unread_fraction": fraction, "setpo/s_unread_gap": gap})
-            paid = kernel_reads == "completion" and fraction >= self.min_unread and gap > 0
-            self._extend("unread", fraction if paid else None)
-        if lam > 0:
-            self._warn()
+            metrics.update({
+                "setpo/unread_fraction": float(unread.double().mean()) if n else float("nan"),
+                "setpo/s_unread_gap": float(with_text.mean() - without.mean())
+                if with_text.numel() and without.numel() else float("nan")})
+        if lam > 0 and n:
+            self._block.append({"s": s[rows], "length": length[rows], "gid": gid[rows], "unread": unread,
+                                "all_gid": gid, "reads": kernel_reads})
+            if len(self._block) == self.window:
+                self._decide()
+                self._block = []
         return metrics
 
-    def _extend(self, signal: str, value: float | None) -> None:
-        run = self._runs[signal]
-        if value is None or not math.isfinite(value):
-            run.clear()
-        else:
-            run.append(value)
+    def _level(self, signal: str) -> float:
+        """z(1 − α_k) for this signal's next decision k: α_k = alpha / (k (k + 1)), which sum to alpha."""
+        self.decisions[signal] += 1
+        k = self.decisions[signal]
+        return _normal_quantile(1 - self.alpha / (k * (k + 1)))
 
-    def _warn(self) -> None:
-        for signal, run in self._runs.items():
-            if len(run) < self.window or signal in self.warned:
-                continue
-            self.warned.add(signal)
-            last = ", ".join(f"{v:.2f}" for v in run[-self.window:])
-            if signal == "length":
-                what = (f"longer completions get larger diversity marginals (correlation of s with completion "
-                        f"length {last} over the last {self.window} batches)")
-            else:
-                what = (f"{last} of the completions carry text after the answer, and those get the larger "
-                        f"diversity marginals (last {self.window} batches)")
-            warnings.warn(
-                f"SetPO's diversity term is being paid in {signal if signal == 'length' else 'unread text'}: "
-                f"{what}. If the reward reads only an answer, the policy can earn the term with text the reward "
-                f"never checks. Let the kernel read the answer (kernel_reads='answer' with an answer reader, "
-                f"e.g. the embedder 'key'), and/or gate the term to right answers (gate_reward).",
-                SetPOExploitWarning, stacklevel=3)
+    def _decide(self) -> None:
+        block = self._block
+        # group ids made distinct per batch: a prompt's rows in two batches are two groups
+        offsets = [0]
+        for b in block:
+            offsets.append(offsets[-1] + int(b["all_gid"].max()) + 1)
+        if all(b["reads"] == "completion" for b in block):  # the kernel cannot see length when it reads answers
+            t, var = length_evidence(torch.cat([b["s"] for b in block]), torch.cat([b["length"] for b in block]),
+                                     torch.cat([b["gid"] + off for b, off in zip(block, offsets)]))
+            if var > 0:
+                z, level = t / math.sqrt(var), self._level("length")
+                if z > level:
+                    self._warn("length", f"longer completions get larger diversity marginals (within-group rank "
+                                         f"association z = {z:.1f} over the last {self.window} batches, above the "
+                                         f"{level:.1f} that chance reaches in 1 run of {1 / self.alpha:,.0f})")
+        if any(b["unread"] is None for b in block):
+            return
+        unread = torch.cat([b["unread"] for b in block])
+        gid = torch.cat([b["all_gid"] + off for b, off in zip(block, offsets)])
+        if unread.numel() == 0:
+            return
+        share, var = unread_evidence(unread, gid)
+        if self._baseline is None:
+            self._baseline = (share, var)  # the run's first block is where the share started
+            return
+        if not all(b["reads"] == "completion" for b in block):
+            return  # a kernel that reads only the answer cannot pay for text after it
+        base, base_var = self._baseline
+        rise, se = share - base, math.sqrt(var + base_var)
+        level = self._level("unread")
+        if share >= self.min_unread and rise >= self.min_rise and (se == 0 or rise / se > level):
+            self._warn("unread", f"{share:.2f} of the completions carry text after the answer, up from "
+                                 f"{base:.2f} at the start (last {self.window} batches)")
+
+    def _warn(self, signal: str, what: str) -> None:
+        if signal in self.warned:
+            return
+        self.warned.add(signal)
+        warnings.warn(
+            f"SetPO's diversity term is being paid in {'length' if signal == 'length' else 'unread text'}: "
+            f"{what}. If the reward reads only an answer, the policy can earn the term with text the reward "
+            f"never checks. Let the kernel read the answer (kernel_reads='answer' with an answer reader, "
+            f"e.g. the embedder 'key'), and/or gate the term to right answers (gate_reward).",
+            SetPOExploitWarning, stacklevel=4)

@@ -141,20 +141,53 @@ def _train(trainer):
 
 def test_monitor_warns_once_when_the_term_is_paid_in_length(tiny, tmp_path):
     tr = _trainer(tiny, tmp_path, embedder=LengthPaysEmbedder(), answer_reader=first_char, setpo_lambda=0.5,
-                  max_steps=4)
+                  max_steps=8, setpo_monitor_window=4)
     caught = _train(tr)
     corr = [h.get("setpo/s_length_corr") for h in tr.state.log_history if "setpo/s_mean" in h]
-    assert len(corr) == 4 and None not in corr and min(corr) >= 0.3
+    assert len(corr) == 8 and None not in corr and sum(corr) / len(corr) >= 0.3
     messages = [str(w.message) for w in caught]
     assert sum("paid in length" in m for m in messages) == 1  # once, not every step
     assert all("kernel_reads='answer'" in m for m in messages)
     assert any("setpo/unread_fraction" in h for h in tr.state.log_history)
+    assert tr.exploit_monitor.window == 4 and tr.exploit_monitor.decisions["length"] >= 1
 
 
 def test_monitor_is_quiet_when_the_kernel_reads_only_the_answer(tiny, tmp_path):
     tr = _trainer(tiny, tmp_path, embedder="key", answer_reader=first_char, setpo_lambda=0.5,
-                  setpo_kernel_reads="answer", max_steps=4)
+                  setpo_kernel_reads="answer", max_steps=8, setpo_monitor_window=2)
     assert _train(tr) == []
     corr = [h.get("setpo/s_length_corr") for h in tr.state.log_history if "setpo/s_mean" in h]
-    # measured on most batches (None: no spread that batch), and never high three batches in a row
-    assert len(corr) == 4 and sum(c is not None for c in corr) >= 3
+    assert len(corr) == 8 and sum(c is not None for c in corr) >= 4  # measured, and still no warning
+    assert tr.exploit_monitor.decisions["length"] == 0  # no length decision is taken where s cannot see length
+
+
+def test_a_tiny_model_trained_into_the_exploit_at_the_length_cap_is_caught(tmp_path):
+    """The exploit of docs/studies/short_answers.md, in miniature: a constant reward that reads only the first
+    character (so GRPO's advantage is 0 and λ·s is the whole signal) and a whole-completion kernel under which
+    longer text is more diverse. A model that starts by ending right after its answer learns to write to the length
+    cap instead; the monitor says so, in unread text."""
+    tok = build_tokenizer()
+    model = build_model(tok, ModelSize(32, 1, 2, 1, 64, 48), seed=0)
+    ids = tok(PROMPTS, return_tensors="pt", padding=True)
+    with torch.no_grad():  # end-of-sequence first: the answer and nothing after it
+        d = model.model(**ids).last_hidden_state.reshape(-1, model.config.hidden_size).mean(0)
+        model.get_input_embeddings().weight[tok.eos_token_id] = 12.0 * d / d.norm()
+    args = _config(tmp_path, learning_rate=0.03, lr_scheduler_type="constant", setpo_lambda=1.0,
+                   setpo_lambda_units="term_std", max_steps=32, setpo_monitor_window=4)
+    tr = SetPOTrainer(model=model, reward_funcs=lambda completions, **_: [1.0] * len(completions), args=args,
+                      train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS] * 40), processing_class=tok,
+                      embedder=LengthPaysEmbedder(), answer_reader=first_char_any)
+    messages = [str(w.message) for w in _train(tr)]
+    logs = [h for h in tr.state.log_history if "setpo/unread_fraction" in h]
+    first, last = logs[:4], logs[-8:]
+    assert sum(h["setpo/unread_fraction"] for h in first) / 4 < 0.3  # it began without filler
+    assert min(h["completions/clipped_ratio"] for h in last) == 1.0  # every completion at the cap
+    assert sum(h["setpo/unread_fraction"] for h in last) / 8 >= 0.75  # and carrying text after its answer
+    unread = [m for m in messages if "paid in unread text" in m]
+    assert len(unread) == 1 and "up from" in unread[0]
+
+
+def first_char_any(text):
+    """The answer reader of the exploit test: the completion's first non-blank character."""
+    text = text.strip()
+    return text[:1] or None

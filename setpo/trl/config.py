@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from trl import GRPOConfig
 
 from setpo.advantages import check_estimator
 from setpo.diversity import DIVERSITY_TERMS
 from setpo.presets import LAMBDA_UNITS, PRESETS, AlgorithmPreset
-from setpo.embed import resolve_reader
-from setpo.reads import KERNEL_READS
+from setpo.embed import check_embedder_spec, resolve_reader
+from setpo.reads import KERNEL_READS, gate_value
 
 #: ``setpo_reward_adjustment`` values: "none", or "dra" (DRA-GRPO's r̃_i = r_i / (1 + Σ_{j≠i} k(o_i, o_j))).
 REWARD_ADJUSTMENTS = ("none", "dra")
@@ -106,7 +108,9 @@ class SetPOConfig(GRPOConfig):
         Ω⁺ = {o_i : r_i >= τ}, 0 when |Ω⁺| < 3 and for the other rows).
     setpo_monitor: log ``setpo/s_length_corr`` (and, with a reader, ``setpo/unread_fraction`` and
         ``setpo/s_unread_gap``) each generation batch, and warn once (``setpo.reads.SetPOExploitWarning``) when
-        the term is being paid in length or in text after the answer (``setpo.reads.ExploitMonitor``).
+        the term is being paid in length or in text after the answer (``setpo.reads.ExploitMonitor``: one decision
+        per ``setpo_monitor_window`` training batches at λ > 0, a false alarm in at most 1 run in 1,000 per signal).
+    setpo_monitor_window: generation batches pooled into each of the monitor's decisions (>= 1).
     """
 
     learning_rate: float = field(default=_GRPO["learning_rate"], metadata={"help": "AdamW learning rate."})
@@ -141,13 +145,20 @@ class SetPOConfig(GRPOConfig):
         default=None, metadata={"help": "Only rollouts with total reward >= this form the sets and get λ·s."})
     setpo_monitor: bool = field(default=True,
                                 metadata={"help": "Log and warn when the term is paid in length or unread text."})
+    setpo_monitor_window: int = field(default=8,
+                                      metadata={"help": "Generation batches per exploit-monitor decision (>= 1)."})
 
     def __post_init__(self):
         super().__post_init__()
-        if isinstance(self.setpo_lambda, bool) or not isinstance(self.setpo_lambda, (int, float)) \
+        if isinstance(self.setpo_lambda, (bool, np.bool_)) or not isinstance(self.setpo_lambda, numbers.Real) \
                 or not math.isfinite(self.setpo_lambda) or self.setpo_lambda < 0:
             raise ValueError(f"setpo_lambda must be a finite number >= 0 (λ of setpo_advantages), "
                              f"got {self.setpo_lambda!r}")
+        self.setpo_lambda = float(self.setpo_lambda)
+        if isinstance(self.setpo_correct_reward, (bool, np.bool_)) or not isinstance(self.setpo_correct_reward,
+                                                                                    numbers.Real):
+            raise ValueError(f"setpo_correct_reward must be a number, got {self.setpo_correct_reward!r}")
+        self.setpo_correct_reward = float(self.setpo_correct_reward)
         if self.setpo_lambda != 0 and self.num_generations < 3:
             raise ValueError(f"SetPO needs num_generations >= 3 (the leave-one-out set needs two members), "
                              f"got {self.num_generations}")
@@ -164,14 +175,26 @@ class SetPOConfig(GRPOConfig):
             # a checkpointed decoder layer drops the key/value cache the shared prompt pass hands on
             raise ValueError("setpo_share_prompt_pass needs gradient_checkpointing=False (TRL's default is True): "
                              "checkpointed layers return no key/value cache to share")
+        for name in ("setpo_log_diversity", "setpo_monitor", "setpo_shared_prompt_rollouts", "setpo_share_prompt_pass"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            setattr(self, name, bool(getattr(self, name)))
+        if isinstance(self.setpo_monitor_window, bool) or not isinstance(self.setpo_monitor_window, numbers.Integral) \
+                or self.setpo_monitor_window < 1:
+            raise ValueError(f"setpo_monitor_window must be an integer >= 1 (generation batches per decision of the "
+                             f"exploit monitor), got {self.setpo_monitor_window!r}")
+        self.setpo_monitor_window = int(self.setpo_monitor_window)
+        if isinstance(self.embedder, str):
+            check_embedder_spec(self.embedder, "SetPOConfig.embedder")
+        else:
+            raise ValueError(f"SetPOConfig.embedder must be a string ('default', 'hash[:dim]', 'key' or a local model "
+                             f"path), got a {type(self.embedder).__name__}; pass an embedder object to "
+                             f"SetPOTrainer(embedder=...) instead")
         if self.setpo_kernel_reads not in KERNEL_READS:
             raise ValueError(f"setpo_kernel_reads must be one of {KERNEL_READS}, got {self.setpo_kernel_reads!r}")
         if self.setpo_answer_reader is not None:
             resolve_reader(self.setpo_answer_reader)  # importable now, not at the first generation batch
-        if self.setpo_gate_reward is not None and (isinstance(self.setpo_gate_reward, bool) or not isinstance(
-                self.setpo_gate_reward, (int, float)) or not math.isfinite(self.setpo_gate_reward)):
-            raise ValueError(f"setpo_gate_reward must be None or a finite number (the reward a rollout needs to "
-                             f"enter the diversity sets), got {self.setpo_gate_reward!r}")
+        self.setpo_gate_reward = gate_value(self.setpo_gate_reward, "setpo_gate_reward")
         self._check_estimator()
 
     def _check_estimator(self) -> None:

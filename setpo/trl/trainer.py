@@ -42,7 +42,8 @@ Logged per step (TRL's ``_metrics``; they reach ``trainer.state.log_history`` an
 (mean number of distinct correct responses per group; "correct" is total reward >= ``setpo_correct_reward``
 and "distinct" is by the trainer's ``solution_key``, the stripped text by default) and
 ``setpo/flat_group_fraction`` (groups whose rewards are all equal: GRPO's advantage is 0 there, so λ·s is the
-whole signal; r̃ under DRA) and, under DRA, ``setpo/dra_scale_mean`` (mean of 1 / (1 + Σ_{j≠i} k)); with
+whole signal; r̃ under DRA), ``setpo/groups_without_marginal`` (groups whose set, after the gate and the rows
+with nothing to read, has fewer than 3 rows, so s = 0 there) and, under DRA, ``setpo/dra_scale_mean`` (mean of 1 / (1 + Σ_{j≠i} k)); with
 ``setpo_monitor`` the exploit monitor's ``setpo/s_length_corr`` and, with an answer reader,
 ``setpo/unread_fraction`` and ``setpo/s_unread_gap`` (``setpo.reads.ExploitMonitor``). s statistics
 are of the raw term, before ``setpo_lambda_units`` rescales it. Wall-clock seconds per phase are kept in
@@ -68,7 +69,7 @@ from trl.trainer.utils import nanstd
 from setpo.advantages import base_advantages, flat_groups, setpo_advantages, term_in_lambda_units
 from setpo.completions import completion_text
 from setpo.diversity import dra_rewards
-from setpo.embed import Embedder, load_embedder, resolve_reader
+from setpo.embed import Embedder, check_embedder_spec, load_embedder, resolve_reader
 from setpo.groups import Groups
 from setpo.metrics import mean_pairwise_similarity
 from setpo.reads import ExploitMonitor, check_kernel_reads, kernel_texts
@@ -102,17 +103,28 @@ def _default_solution_key(text: str) -> Hashable:
 
 
 def group_diversity_stats(emb: torch.Tensor, correct: Sequence[bool], keys: Sequence[Hashable | None],
-                          group_size: int) -> dict[str, float]:
+                          group_size: int, readable: Sequence[bool] | None = None) -> dict[str, float]:
     """Mean within-group pairwise similarity and mean number of distinct correct responses per group.
 
     emb: (N, d) with N = B * group_size, groups contiguous. correct: (N,) bools. keys: (N,) solution keys
-    (None = no solution, never counted). Returns {"pairwise_similarity", "distinct_correct"}.
+    (None = no solution, never counted). readable: (N,) bools, the rows with text for the kernel to read (None:
+    all); the similarity is over those alone (rows with nothing to read all embed "" and would count as
+    identical), over groups with two or more of them, NaN when no group has two.
+    Returns {"pairwise_similarity", "distinct_correct"}.
     """
     n = emb.shape[0]
-    if n % group_size or len(correct) != n or len(keys) != n:
+    if n % group_size or len(correct) != n or len(keys) != n or (readable is not None and len(readable) != n):
         raise ValueError(f"{n} embedding rows, {len(correct)} correct flags and {len(keys)} keys do not form "
                          f"groups of {group_size}")
-    sim = mean_pairwise_similarity(emb, group_size=group_size)
+    if readable is None or all(readable):
+        sim = mean_pairwise_similarity(emb, group_size=group_size)
+    else:
+        rows = torch.as_tensor(list(readable), dtype=torch.bool)
+        gid = torch.arange(n) // group_size
+        counts = torch.bincount(gid[rows], minlength=n // group_size)
+        keep = rows & (counts[gid] >= 2)
+        sim = (mean_pairwise_similarity(emb[keep.to(emb.device)], index=gid[keep].tolist()) if bool(keep.any())
+               else float("nan"))
     distinct = [len({keys[i] for i in range(b, b + group_size) if correct[i] and keys[i] is not None})
                 for b in range(0, n, group_size)]
     return {"pairwise_similarity": sim, "distinct_correct": sum(distinct) / len(distinct)}
@@ -197,7 +209,16 @@ class SetPOTrainer(GRPOTrainer):
         self.answer_reader = resolve_reader(answer_reader if answer_reader is not None
                                             else self.args.setpo_answer_reader)
         check_kernel_reads(self.args.setpo_kernel_reads, self.answer_reader, "SetPOConfig.setpo_")
-        self.exploit_monitor = ExploitMonitor()
+        self.exploit_monitor = ExploitMonitor(window=self.args.setpo_monitor_window)
+        if isinstance(embedder, str):  # a spec, as in SetPOConfig.embedder: checked now, loaded on first use
+            check_embedder_spec(embedder, "SetPOTrainer(embedder=...)")
+            self._embedder_spec = embedder
+            embedder = None
+        elif embedder is not None and not callable(embedder):
+            raise ValueError(f"SetPOTrainer(embedder=...) must be an embedder (texts -> (N, d) tensor) or a spec "
+                             f"string such as 'key' or 'hash', got a {type(embedder).__name__}")
+        else:
+            self._embedder_spec = self.args.embedder
         self._embedder = embedder
         self.solution_key = solution_key or _default_solution_key
         self._setpo_stash: dict[str, Any] | None = None
@@ -211,7 +232,7 @@ class SetPOTrainer(GRPOTrainer):
     def embedder(self) -> Embedder:
         if self._embedder is None:
             device = self.args.embedder_device or str(self.accelerator.device)
-            self._embedder = load_embedder(self.args.embedder, device=device,
+            self._embedder = load_embedder(self._embedder_spec, device=device,
                                            batch_size=self.args.embedder_batch_size)
         return self._embedder
 
@@ -368,7 +389,7 @@ class SetPOTrainer(GRPOTrainer):
         if self.setpo_dra:
             self._restore_logged_rewards(rewards_per_func, unscorable, mode)
         adv = self._setpo_advantages(output["advantages"], stash["emb"], total_used, unscorable, group_size,
-                                     self._term_rows(stash["readable"], total))
+                                     self._term_rows(stash["readable"], total, unscorable))
         output["advantages"] = adv["local"]
         if adv["changed"]:
             self._replace_logged_advantages(adv["all"].cpu())
@@ -378,14 +399,17 @@ class SetPOTrainer(GRPOTrainer):
             self._dra_metrics(stash, mode)
         return output
 
-    def _term_rows(self, readable: torch.Tensor | None, total: torch.Tensor) -> torch.Tensor | None:
+    def _term_rows(self, readable: torch.Tensor | None, total: torch.Tensor, unscorable: torch.Tensor
+                   ) -> torch.Tensor | None:
         """(N_all,) bool, the rows that form the diversity sets: those with text for the kernel to read and, with
-        ``setpo_gate_reward`` τ, a total (original, weighted) reward >= τ; None when that is every row."""
+        ``setpo_gate_reward`` τ, Ω⁺ = {r_i >= τ}: a total (original, weighted) reward >= τ from at least one reward
+        function (a row no reward function scored has no r_i; TRL's nansum would read it as 0 and let it pass
+        τ <= 0); None when that is every row."""
         if readable is None:
             return None
         rows = readable.to(total.device)
         if self.args.setpo_gate_reward is not None:
-            rows = rows & (total >= self.args.setpo_gate_reward)
+            rows = rows & (total >= self.args.setpo_gate_reward) & ~unscorable.to(total.device)
         return None if bool(rows.all()) else rows
 
     def _setpo_advantages(self, trl_advantages: torch.Tensor, emb: torch.Tensor | None, total_used: torch.Tensor,
@@ -435,7 +459,8 @@ class SetPOTrainer(GRPOTrainer):
         correct = (total >= self.args.setpo_correct_reward) & ~unscorable.to(total.device)
         all_texts = gather_object(stash["texts"])
         keys = [self.solution_key(t) for t in all_texts]
-        stats = group_diversity_stats(emb.float(), correct.tolist(), keys, group_size)
+        readable = None if stash["readable"] is None else stash["readable"].tolist()
+        stats = group_diversity_stats(emb.float(), correct.tolist(), keys, group_size, readable)
         m = self._metrics[mode]
         m["setpo/s_mean"].append(float(s.mean()))
         m["setpo/s_std"].append(float(s.std()) if s.numel() > 1 else 0.0)
@@ -451,11 +476,15 @@ class SetPOTrainer(GRPOTrainer):
         # the whole signal
         flat = flat_groups(total_used.double(), group_size=group_size)
         m["setpo/flat_group_fraction"].append(float(flat.double().mean()))
+        # groups whose set (Ω, or Ω⁺ under the gate, minus rows with nothing to read) has < 3 rows: s = 0 there
+        members = adv["in_sets"].view(-1, group_size).sum(-1)
+        m["setpo/groups_without_marginal"].append(float((members < 3).sum()))
         if self.args.setpo_monitor:
             answers = None if stash["answers"] is None else gather_object(stash["answers"])
             watched = self.exploit_monitor.observe(
                 s, stash["lengths"].tolist(), adv["in_sets"].tolist(), answers, all_texts,
-                lam=lam if mode == "train" else 0.0, kernel_reads=self.args.setpo_kernel_reads)
+                lam=lam if mode == "train" else 0.0, kernel_reads=self.args.setpo_kernel_reads,
+                groups=[i // group_size for i in range(s.shape[0])])
             for name, value in watched.items():
                 m[name].append(value)
         self.last_setpo_batch = {"texts": all_texts, "rewards": total.cpu(), "s": s.cpu(),

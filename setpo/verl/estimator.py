@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -34,8 +35,8 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from setpo.advantages import check_estimator, setpo_advantages
-from setpo.groups import Groups, as_tensor, check_finite
-from setpo.reads import check_kernel_reads, kernel_texts
+from setpo.groups import Groups, as_bool_rows, as_tensor, check_finite
+from setpo.reads import check_kernel_reads, gate_value, kernel_texts
 
 ESTIMATOR_NAME = "setpo"
 #: data.non_tensor_batch keys read by ``compute_advantage``.
@@ -62,7 +63,12 @@ class SetPOVerlSettings:
     answer_reader: "package.module:function", completion text -> the part the reward reads (or None); needed
         by kernel_reads "answer", and with "completion" it feeds the exploit monitor's unread-text share.
     gate_reward: None (every response) or τ: only responses whose outcome reward is >= τ form the sets and
-        receive λ·s (the correctness gate, ``setpo.reads``).
+        receive λ·s (the correctness gate, ``setpo.reads``). The outcome reward is the row sum of verl's
+        ``token_level_rewards``, which is reward − β·KL under ``algorithm.use_kl_in_reward=true``: that
+        combination is refused (the gate would drop right answers by their KL).
+    monitor: the exploit monitor (``setpo.reads.ExploitMonitor``) in the trainer hook: logs its metrics each step
+        and warns when the term is paid in length or in unread text; false turns it off.
+    monitor_window: steps pooled into each of the monitor's decisions (>= 1).
     """
 
     lam: float
@@ -74,11 +80,15 @@ class SetPOVerlSettings:
     kernel_reads: str = "completion"
     answer_reader: str | None = None
     gate_reward: float | None = None
+    monitor: bool = True
+    monitor_window: int = 8
 
     def __post_init__(self):
-        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam) \
-                or self.lam < 0:
+        set_ = object.__setattr__  # frozen: normalise numpy scalars and the like to plain values here, once
+        if isinstance(self.lam, (bool, np.bool_)) or not isinstance(self.lam, numbers.Real) \
+                or not math.isfinite(self.lam) or self.lam < 0:
             raise ValueError(f"algorithm.setpo.lam must be a finite number >= 0, got {self.lam!r}")
+        set_(self, "lam", float(self.lam))
         try:
             check_estimator(self.estimator)
         except ValueError as err:
@@ -91,9 +101,19 @@ class SetPOVerlSettings:
                 or self.embedding_batch_size < 1:
             raise ValueError(f"algorithm.setpo.embedding_batch_size must be >= 1, got {self.embedding_batch_size}")
         check_kernel_reads(self.kernel_reads, self.reader(), "algorithm.setpo.")
-        if self.gate_reward is not None and (isinstance(self.gate_reward, bool) or not isinstance(
-                self.gate_reward, (int, float)) or not math.isfinite(self.gate_reward)):
-            raise ValueError(f"algorithm.setpo.gate_reward must be null or a finite number, got {self.gate_reward!r}")
+        set_(self, "gate_reward", gate_value(self.gate_reward, "algorithm.setpo.gate_reward"))
+        if not isinstance(self.monitor, (bool, np.bool_)):
+            raise ValueError(f"algorithm.setpo.monitor must be true or false, got {self.monitor!r}")
+        set_(self, "monitor", bool(self.monitor))
+        if isinstance(self.monitor_window, (bool, np.bool_)) or not isinstance(self.monitor_window, numbers.Integral) \
+                or self.monitor_window < 1:
+            raise ValueError(f"algorithm.setpo.monitor_window must be an integer >= 1 (steps per decision of the "
+                             f"exploit monitor), got {self.monitor_window!r}")
+        set_(self, "monitor_window", int(self.monitor_window))
+        from setpo.embed import check_embedder_spec
+
+        # names and the hash size now; a model folder where it is loaded (a worker may hold what the driver lacks)
+        check_embedder_spec(self.embedding_model, "algorithm.setpo.embedding_model", folder_here=False)
 
     def reader(self):
         """The answer reader ``answer_reader`` names, imported (None when there is none)."""
@@ -122,6 +142,13 @@ class SetPOVerlSettings:
             raise ValueError(f"unknown keys in algorithm.setpo: {unknown}; known: {sorted(known)}")
         if "lam" not in items:
             raise ValueError("algorithm.setpo.lam (the marginal weight λ) is required")
+        use_kl = config.get("use_kl_in_reward", False) if hasattr(config, "get") else \
+            getattr(config, "use_kl_in_reward", False)
+        if items.get("gate_reward") is not None and bool(use_kl):
+            raise ValueError("algorithm.setpo.gate_reward with algorithm.use_kl_in_reward=true: the estimator sees "
+                             "token_level_rewards = reward − β·KL, so the gate would compare τ with that and drop right "
+                             "answers by their KL; put the KL in the loss instead (actor_rollout_ref.actor.use_kl_loss="
+                             "true, algorithm.use_kl_in_reward=false) or drop the gate")
         return cls(**items)
 
 
@@ -172,7 +199,7 @@ def batch_embeddings(emb, uids: Sequence | None = None, *, session_keys: Sequenc
     record = _BatchEmbeddings(e, None if uids is None else [str(u) for u in uids],
                               None if session_keys is None else [str(k) for k in session_keys],
                               None if norm_adv_by_std_in_grpo is None else bool(norm_adv_by_std_in_grpo),
-                              None if readable is None else as_tensor(readable, name="readable", dtype=torch.bool))
+                              None if readable is None else as_bool_rows(readable, name="readable"))
     for name, rows in (("uids", record.uids), ("session_keys", record.session_keys), ("readable", record.readable)):
         if rows is not None and e is not None and len(rows) != e.shape[0]:
             raise ValueError(f"{len(rows)} {name} for {e.shape[0]} embedding rows")
@@ -241,7 +268,16 @@ def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index
     adv, s = setpo_advantages(r, emb.to(r.device) if lam > 0 else None, ids, lam=lam, estimator=base_name,
                               eps=VERL_GRPO_EPS, small_groups="verl", return_marginals=True,
                               term_rows=term_rows if lam > 0 else None)
-    too_small = int((Groups.build(r.shape[0], ids).sizes < 3).sum()) if lam > 0 else 0
+    too_small = 0
+    if lam > 0:  # groups whose set (Ω, or Ω⁺ minus the rows with nothing to read) has < 3 rows: s = 0 there
+        groups = Groups.build(r.shape[0], ids)
+        if term_rows is None:
+            too_small = int((groups.sizes < 3).sum())
+        else:
+            members = as_bool_rows(term_rows, name="term_rows").to(torch.long).cpu()
+            per_group = torch.zeros(groups.num_groups, dtype=torch.long).index_add_(0, groups.group_id.cpu(),
+                                                                                        members)
+            too_small = int((per_group < 3).sum())
     return adv, s.to(torch.promote_types(r.dtype, s.dtype)), too_small
 
 
@@ -309,7 +345,8 @@ def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_
     if record.session_keys is not None:
         back_t = torch.as_tensor(back, device=adv.device)
         adv, s, in_sets = adv[back_t], s[back_t], in_sets[torch.as_tensor(back)]
-    record.rows = {"s": s.cpu(), "lengths": lengths.cpu().tolist(), "in_sets": in_sets.tolist()}
+    record.rows = {"s": s.cpu(), "lengths": lengths.cpu().tolist(), "in_sets": in_sets.tolist(),
+                   "groups": [str(u) for u in _id_array(index)]}
     record.stats.update({
         "setpo/s_mean": float(s.mean()),
         "setpo/s_std": float(s.std()) if s.numel() > 1 else 0.0,
@@ -380,6 +417,11 @@ def embeddings_from_batch(data, embedder: Callable | None = None, tokenizer=None
     """
     ntb = data.non_tensor_batch or {}
     if EMBEDDINGS_KEY in ntb:
+        if settings is not None and settings.kernel_reads == "answer":
+            raise ValueError(f"data.non_tensor_batch[{EMBEDDINGS_KEY!r}] with algorithm.setpo.kernel_reads='answer': "
+                             f"precomputed embeddings cannot go through the answer reader; give the texts instead "
+                             f"(non_tensor_batch[{TEXTS_KEY!r}], or the decoded responses) or, if you embedded the "
+                             f"reader's answers yourself, set kernel_reads='completion'")
         return _as_rows(ntb[EMBEDDINGS_KEY], EMBEDDINGS_KEY), None
     if TEXTS_KEY in ntb:
         texts = [str(t) for t in ntb[TEXTS_KEY]]

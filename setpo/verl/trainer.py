@@ -97,12 +97,13 @@ class SetPOTrainerMixin:
         with batch_embeddings(emb, uids=uids, session_keys=keys, readable=readable) as record:
             out = super()._compute_advantage(batch, metrics)
         metrics.update(record.stats)
-        if settings.lam != 0:
+        if settings.lam != 0 and settings.monitor:
             if not hasattr(self, "_setpo_monitor"):
-                self._setpo_monitor = ExploitMonitor()
+                self._setpo_monitor = ExploitMonitor(window=settings.monitor_window)
             rows = record.rows
             metrics.update(self._setpo_monitor.observe(rows["s"], rows["lengths"], rows["in_sets"], answers, texts,
-                                                       lam=settings.lam, kernel_reads=settings.kernel_reads))
+                                                       lam=settings.lam, kernel_reads=settings.kernel_reads,
+                                                       groups=rows["groups"]))
         self._setpo_audit(out)
         return out
 
