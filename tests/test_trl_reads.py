@@ -191,3 +191,72 @@ def first_char_any(text):
     """The answer reader of the exploit test: the completion's first non-blank character."""
     text = text.strip()
     return text[:1] or None
+
+
+def nan_for_odd(completions, **_):
+    """Scores completions of even length (1.0) and leaves the others unscored (None), as a reward function that
+    only knows some tasks does."""
+    return [1.0 if len(c) % 2 == 0 else None for c in completions]
+
+
+def test_rows_no_reward_function_scored_are_out_of_the_gated_set(tiny, tmp_path):
+    """Ω⁺ = {r_i >= τ}: a row with no r_i is not in it, whatever τ (TRL's nansum would read it as 0 >= 0)."""
+    tok, model = tiny
+    args = _config(tmp_path, setpo_lambda=0.5, setpo_gate_reward=0.0)
+    tr = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=nan_for_odd, args=args,
+                      train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS] * 4), processing_class=tok,
+                      embedder=HashedNgramEmbedder(64), answer_reader=first_char)
+    out = _score(tr)
+    texts = _texts(tr, out)
+    unscored = torch.tensor([len(t) % 2 == 1 for t in texts])
+    assert 0 < int(unscored.sum()) < len(texts)
+    in_sets, s = tr.last_setpo_batch["in_sets"], tr.last_setpo_batch["s"]
+    assert not bool(in_sets[unscored].any())  # out of Ω⁺, though their nansum (0) passes τ = 0
+    assert s[unscored].abs().max() == 0 and out["advantages"][unscored].abs().max() == 0  # Â = 0 there
+    assert "setpo/groups_without_marginal" in tr._metrics["train"]
+
+
+def test_trainer_and_config_refuse_bad_values_when_built(tiny, tmp_path):
+    import numpy as np
+
+    tok, model = tiny
+    key = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=length_reward, processing_class=tok,
+                       args=_config(tmp_path, setpo_lambda=0.5, setpo_kernel_reads="answer"), embedder="key",
+                       train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]), answer_reader=first_char)
+    assert isinstance(key.embedder, TextKeyEmbedder)  # a spec string given to the trainer, as in the config
+    with pytest.raises(ValueError, match=r"SetPOTrainer\(embedder=...\): 'no/such/folder' is neither"):
+        SetPOTrainer(model=copy.deepcopy(model), reward_funcs=length_reward, processing_class=tok,
+                     args=_config(tmp_path), embedder="no/such/folder",
+                     train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]))
+    with pytest.raises(ValueError, match=r"SetPOTrainer\(embedder=...\) must be an embedder"):
+        SetPOTrainer(model=copy.deepcopy(model), reward_funcs=length_reward, processing_class=tok,
+                     args=_config(tmp_path), embedder=3,
+                     train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]))
+    for field, value, match in [("embedder", "hash:0", "positive integer"), ("embedder", "", "SetPOConfig.embedder"),
+                                ("embedder", "no/such/folder", "nothing is downloaded"),
+                                ("setpo_answer_reader", ".x:f", "absolute module"),
+                                ("setpo_answer_reader", "a b:f", "absolute module"),
+                                ("setpo_monitor_window", 0, "setpo_monitor_window must be an integer >= 1"),
+                                ("setpo_monitor_window", 2.5, "setpo_monitor_window"),
+                                ("setpo_monitor", "yes", "setpo_monitor must be True or False"),
+                                ("setpo_gate_reward", True, "setpo_gate_reward"),
+                                ("setpo_lambda", np.bool_(True), "setpo_lambda")]:
+        with pytest.raises(ValueError, match=match):
+            _config(tmp_path, **{field: value})
+    # numpy numbers are numbers
+    cfg = _config(tmp_path, setpo_gate_reward=np.float32(1.0), setpo_lambda=np.float64(0.5),
+                  setpo_monitor_window=np.int64(3))
+    assert (cfg.setpo_gate_reward, cfg.setpo_lambda, cfg.setpo_monitor_window) == (1.0, 0.5, 3)
+    assert type(cfg.setpo_gate_reward) is float and type(cfg.setpo_monitor_window) is int
+
+
+def test_pairwise_similarity_leaves_out_rows_with_nothing_to_read():
+    from setpo.trl.trainer import group_diversity_stats
+
+    emb = TextKeyEmbedder()(["", "", "", "a", "b", "a"])  # group 0: nothing to read anywhere; group 1: a, b, a
+    readable = [False, False, False, True, True, True]
+    stats = group_diversity_stats(emb, [True] * 6, list("xyzabc"), 3, readable)
+    assert stats["pairwise_similarity"] == pytest.approx(1 / 3)  # group 1 alone, not (1 + 1/3) / 2
+    import math
+
+    assert math.isnan(group_diversity_stats(emb[:3], [True] * 3, list("xyz"), 3, readable[:3])["pairwise_similarity"])

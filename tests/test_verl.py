@@ -17,7 +17,7 @@ import setpo.verl as sv
 from setpo.embed import HashedNgramEmbedder, TextKeyEmbedder
 from setpo.presets import PRESETS
 from setpo.reads import unread_text
-from setpo.verl.estimator import session_layout
+from setpo.verl.estimator import session_layout, verl_setpo_advantages
 from setpo.verl.trainer import session_texts
 
 
@@ -608,3 +608,117 @@ def test_trainer_hook_reads_answers_and_logs_the_monitor(monkeypatch):
     unread = [bool(unread_text(t, a)) for t, a in zip(texts, answers)]
     assert 0 < sum(unread) < len(unread)
     assert metrics["setpo/unread_fraction"] == pytest.approx(np.mean(unread))
+
+
+# ------------------------------------------------------------------ the gate as documented, on both engines
+
+
+def test_trl_and_verl_give_the_same_advantages_for_the_same_completions_and_rewards(tmp_path):
+    """The same completions and rewards through TRL's trainer and verl's estimator, with the answer-key kernel,
+    an answer reader and the gate: the same rows in Ω⁺, the same λ·s, and Â equal up to the two engines' ε in the
+    group normalisation (TRL's 1e-4, verl's 1e-6)."""
+    import copy
+
+    from datasets import Dataset
+
+    from helpers import completion_texts, score_batch
+    from setpo.trl import SetPOConfig, SetPOTrainer
+    from setpo.trl.tiny_models import ModelSize, build_model, build_tokenizer
+
+    prompts, g, lam, tau = ["3 7 = 10\n", "2 5 9 = 19\n", "4 4 1 = 17\n"], 6, 0.4, 1.0
+    tok = build_tokenizer()
+    model = build_model(tok, ModelSize(32, 1, 2, 1, 64, 48), seed=0)
+
+    def reward(completions, **_):
+        return [float(len(c) % 3) for c in completions]
+
+    args = SetPOConfig(output_dir=str(tmp_path), num_generations=g, per_device_train_batch_size=len(prompts) * g,
+                       max_completion_length=6, report_to=[], bf16=False, use_cpu=True, save_strategy="no",
+                       beta=0.0, seed=0, disable_tqdm=True, setpo_lambda=lam, embedder="key",
+                       setpo_kernel_reads="answer", setpo_answer_reader="test_verl:first_char", setpo_gate_reward=tau)
+    trainer = SetPOTrainer(model=copy.deepcopy(model), reward_funcs=reward, args=args, processing_class=tok,
+                           train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]))
+    out = score_batch(trainer, prompts, g)
+    texts = completion_texts(trainer, out)
+    batch = trainer.last_setpo_batch
+    rewards = batch["rewards"].float()
+    in_sets = batch["in_sets"]
+    assert 0 < int(in_sets.sum()) < len(texts) and bool(((rewards >= tau) | ~in_sets).all())
+    uids = np.array([f"p{i // g}" for i in range(len(texts))], dtype=object)
+    data = DataProto.from_dict(tensors={"token_level_rewards": rewards[:, None], "response_mask": torch.ones(len(texts), 1)},
+                               non_tensors={"uid": uids, sv.TEXTS_KEY: np.array(texts, dtype=object)})
+    cfg = _algo_config(lam, embedding_model="key", embedding_device="cpu", kernel_reads="answer",
+                       answer_reader="test_verl:first_char", gate_reward=tau)
+    verl_adv = sv.compute_advantage(copy.deepcopy(data), config=cfg).batch["advantages"][:, 0]
+    verl_base = sv.compute_advantage(copy.deepcopy(data), config=_algo_config(0.0)).batch["advantages"][:, 0]
+    torch.testing.assert_close(verl_adv - verl_base, lam * batch["s"].float(), rtol=0, atol=1e-5)  # same λ·s
+    torch.testing.assert_close(verl_adv, out["advantages"], rtol=1e-3, atol=1e-3)  # same Â, up to the ε
+    assert (lam * batch["s"]).abs().max() > 0.05  # the term is there to compare
+
+
+def first_char(text):
+    """The answer reader of the TRL ↔ verl comparison: the first non-blank character (None: blank)."""
+    text = text.strip()
+    return text[:1] or None
+
+
+def test_verl_gate_refuses_kl_in_the_reward_and_takes_numpy_numbers():
+    with pytest.raises(ValueError, match="use_kl_in_reward=true: the estimator sees token_level_rewards"):
+        sv.SetPOVerlSettings.from_algorithm_config(OmegaConf.create(
+            {"adv_estimator": "setpo", "use_kl_in_reward": True, "setpo": {"lam": 0.1, "gate_reward": 1.0}}))
+    # without the gate the KL in the reward is verl's business, as before
+    sv.SetPOVerlSettings.from_algorithm_config(OmegaConf.create(
+        {"adv_estimator": "setpo", "use_kl_in_reward": True, "setpo": {"lam": 0.1}}))
+    settings = sv.SetPOVerlSettings(lam=np.float32(0.1), gate_reward=np.float64(1.0), monitor_window=np.int64(4))
+    assert (settings.lam, settings.gate_reward, settings.monitor_window) == (pytest.approx(0.1), 1.0, 4)
+    assert type(settings.gate_reward) is float
+    for kwargs, match in [({"gate_reward": True}, "gate_reward"), ({"monitor_window": 0}, "monitor_window"),
+                          ({"monitor": "off"}, "monitor must be true or false"),
+                          ({"embedding_model": "hash:x"}, "positive integer"),
+                          ({"embedding_model": ""}, "embedding_model"),
+                          ({"answer_reader": ".reader:f"}, "absolute module")]:
+        with pytest.raises(ValueError, match=match):
+            sv.SetPOVerlSettings(lam=0.1, **kwargs)
+
+
+def test_precomputed_embeddings_are_refused_when_the_kernel_reads_the_answer():
+    data, *_ = _ragged_batch()
+    cfg = _algo_config(0.2, kernel_reads="answer", answer_reader="test_verl:first_char")
+    with pytest.raises(ValueError, match="precomputed embeddings cannot go through the answer reader"):
+        sv.compute_advantage(data, config=cfg)
+
+
+def test_groups_without_marginal_counts_the_groups_the_gate_empties():
+    rewards = torch.tensor([1.0, 1, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1])
+    ids = np.repeat(["a", "b", "c", "d"], 3)
+    emb = torch.randn(12, 8, generator=torch.Generator().manual_seed(0))
+    gate = rewards >= 1.0
+    _, s, without = verl_setpo_advantages(rewards, emb, ids, lam=0.3, term_rows=gate)
+    assert without == 2  # b (no right answer) and c (two): fewer than 3 rows in Ω⁺
+    assert s[3:9].abs().max() == 0 and s[:3].abs().max() > 0
+    with pytest.raises(ValueError, match="term_rows must be booleans"):
+        verl_setpo_advantages(rewards, emb, ids, lam=0.3, term_rows=rewards)
+
+
+def test_the_monitor_can_be_turned_off_on_verl(monkeypatch):
+    rng = np.random.default_rng(6)
+    uids = np.repeat([f"u{i}" for i in range(3)], 4)
+    store, keys = {}, []
+    for i, u in enumerate(uids):
+        n_tok = int(rng.integers(2, 7))
+        tr = torch.zeros(6)
+        tr[n_tok - 1] = 1.0
+        keys.append(f"{u}_{i}_0")
+        store[keys[-1]] = {"uid": str(u), "responses": [int(t) for t in rng.integers(1, 4, size=n_tok)],
+                           "token_level_rewards": tr, "response_mask": (torch.arange(6) < n_tok).float()}
+    monkeypatch.setitem(sys.modules, "transfer_queue", _fake_transfer_queue(store))
+    for monitor in (True, False):
+        config = OmegaConf.create({"algorithm": {"adv_estimator": "setpo", "setpo": {
+            "lam": 0.3, "embedding_model": "hash", "embedding_device": "cpu", "monitor": monitor,
+            "monitor_window": 2}}})
+        trainer = sv.setpo_trainer_class(_FakeVerlTrainer)(store, config)
+        metrics = {}
+        trainer._compute_advantage(types.SimpleNamespace(keys=keys, partition_id="train"), metrics)
+        assert ("setpo/s_length_corr" in metrics) is monitor and hasattr(trainer, "_setpo_monitor") is monitor
+        if monitor:
+            assert trainer._setpo_monitor.window == 2 and len(trainer._setpo_monitor._block) == 1
