@@ -126,7 +126,7 @@ def test_make_test_installs_the_tested_set_under_committed_constraints():
     floors = constraint_pins(ROOT / "tests" / "trl-oldest.txt")
     assert floors and {k: oldest.get(k) for k in floors} == floors
     for pins in (tested, oldest):
-        assert "torch" not in pins and "setpo" not in pins, "TORCH_SPEC chooses torch; the project is installed editable"
+        assert "torch" not in pins and "setpo" not in pins, "TORCH_SPEC chooses torch; setpo is installed editable"
     makefile = (ROOT / "Makefile").read_text()
     assert "CONSTRAINTS        ?= constraints/tested.txt" in makefile and "-c $(CONSTRAINTS)" in makefile
     assert "OLDEST_CONSTRAINTS ?= constraints/trl-oldest.txt" in makefile and "-c $(OLDEST_CONSTRAINTS)" in makefile

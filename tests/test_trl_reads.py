@@ -228,12 +228,15 @@ def test_trainer_and_config_refuse_bad_values_when_built(tiny, tmp_path):
         SetPOTrainer(model=copy.deepcopy(model), reward_funcs=length_reward, processing_class=tok,
                      args=_config(tmp_path), embedder="no/such/folder",
                      train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]))
+    with pytest.raises(ValueError, match=r"SetPOConfig.embedder: 'no/such/folder' is neither.*nothing is downloaded"):
+        SetPOTrainer(model=copy.deepcopy(model), reward_funcs=length_reward, processing_class=tok,
+                     args=_config(tmp_path, embedder="no/such/folder"),
+                     train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]))
     with pytest.raises(ValueError, match=r"SetPOTrainer\(embedder=...\) must be an embedder"):
         SetPOTrainer(model=copy.deepcopy(model), reward_funcs=length_reward, processing_class=tok,
                      args=_config(tmp_path), embedder=3,
                      train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]))
     for field, value, match in [("embedder", "hash:0", "positive integer"), ("embedder", "", "SetPOConfig.embedder"),
-                                ("embedder", "no/such/folder", "nothing is downloaded"),
                                 ("setpo_answer_reader", ".x:f", "absolute module"),
                                 ("setpo_answer_reader", "a b:f", "absolute module"),
                                 ("setpo_monitor_window", 0, "setpo_monitor_window must be an integer >= 1"),

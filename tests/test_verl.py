@@ -645,7 +645,8 @@ def test_trl_and_verl_give_the_same_advantages_for_the_same_completions_and_rewa
     in_sets = batch["in_sets"]
     assert 0 < int(in_sets.sum()) < len(texts) and bool(((rewards >= tau) | ~in_sets).all())
     uids = np.array([f"p{i // g}" for i in range(len(texts))], dtype=object)
-    data = DataProto.from_dict(tensors={"token_level_rewards": rewards[:, None], "response_mask": torch.ones(len(texts), 1)},
+    data = DataProto.from_dict(tensors={"token_level_rewards": rewards[:, None],
+                                        "response_mask": torch.ones(len(texts), 1)},
                                non_tensors={"uid": uids, sv.TEXTS_KEY: np.array(texts, dtype=object)})
     cfg = _algo_config(lam, embedding_model="key", embedding_device="cpu", kernel_reads="answer",
                        answer_reader="test_verl:first_char", gate_reward=tau)

@@ -185,7 +185,8 @@ class SetPOConfig(GRPOConfig):
                              f"exploit monitor), got {self.setpo_monitor_window!r}")
         self.setpo_monitor_window = int(self.setpo_monitor_window)
         if isinstance(self.embedder, str):
-            check_embedder_spec(self.embedder, "SetPOConfig.embedder")
+            # names and the hash size now; a model folder when the trainer is built without an embedder object
+            check_embedder_spec(self.embedder, "SetPOConfig.embedder", folder_here=False)
         else:
             raise ValueError(f"SetPOConfig.embedder must be a string ('default', 'hash[:dim]', 'key' or a local model "
                              f"path), got a {type(self.embedder).__name__}; pass an embedder object to "

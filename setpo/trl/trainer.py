@@ -43,7 +43,8 @@ Logged per step (TRL's ``_metrics``; they reach ``trainer.state.log_history`` an
 and "distinct" is by the trainer's ``solution_key``, the stripped text by default) and
 ``setpo/flat_group_fraction`` (groups whose rewards are all equal: GRPO's advantage is 0 there, so λ·s is the
 whole signal; r̃ under DRA), ``setpo/groups_without_marginal`` (groups whose set, after the gate and the rows
-with nothing to read, has fewer than 3 rows, so s = 0 there) and, under DRA, ``setpo/dra_scale_mean`` (mean of 1 / (1 + Σ_{j≠i} k)); with
+with nothing to read, has fewer than 3 rows, so s = 0 there) and, under DRA, ``setpo/dra_scale_mean`` (mean of
+1 / (1 + Σ_{j≠i} k)); with
 ``setpo_monitor`` the exploit monitor's ``setpo/s_length_corr`` and, with an answer reader,
 ``setpo/unread_fraction`` and ``setpo/s_unread_gap`` (``setpo.reads.ExploitMonitor``). s statistics
 are of the raw term, before ``setpo_lambda_units`` rescales it. Wall-clock seconds per phase are kept in
@@ -219,6 +220,8 @@ class SetPOTrainer(GRPOTrainer):
                              f"string such as 'key' or 'hash', got a {type(embedder).__name__}")
         else:
             self._embedder_spec = self.args.embedder
+            if embedder is None:  # the config's spec will be loaded: its folder must be here
+                check_embedder_spec(self._embedder_spec, "SetPOConfig.embedder")
         self._embedder = embedder
         self.solution_key = solution_key or _default_solution_key
         self._setpo_stash: dict[str, Any] | None = None

@@ -146,9 +146,9 @@ class SetPOVerlSettings:
             getattr(config, "use_kl_in_reward", False)
         if items.get("gate_reward") is not None and bool(use_kl):
             raise ValueError("algorithm.setpo.gate_reward with algorithm.use_kl_in_reward=true: the estimator sees "
-                             "token_level_rewards = reward − β·KL, so the gate would compare τ with that and drop right "
-                             "answers by their KL; put the KL in the loss instead (actor_rollout_ref.actor.use_kl_loss="
-                             "true, algorithm.use_kl_in_reward=false) or drop the gate")
+                             "token_level_rewards = reward − β·KL, so the gate would compare τ with that and drop "
+                             "right answers by their KL; put the KL in the loss instead (actor_rollout_ref.actor."
+                             "use_kl_loss=true, algorithm.use_kl_in_reward=false) or drop the gate")
         return cls(**items)
 
 
