@@ -278,10 +278,33 @@ def _pairwise_of_kernels(k: torch.Tensor, groups: Groups) -> torch.Tensor:
     return groups.unpad(-(k * keep).sum(-1) / (n - 1))
 
 
+@register_diversity_term("outcome_batch")
+def outcome_batch_penalty(e: torch.Tensor, groups: Groups) -> torch.Tensor:
+    """Outcome-based exploration's batch penalty (Song, Kempe & Munos 2025, "Outcome-based Exploration for LLM
+    Reasoning", arXiv 2509.06941, batch exploration): for the n samples of a question,
+
+        b_i = −(1/n) · Σ_{j≠i} 1{a_i = a_j},          Â_i = Ā_i + c · b_i   (the paper: c = 0.2)
+
+    a penalty on final answers repeated within the group, right or wrong alike. Here 1{a_i = a_j} is the kernel
+    k(o_i, o_j): with the answer-key embedder ("key") and ``kernel_reads="answer"`` it is exactly the paper's
+    answer equality, and λ is c. A row whose reader finds no answer is left out of the group (n counts the rest)
+    and gets 0. e (N, d), groups of >= 2 rollouts -> (N,) values in [−(n−1)/n, 0].
+    """
+    return settled_term(outcome_batch_penalty, e, groups, *unchecked_term(outcome_batch_penalty, e, groups))
+
+
+def _outcome_batch_of_kernels(k: torch.Tensor, groups: Groups) -> torch.Tensor:
+    valid = groups.valid()
+    keep = pair_mask(valid, k.shape[-1], k.device)
+    n = k.new_full((k.shape[0], 1), k.shape[-1]) if valid is None else valid.sum(-1, keepdim=True).to(k.dtype)
+    return groups.unpad(-(k * keep).sum(-1) / n)
+
+
 #: The terms computed from the groups' kernels alone: term -> (the group size it needs, what needs it, the term
 #: from the kernels). Their input check can wait on the device (``unchecked_term``) and be read once per call.
 _KERNEL_TERMS = {group_marginals: (3, "the leave-one-out diversity marginal", _marginals_of_kernels),
-                 group_pairwise_penalty: (2, "the pairwise similarity penalty", _pairwise_of_kernels)}
+                 group_pairwise_penalty: (2, "the pairwise similarity penalty", _pairwise_of_kernels),
+                 outcome_batch_penalty: (2, "outcome-based exploration's batch penalty", _outcome_batch_of_kernels)}
 
 
 def unchecked_term(term: DiversityTerm, e: torch.Tensor, groups: Groups, name: str = "emb"):

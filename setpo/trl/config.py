@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from trl import GRPOConfig
 
-from setpo.advantages import check_estimator
+from setpo.advantages import check_estimator, estimator_group_minimum
 from setpo.diversity import DIVERSITY_TERMS
 from setpo.presets import LAMBDA_UNITS, PRESETS, AlgorithmPreset
 from setpo.embed import check_embedder_spec, resolve_reader
@@ -60,9 +60,10 @@ class SetPOConfig(GRPOConfig):
         (and setpo_reward_adjustment="none", setpo_estimator="trl"), the trainer is plain GRPOTrainer.
     setpo_correct_reward: a response counts as correct for ``setpo/distinct_correct`` when its total
         (weighted) reward is at least this.
-    setpo_diversity: the diversity term d added as λ·d: "setpo" (the paper's leave-one-out marginal s) or
-        "pairwise" (the local baseline: minus the mean similarity to the rest of the group), by name in
-        ``setpo.diversity.DIVERSITY_TERMS``.
+    setpo_diversity: the diversity term d added as λ·d: "setpo" (the paper's leave-one-out marginal s),
+        "pairwise" (the local baseline: minus the mean similarity to the rest of the group) or "outcome_batch"
+        (outcome-based exploration's batch penalty, arXiv 2509.06941: with embedder "key" and kernel_reads
+        "answer", λ is its c), by name in ``setpo.diversity.DIVERSITY_TERMS``.
     setpo_lambda_units: "absolute" (the paper: λ·d as is) or "term_std", an opt-in of ours: d is divided by its
         standard deviation over the generation batch, so that λ is in units of the term's own spread (with an
         embedder that puts every response at cosine 0.9, s spans ~0.01 and an absolute λ has to be re-tuned
@@ -72,8 +73,9 @@ class SetPOConfig(GRPOConfig):
         function's column before TRL (or ``setpo_estimator``) normalises; a DRA-GRPO run has λ = 0.
     setpo_estimator: "trl" (TRL's own advantages, bit for bit) or a ``setpo.advantages`` estimator name
         ("grpo", "rloo", "dr_grpo", "pass@K" for Pass@k Training's closed-form group advantage, Chen et al.
-        2025, arXiv 2508.10751) whose advantages of the weighted total reward replace TRL's (its
-        ``scale_rewards`` then does not apply); "pass@K" needs K <= num_generations.
+        2025, arXiv 2508.10751, "focal:<base>" for F-GRPO's focal weighting of a base, arXiv 2602.06717) whose
+        advantages of the weighted total reward replace TRL's (its ``scale_rewards`` then does not apply);
+        "pass@K" needs K <= num_generations.
     setpo_shared_prompt_rollouts: without vLLM (the CPU), run each prompt through the model once and let its G
         rollouts continue from copies of that KV cache (``setpo.trl.rollouts``) instead of ``generate``'s G
         passes over the same prompt: plain ``generate``'s samples up to float rounding, at a fraction of the
@@ -215,11 +217,6 @@ class SetPOConfig(GRPOConfig):
         k = estimator_group_minimum(name)
         if self.num_generations < k:
             raise ValueError(f"setpo_estimator={name!r} needs num_generations >= {k}, got {self.num_generations}")
-
-
-def estimator_group_minimum(name: str) -> int:
-    """The smallest group a ``setpo_estimator`` other than "trl" works on: K for "pass@K", else 2."""
-    return max(2, int(name[5:])) if name.startswith("pass@") else 2
 
 
 @dataclass

