@@ -55,3 +55,63 @@ def interval_text(d: Mapping, fmt: str = "{:+.3f}", *, scale: float = 1.0, unit:
     if d.get("lo") is None:
         return mean + alone
     return f"{mean} [{fmt.format(scale * d['lo'])}, {fmt.format(scale * d['hi'])}]"
+
+
+# ---- tests over units (the seed is the unit a user meets) and their multiplicity ------------------------------------
+# The confirmatory short-answer study (results/short_answers/confirm/PLAN.md) decides each hypothesis by a one-sided
+# paired t over seeds, with the exact sign-flip test beside it, and corrects over its hypotheses by Holm.
+
+
+def paired_t_test(diffs: Sequence[float], *, margin: float = 0.0) -> dict:
+    """One-sided paired t over units for H1: mean(diffs) > −margin (margin 0: "a beats b"; margin > 0: "a is no more
+    than margin worse than b", non-inferiority). Returns {"mean", "sd", "n", "t", "df", "p"}; p is NaN with fewer
+    than 2 units or no spread."""
+    from scipy import stats
+
+    n = len(diffs)
+    mean = sum(diffs) / n if n else float("nan")
+    sd = statistics.stdev(diffs) if n > 1 else float("nan")
+    if n < 2 or not sd > 0:
+        return {"mean": mean, "sd": sd, "n": n, "t": float("nan"), "df": n - 1, "p": float("nan")}
+    t = (mean + margin) / (sd / math.sqrt(n))
+    return {"mean": mean, "sd": sd, "n": n, "t": t, "df": n - 1, "p": float(stats.t.sf(t, n - 1))}
+
+
+def sign_flip_p(diffs: Sequence[float], *, margin: float = 0.0) -> float:
+    """The exact one-sided sign-flip (permutation) p of mean(diffs) + margin > 0: the share of the 2^n sign patterns
+    of the shifted differences whose mean is at least the observed one. Exact for n up to 20; its smallest possible
+    value is 2^-n (1/32 with 5 units one-sided, 1/16 two-sided)."""
+    import itertools
+
+    shifted = [d + margin for d in diffs]
+    n = len(shifted)
+    if not 1 <= n <= 20:
+        raise ValueError(f"the exact sign-flip test takes 1 to 20 units, got {n}")
+    observed = sum(shifted)
+    tol = 1e-12 * max(1.0, sum(abs(d) for d in shifted))
+    hits = sum(sum(s * d for s, d in zip(signs, shifted)) >= observed - tol
+               for signs in itertools.product((1, -1), repeat=n))
+    return hits / 2 ** n
+
+
+def holm(pvalues: Mapping[str, float], alpha: float = 0.05) -> dict:
+    """Holm's step-down procedure over named p-values: {name: {"p", "adjusted", "reject"}}. The family-wise error
+    rate is at most alpha whatever the dependence between the tests; a NaN p is never rejected and counts in m."""
+    names = sorted(pvalues, key=lambda k: (math.isnan(pvalues[k]), pvalues[k]))
+    m, out, running, stopped = len(names), {}, 0.0, False
+    for i, name in enumerate(names):
+        p = pvalues[name]
+        adjusted = min(1.0, (m - i) * p) if not math.isnan(p) else float("nan")
+        running = max(running, adjusted) if not math.isnan(adjusted) else float("nan")
+        stopped = stopped or math.isnan(p) or p > alpha / (m - i)
+        out[name] = {"p": p, "adjusted": running, "reject": not stopped}
+    return out
+
+
+def paired_t_power(effect: float, sd: float, n: int, alpha: float, *, margin: float = 0.0) -> float:
+    """Power of ``paired_t_test`` at level alpha with n units when the true mean difference is ``effect`` and its
+    spread over units ``sd`` (the noncentral t)."""
+    from scipy import stats
+
+    df, nc = n - 1, (effect + margin) / (sd / math.sqrt(n))
+    return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, nc))
