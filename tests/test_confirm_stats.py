@@ -84,3 +84,35 @@ def test_the_plans_power_table_is_what_the_exploratory_record_gives():
             got = paired_t_power(0.0, statistics.stdev(tests["H2"][0]), n, 0.05, margin=0.05)
             assert float(h2_equal) == pytest.approx(got, abs=6e-4)
     assert "0.5 in `term_std` units" in plan and "100–111" in plan and "H1 → H2 → H4 → H3" in plan
+
+
+def test_rarefied_distinct_is_the_mean_over_every_subset():
+    import itertools
+
+    from setpo_lab.studies.short_answers_cure_results import rarefied_distinct, right_answer_hill
+
+    right = [3, 3, 3, 5, 7, 7, 9]
+    for r in (1, 2, 3, 7):
+        subsets = list(itertools.combinations(range(len(right)), r))
+        brute = sum(len({right[i] for i in sub}) for sub in subsets) / len(subsets)
+        assert rarefied_distinct(right, r) == pytest.approx(brute)
+    assert rarefied_distinct(right, 8) is None and rarefied_distinct([], 1) is None
+    assert right_answer_hill([4, 4, 6, 6]) == pytest.approx(2.0) and right_answer_hill([4] * 5) == pytest.approx(1.0)
+    assert right_answer_hill([]) is None
+
+
+def test_near_miss_guesser_hits_by_its_spread_around_grpos_answer():
+    from statistics import NormalDist
+
+    from setpo_lab.studies.short_answers_cure_results import distinct_near, modal_answer, near_miss_pass_at_k
+
+    answers = [370, 375, 380, 372, None, 378]
+    values = [a for a in answers if a is not None]
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+    q = NormalDist(370, sd).cdf(375.5) - NormalDist(370, sd).cdf(374.5)
+    assert near_miss_pass_at_k(370, answers, 375, 4) == pytest.approx(1 - (1 - q) ** 4)
+    assert near_miss_pass_at_k(375, [375, 375], 375, 1) == 1.0 and near_miss_pass_at_k(374, [375], 375, 8) == 0.0
+    assert near_miss_pass_at_k(None, answers, 375, 4) is None
+    assert modal_answer([5, 3, 3, 5, None, 9]) == 3 and modal_answer([None]) is None
+    assert distinct_near([365, 366, 366, 385, 386, None], 375) == 3

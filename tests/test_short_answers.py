@@ -125,3 +125,25 @@ def test_hard_kinds_ask_bigger_sums_and_products():
         for t in tasks[:10]:
             assert tuple(len(str(x)) for x in t.operands) == shape and t.right_answers == 1
             assert score_answer(f"Answer: {t.low}", t) == 1.0 and t.question.startswith("What is ")
+
+
+def test_untrained_many_answer_kinds_are_right_exactly_where_their_question_says():
+    """odd, ends_in and above: every right answer and only those, read off the question's own words."""
+    import re
+
+    from setpo.envs.short_answers import STUDY_KINDS, UNTRAINED_MANY_ANSWER_KINDS, tasks_of
+
+    assert not set(UNTRAINED_MANY_ANSWER_KINDS) & set(STUDY_KINDS)  # never in a training pool
+    for kind in UNTRAINED_MANY_ANSWER_KINDS:
+        for task in tasks_of(kind, "test")[:40]:
+            nums = [int(x) for x in re.findall(r"\d+", task.question)]
+            if kind == "odd":
+                want = {v for v in range(nums[0], nums[1] + 1) if v % 2 == 1}
+            elif kind == "ends_in":
+                want = {v for v in range(nums[0], nums[1] + 1) if v % 10 == nums[2]}
+            else:
+                want = set(range(nums[0] + 1, nums[1]))
+            got = {v for v in range(-5, 200) if task.is_right(v)}
+            assert got == want and task.right_answers == len(want) >= 3 and task.many_answers, task.question
+            assert score_answer(f"Answer: {min(want)}", task) == 1.0
+            assert score_answer(f"Answer: {max(want) + 1}", task) == 0.0

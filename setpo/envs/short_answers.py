@@ -7,6 +7,9 @@ rates are measured by ``python -m setpo_lab.studies.short_answers base``; see do
 - **many right answers per prompt**, where mode collapse shows as the number of *distinct* right answers a
   policy still gives to one prompt:
   ``between`` ("Name a number between 23 and 41.") and ``multiple`` ("Name a multiple of 5 between 12 and 45.");
+  and three whose templates the study never trains on (``UNTRAINED_MANY_ANSWER_KINDS``), to see whether diversity
+  kept on the trained ones carries over: ``odd`` ("Name an odd number between 23 and 41."), ``ends_in`` ("Name a
+  number between 23 and 81 that ends in 7.") and ``above`` ("Name a number greater than 23 and less than 41.");
 - **one right answer per prompt**, in graded difficulty, where pass@k against the base model applies:
   ``add_1x1`` (3 + 4), ``add_2x1`` (23 + 4), ``add_2x2`` (23 + 41) and ``times_1x1`` (3 times 4); and harder ones
   (``HARD_ONE_ANSWER_KINDS``: ``add_3x2`` 347 + 28, ``add_3x3`` 347 + 281, ``times_2x1`` 37 times 6, ``times_2x2``
@@ -49,14 +52,17 @@ MAX_DIGITS = 9
 MAX_LINE_CHARS = 200
 
 MANY_ANSWER_KINDS = ("between", "multiple")
-"""Kinds with many right answers per prompt."""
+"""Kinds with many right answers per prompt that the study trains on."""
+UNTRAINED_MANY_ANSWER_KINDS = ("odd", "ends_in", "above")
+"""Kinds with many right answers per prompt whose templates no training pool holds: evaluation only (the
+confirmatory plan, results/short_answers/confirm/PLAN.md, keeps those the base model's train split qualifies)."""
 ONE_ANSWER_KINDS = ("add_1x1", "add_2x1", "add_2x2", "times_1x1")
 """Kinds with one right answer per prompt, easiest first by operand size."""
 STUDY_KINDS = MANY_ANSWER_KINDS + ONE_ANSWER_KINDS
 """The kinds the short-answer study trains on (and the base table's first measurement)."""
 HARD_ONE_ANSWER_KINDS = ("add_3x2", "add_3x3", "times_2x1", "times_2x2")
 """Harder one-answer kinds, for pass@k at large k (a base model right on few samples)."""
-KINDS = STUDY_KINDS + HARD_ONE_ANSWER_KINDS
+KINDS = STUDY_KINDS + HARD_ONE_ANSWER_KINDS + UNTRAINED_MANY_ANSWER_KINDS
 """Every task kind."""
 SPLITS = ("train", "val", "test")
 """The splits, disjoint by prompt (``split_of``)."""
@@ -72,6 +78,9 @@ EXAMPLES = {
     "add_3x3": ("What is 500 + 120?", "Answer: 620"),
     "times_2x1": ("What is 10 times 3?", "Answer: 30"),
     "times_2x2": ("What is 10 times 12?", "Answer: 120"),
+    "odd": ("Name an odd number between 10 and 20.", "Answer: 13"),
+    "ends_in": ("Name a number between 10 and 50 that ends in 7.", "Answer: 27"),
+    "above": ("Name a number greater than 10 and less than 20.", "Answer: 16"),
 }
 """The worked example shown before each question of a kind: (question, assistant turn); never itself a task."""
 
@@ -80,7 +89,7 @@ _ANSWER_LINE = re.compile(r"\s*answer\s*:\s*([+-]?\d{1,%d})\s*\.?\s*" % MAX_DIGI
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One prompt. Right answers: the integers v with ``low <= v <= high`` and ``v % step == 0``; a one-answer
+    """One prompt. Right answers: the integers v with ``low <= v <= high`` and ``v % step == residue``; a one-answer
     task has ``low == high`` (and step 1)."""
 
     kind: str
@@ -88,6 +97,7 @@ class TaskSpec:
     high: int
     step: int = 1
     operands: tuple[int, int] = ()
+    residue: int = 0
 
     @property
     def question(self) -> str:
@@ -96,31 +106,39 @@ class TaskSpec:
             return f"Name a number between {self.low} and {self.high}."
         if self.kind == "multiple":
             return f"Name a multiple of {self.step} between {self.low} and {self.high}."
+        if self.kind == "odd":
+            return f"Name an odd number between {self.low} and {self.high}."
+        if self.kind == "ends_in":
+            return f"Name a number between {self.low} and {self.high} that ends in {self.residue}."
+        if self.kind == "above":
+            return f"Name a number greater than {a} and less than {b}."
         if self.kind.startswith("times_"):
             return f"What is {a} times {b}?"
         return f"What is {a} + {b}?"
 
     @property
     def task_id(self) -> str:
-        if self.kind == "between":
+        if self.kind in ("between", "odd"):
             parts = (self.low, self.high)
         elif self.kind == "multiple":
             parts = (self.step, self.low, self.high)
+        elif self.kind == "ends_in":
+            parts = (self.residue, self.low, self.high)
         else:
             parts = self.operands
         return ":".join([self.kind, *map(str, parts)])
 
     @property
     def many_answers(self) -> bool:
-        return self.kind in MANY_ANSWER_KINDS
+        return self.kind in MANY_ANSWER_KINDS or self.kind in UNTRAINED_MANY_ANSWER_KINDS
 
     def is_right(self, value: int | None) -> bool:
-        return value is not None and self.low <= value <= self.high and value % self.step == 0
+        return value is not None and self.low <= value <= self.high and value % self.step == self.residue
 
     @property
     def right_answers(self) -> int:
         """How many integers are right (1 for a one-answer task)."""
-        return self.high // self.step - (self.low - 1) // self.step
+        return (self.high - self.residue) // self.step - (self.low - 1 - self.residue) // self.step
 
 
 def _between(a: int, b: int) -> TaskSpec:
@@ -129,6 +147,19 @@ def _between(a: int, b: int) -> TaskSpec:
 
 def _multiple(c: int, a: int, b: int) -> TaskSpec:
     return TaskSpec("multiple", a, b, c)
+
+
+def _odd(a: int, b: int) -> TaskSpec:
+    return TaskSpec("odd", a, b, 2, residue=1)
+
+
+def _ends_in(d: int, a: int, b: int) -> TaskSpec:
+    return TaskSpec("ends_in", a, b, 10, residue=d)
+
+
+def _above(a: int, b: int) -> TaskSpec:
+    """Greater than a and less than b: the right answers are a + 1 .. b - 1."""
+    return TaskSpec("above", a + 1, b - 1, 1, (a, b))
 
 
 def _sum(kind: str, a: int, b: int) -> TaskSpec:
@@ -162,6 +193,12 @@ def _universe(kind: str) -> tuple[TaskSpec, ...]:
         specs = [_product(kind, a, b) for a in range(11, 100) for b in range(3, 10)]
     elif kind == "times_2x2":
         specs = [_product(kind, a, b) for a in range(11, 40) for b in range(11, 40)]
+    elif kind == "odd":
+        specs = [_odd(a, a + w) for a in range(5, 41) for w in range(10, 31)]
+    elif kind == "ends_in":
+        specs = [_ends_in(d, a, a + w) for d in range(1, 10) for a in range(5, 41) for w in range(30, 61, 5)]
+    elif kind == "above":
+        specs = [_above(a, a + w) for a in range(5, 41) for w in range(10, 31)]
     else:
         raise ValueError(f"unknown task kind {kind!r}; kinds: {', '.join(KINDS)}")
     shown = EXAMPLES[kind][0]
@@ -219,7 +256,8 @@ def task_from_id(task_id: str) -> TaskSpec:
         nums = [int(p) for p in parts if len(p) <= MAX_DIGITS]
     except ValueError:
         nums = []
-    builders = {"between": (2, _between), "multiple": (3, _multiple)}
+    builders = {"between": (2, _between), "multiple": (3, _multiple), "odd": (2, _odd), "ends_in": (3, _ends_in),
+                "above": (2, _above)}
     arity, build = builders.get(kind, (2, lambda a, b: (_product if kind.startswith("times_") else _sum)(kind, a, b)))
     if len(nums) != arity or len(parts) != arity:
         raise ValueError(f"malformed task id {task_id!r}")
@@ -280,7 +318,7 @@ def to_trl_records(tasks: Sequence[TaskSpec]) -> list[dict]:
 
 __all__ = [
     "EXAMPLES", "HARD_ONE_ANSWER_KINDS", "KINDS", "MANY_ANSWER_KINDS", "MAX_DIGITS", "ONE_ANSWER_KINDS", "SPLITS",
-    "STUDY_KINDS", "SYSTEM_PROMPT",
+    "STUDY_KINDS", "SYSTEM_PROMPT", "UNTRAINED_MANY_ANSWER_KINDS",
     "TaskSpec", "answer_key", "parse_answer", "right_answer", "sample_tasks", "score_answer",
     "split_of", "task_from_id", "task_messages", "tasks_of", "to_trl_records",
 ]
