@@ -394,7 +394,7 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
               log=print_flushed) -> StudyResult:
     """The study's stages in order (None: all); each finished piece is reused. The extended study
     (``CureStudyConfig``) first checks the runs it reuses, and evaluates the base model and ``hard_labels`` on its
-    pass@k prompts too. Returns (``StudyResult``) each run's final model folder by label and, when "report" ran,
+    pass@k prompts too (``extra_evaluations``: the confirmatory study adds its held-out kinds). Returns (``StudyResult``) each run's final model folder by label and, when "report" ran,
     the results record (``results.json``)."""
     from setpo.embed import load_embedder
 
@@ -406,11 +406,12 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
                  remedy="use another --out, or delete that folder and rerun")
     cfg.check_reusable()
     embedder = load_embedder(cfg.embedder)
-    hard = set(cfg.hard_labels())
+    extra = cfg.extra_evaluations()
     finals = {label: run_folder(cfg, label) / "final" for label in cfg.run_labels()}
     if "train" in chosen:
         def evaluated(label: str) -> bool:
-            return eval_path(cfg, label).exists() and (label not in hard or eval_path(cfg, label, "eval_hard").exists())
+            return eval_path(cfg, label).exists() and all(eval_path(cfg, label, folder).exists()
+                                                          for folder, _, _, labels in extra if label in labels)
 
         finals = {label: train_run(cfg, label, embedder=embedder, log=log,
                                    need_model="evaluate" in chosen and not evaluated(label))
@@ -420,9 +421,9 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
             if label != "base" and not stage_done(model):
                 raise ValueError(f"run {label} is not trained: {model}; run the train stage first")
             evaluate_model(cfg, label, model, embedder, log)
-            if label in hard or (label == "base" and hard):
-                evaluate_model(cfg, label, model, embedder, log, tasks=cfg.hard_tasks(), n=cfg.hard_n,
-                               folder="eval_hard")
+            for folder, tasks, n, labels in extra:
+                if label in labels:
+                    evaluate_model(cfg, label, model, embedder, log, tasks=tasks, n=n, folder=folder)
     summary = {}
     if "report" in chosen:
         if isinstance(cfg, CureStudyConfig):

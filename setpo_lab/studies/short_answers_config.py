@@ -163,6 +163,12 @@ class ShortAnswerStudyConfig:
         """The runs evaluated on a harder pass@k set besides the study's test prompts: none."""
         return []
 
+    def extra_evaluations(self) -> list[tuple[str, list[TaskSpec], int, set[str]]]:
+        """The evaluations besides the study's test prompts, in order: (folder, prompts, samples each, the labels
+        evaluated, "base" for the base model); the cure study's pass@k set is one."""
+        hard = set(self.hard_labels())
+        return [("eval_hard", self.hard_tasks(), self.hard_n, hard | {"base"})] if hard else []
+
 
 def _slug(method: str) -> str:
     return "grpo" if method == "GRPO" else "setpo"
@@ -192,6 +198,12 @@ ARMS = {
                      (("embedder", "key"), ("setpo_kernel_reads", "answer"),
                       ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"), ("setpo_gate_reward", 1.0))),
     "passk": Arm("Pass@k Training", None, (("setpo_estimator", "pass@4"),)),
+    # the confirmatory study's peers (results/short_answers/confirm/PLAN.md), each at its paper's default
+    "fgrpo": Arm("F-GRPO (focal, γ = 0.5)", None, (("setpo_estimator", "focal:grpo"),)),
+    "obe_batch": Arm("Outcome-based exploration, batch", "lam_obe",
+                     (("embedder", "key"), ("setpo_kernel_reads", "answer"),
+                      ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"),
+                      ("setpo_diversity", "outcome_batch"), ("setpo_lambda_units", "absolute"))),
 }
 
 #: the cure study's sizes: "cure" (the record), "pilot" (λ of each new arm on the validation split), "smoke"
@@ -344,6 +356,87 @@ class CureStudyConfig(ShortAnswerStudyConfig):
 
 
 CURE_PROG = CureStudyConfig.COMMAND
+
+#: the confirmatory study's sizes: "confirm" (the record its plan describes) and "smoke" (a tiny model, the tests')
+CONFIRM_PRESETS = {
+    "confirm": {},
+    "smoke": dict(CURE_PRESETS["smoke"], arms=("grpo", "key_gated", "fgrpo", "obe_batch"), seeds=(100, 101),
+                  peer_seeds=(100,), hard_arms=("grpo", "key_gated", "fgrpo", "obe_batch"),
+                  heldout_candidates=("odd", "above"), heldout_select_per_kind=1, heldout_per_kind=1,
+                  heldout_min_right=0.0, heldout_max_right=1.0, heldout_min_distinct=0.0, plan=None),
+}
+
+
+@dataclass(frozen=True)
+class ConfirmStudyConfig(CureStudyConfig):
+    """The confirmatory test of the cure (results/short_answers/confirm/PLAN.md): the cure study's settings with
+    fresh seeds, the gated answer key against GRPO on ``seeds``, the peers (``PEER_ARMS``) on ``peer_seeds``, the
+    pass@k set, and many-answer kinds no training pool holds, kept by measuring the base model on their train split.
+
+    peer_seeds: the seeds of the arms in ``PEER_ARMS`` (a subset of ``seeds``). lam_obe: outcome-based exploration's
+    c (absolute units, its paper's). heldout_candidates: the kinds measured; heldout_select_per_kind: train prompts
+    per kind measured (``eval_n`` samples each); a kind is kept when its share of right samples lies in
+    [heldout_min_right, heldout_max_right] and its mean distinct right answers per prompt is at least
+    heldout_min_distinct; heldout_per_kind: test prompts per kept kind every model is evaluated on. plan: the
+    plan's file, whose SHA-256 the record pins at its first run (None: no plan, the smoke preset).
+    """
+
+    run_dir: str = "runs/short_answers_confirm"
+    seeds: tuple[int, ...] = tuple(range(100, 112))
+    arms: tuple[str, ...] = ("grpo", "key_gated", "fgrpo", "obe_batch")
+    peer_seeds: tuple[int, ...] = (100, 101, 102, 103, 104)
+    lam_obe: float = 0.2
+    hard_arms: tuple[str, ...] = ("grpo", "key_gated", "fgrpo", "obe_batch")
+    reuse_from: str | None = None
+    heldout_candidates: tuple[str, ...] = ("odd", "ends_in", "above")
+    heldout_select_per_kind: int = 16
+    heldout_per_kind: int = 6
+    heldout_min_right: float = 0.10
+    heldout_max_right: float = 0.90
+    heldout_min_distinct: float = 2.0
+    plan: str | None = "results/short_answers/confirm/PLAN.md"
+
+    #: the arms trained on ``peer_seeds`` only
+    PEER_ARMS: ClassVar[tuple[str, ...]] = ("fgrpo", "obe_batch")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not set(self.peer_seeds) <= set(self.seeds):
+            raise ValueError(f"peer_seeds must be some of seeds {self.seeds}, got {self.peer_seeds}")
+        if not self.lam_obe > 0:
+            raise ValueError(f"lam_obe must be > 0, got {self.lam_obe!r}")
+        if self.heldout_candidates:
+            check_kinds(self.heldout_candidates)
+        trained = set(self.kinds)
+        if trained & set(self.heldout_candidates):
+            raise ValueError(f"held-out kinds must be kinds no training pool holds, got {self.heldout_candidates}")
+
+    PRESETS: ClassVar[dict] = CONFIRM_PRESETS
+    COMMAND: ClassVar[str] = "python -m setpo_lab.studies.short_answers_confirm"
+    RESULTS: ClassVar[tuple[str, ...]] = ("train", "eval", "eval_hard", "eval_heldout", "heldout_selection",
+                                          "heldout_kinds.json", "plan.json", "results.json")
+
+    def run_labels(self) -> dict[str, tuple[str, int]]:
+        """The cure study's labels, the peers' only on ``peer_seeds``."""
+        return {label: (method, seed) for label, (method, seed) in super().run_labels().items()
+                if self.arm_of(method) not in self.PEER_ARMS or seed in self.peer_seeds}
+
+    def heldout_tasks(self) -> list[TaskSpec]:
+        """The held-out prompts: ``heldout_per_kind`` test prompts of each kind the base model's measurement kept
+        (``heldout_kinds.json``; none before it is made)."""
+        path = Path(self.run_dir) / "heldout_kinds.json"
+        kept = read_json(path, "delete it and rerun to measure the candidates again")["kept"] if path.exists() else []
+        return sample_tasks(kept, "test", self.heldout_per_kind, seed=0) if kept else []
+
+    def extra_evaluations(self) -> list[tuple[str, list[TaskSpec], int, set[str]]]:
+        heldout = self.heldout_tasks()
+        labels = set(self.run_labels()) | {"base"}
+        return super().extra_evaluations() + ([("eval_heldout", heldout, self.eval_n, labels)] if heldout else [])
+
+    def check_reusable(self) -> None:
+        """Nothing is reused: every run is made here, on fresh seeds."""
+        if self.reuse_from is not None:
+            raise ValueError("the confirmatory study trains every run on fresh seeds: reuse_from must be None")
 #: the arms the committed study trained, reused from it (``reuse_from``)
 REUSED_ARMS = ("grpo", "setpo")
 

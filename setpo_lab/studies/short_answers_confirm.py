@@ -1,0 +1,284 @@
+"""The confirmatory test of the cure: does the gated answer key keep more right answers than GRPO on fresh seeds,
+at no pass@1 cost, on the hard set and on kinds it never trained on? Decided by the plan committed before its first
+run (results/short_answers/confirm/PLAN.md; docs/studies/short_answers.md, "The confirmatory test").
+
+The stages, in order, each resumable (a finished piece is never redone):
+
+- the plan: the record pins the plan's SHA-256 at its first run (``plan.json``) and refuses to run when the file
+  differs (``check_plan``);
+- the held-out kinds: the base model on ``heldout_select_per_kind`` train prompts of each candidate kind
+  (``heldout_selection/``), and the kinds the plan's rule keeps (``heldout_kinds.json``), before any training;
+- the cure study's ``train`` and ``evaluate`` (``short_answers.run_study``): every (arm, seed) run, each model on the
+  test prompts (``eval/``), the pass@k set (``eval_hard/``) and the kept held-out kinds (``eval_heldout/``);
+- ``report``: the plan's reading (``confirm_reading``): ``results.json`` and ``results.md``.
+
+    python -m setpo_lab.studies.short_answers_confirm --preset confirm --out results/short_answers/confirm
+    python -m setpo_lab.studies.short_answers_confirm --preset confirm --out results/short_answers/confirm \\
+        --rerun key_gated_s100
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from setpo.envs.short_answers import sample_tasks, task_from_id, text_after_answer
+from setpo.records import read_json, write_json
+from setpo_lab.studies.intervals import holm, paired_t_test, sign_flip_p
+from setpo_lab.studies.short_answers import STAGES, base_model_folder, evaluate_model, rerun_status, run_study
+from setpo_lab.studies.short_answers_config import CONFIRM_PRESETS, REUSE_NEUTRAL_FIELDS, ConfirmStudyConfig, eval_path
+from setpo_lab.studies.short_answers_cure_results import (
+    distinct_near,
+    modal_answer,
+    near_miss_pass_at_k,
+    rarefied_distinct,
+    right_answer_hill,
+)
+from setpo_lab.studies.stages import chosen_stages, claim_folder, print_flushed, refusal
+
+PROG = ConfirmStudyConfig.COMMAND
+#: the primary hypotheses in the plan's fixed sequence: name -> (metric, margin: H0 is mean d <= -margin)
+SEQUENCE = {"H1": ("distinct_right", 0.0), "H2": ("pass@1", 0.05), "H4": ("hard_pass@n", 0.0),
+            "H3": ("heldout_distinct_right", 0.0)}
+#: the secondary family (the peers against GRPO on their seeds), Holm-corrected
+SECONDARY = {"S1": ("fgrpo", "distinct_right", 0.0), "S2": ("obe_batch", "distinct_right", 0.0),
+             "S3": ("fgrpo", "pass@1", 0.05), "S4": ("obe_batch", "pass@1", 0.05)}
+ALPHA = 0.05
+#: the smallest effect of interest of H1 and H3 (distinct right answers per prompt): below it, "refuted"
+SMALLEST_EFFECT = 0.5
+#: rarefied distinct right answers: among this many right samples of a prompt
+RAREFY_TO = 8
+
+
+# ---- the plan, pinned ---------------------------------------------------------------------------------------------
+
+def check_plan(cfg: ConfirmStudyConfig) -> dict | None:
+    """Pin the plan's SHA-256 in ``plan.json`` at the first run; refuse (naming the file and what to do) when the
+    plan differs from the one pinned. None when the config names no plan."""
+    if cfg.plan is None:
+        return None
+    plan = Path(cfg.plan)
+    if not plan.is_file():
+        raise refusal("is not there, and the study runs only under the plan it pins", plan,
+                      "run from the repository's root, where results/short_answers/confirm/PLAN.md lives")
+    now = {"plan": cfg.plan, "sha256": hashlib.sha256(plan.read_bytes()).hexdigest()}
+    path = Path(cfg.run_dir) / "plan.json"
+    if path.exists():
+        pinned = read_json(path, "delete it only if no run was made under it")
+        if pinned["sha256"] != now["sha256"]:
+            raise refusal(f"pins the plan at SHA-256 {pinned['sha256'][:12]}…, but {cfg.plan} now hashes to "
+                          f"{now['sha256'][:12]}…: a plan changed after the first run is a deviation", path,
+                          "restore the pinned plan (git log -- " + cfg.plan + "), or write the change as a new "
+                          "version of the plan in a new record folder and say so")
+        return pinned
+    write_json(path, now)
+    return now
+
+
+# ---- the held-out kinds, chosen on the base model's train split ---------------------------------------------------
+
+def select_heldout(cfg: ConfirmStudyConfig, embedder, log=print_flushed) -> dict:
+    """Measure the base model on ``heldout_select_per_kind`` train prompts of each candidate kind (``eval_n``
+    samples each) and keep the kinds the plan's rule admits; written to ``heldout_kinds.json`` (made once)."""
+    path = Path(cfg.run_dir) / "heldout_kinds.json"
+    if path.exists():
+        return read_json(path, "delete it and rerun to measure the candidates again")
+    base = base_model_folder(cfg.model_path)
+    measured = {}
+    for kind in cfg.heldout_candidates:
+        tasks = sample_tasks([kind], "train", cfg.heldout_select_per_kind, seed=0)
+        record = evaluate_model(cfg, f"base_{kind}", base, embedder, log, tasks=tasks, folder="heldout_selection")
+        right = [[task_from_id(t).is_right(a) for a in row] for t, row in zip(record["task_ids"], record["answers"],
+                                                                               strict=True)]
+        share = sum(map(sum, right)) / sum(map(len, right))
+        distinct = statistics.mean(len({a for a, ok in zip(row, oks) if ok})
+                                   for row, oks in zip(record["answers"], right, strict=True))
+        kept = cfg.heldout_min_right <= share <= cfg.heldout_max_right and distinct >= cfg.heldout_min_distinct
+        measured[kind] = {"right_share": share, "distinct_right": distinct, "kept": kept}
+    kept = [k for k, m in measured.items() if m["kept"]]
+    out = {"rule": {"prompts": cfg.heldout_select_per_kind, "samples": cfg.eval_n, "split": "train",
+                    "right_share": [cfg.heldout_min_right, cfg.heldout_max_right],
+                    "min_distinct_right": cfg.heldout_min_distinct},
+           "candidates": measured, "kept": kept}
+    write_json(path, out)
+    log(f"held-out kinds kept: {', '.join(kept) or 'none'} " + ", ".join(
+        f"{k}: right {m['right_share']:.2f}, distinct {m['distinct_right']:.1f}" for k, m in measured.items()))
+    if len(kept) < 2 and cfg.plan is not None:
+        raise refusal(f"keeps {len(kept)} held-out kind(s), and the plan needs at least 2", path,
+                      "revise the plan's candidates before the first training run (the plan says so)")
+    return out
+
+
+# ---- the plan's reading -------------------------------------------------------------------------------------------
+
+def _read(cfg: ConfirmStudyConfig, label: str, folder: str) -> Mapping | None:
+    path = eval_path(cfg, label, folder)
+    return read_json(path, f"delete {path} and rerun to evaluate {label} again") if path.exists() else None
+
+
+def model_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = None) -> dict[str, float | None]:
+    """One model's value of each metric of the plan, each the mean over its prompts (None where a set is missing)."""
+    out: dict[str, float | None] = {}
+    test = _read(cfg, label, "eval")
+    if test is not None:
+        tasks = [task_from_id(t) for t in test["task_ids"]]
+        many = [(t, row) for t, row in zip(tasks, test["answers"], strict=True) if t.many_answers]
+        one = [(t, row) for t, row in zip(tasks, test["answers"], strict=True) if not t.many_answers]
+        rights = [[a for a in row if t.is_right(a)] for t, row in many]
+        out["distinct_right"] = statistics.mean(len(set(r)) for r in rights)
+        out["pass@1"] = statistics.mean(sum(map(t.is_right, row)) / len(row) for t, row in one)
+        rarefied = [x for x in (rarefied_distinct(r, RAREFY_TO) for r in rights) if x is not None]
+        out[f"rarefied_distinct_right@{RAREFY_TO}"] = statistics.mean(rarefied) if rarefied else None
+        hill = [x for x in map(right_answer_hill, rights) if x is not None]
+        out["right_answer_hill"] = statistics.mean(hill) if hill else None
+        texts = [x for row in test["texts"] for x in row]
+        out["after_answer"] = sum(bool(text_after_answer(x)) for x in texts) / len(texts)
+        out["length"] = sum(map(len, texts)) / len(texts)
+    hard = _read(cfg, label, "eval_hard")
+    if hard is not None:
+        tasks = [task_from_id(t) for t in hard["task_ids"]]
+        n = len(hard["answers"][0])
+        out["hard_pass@n"] = statistics.mean(any(map(t.is_right, row)) for t, row in zip(tasks, hard["answers"]))
+        out["hard_distinct_near"] = statistics.mean(distinct_near(row, t.low) for t, row in zip(tasks, hard["answers"]))
+        grpo = _read(cfg, grpo_label, "eval_hard") if grpo_label else None
+        if grpo is not None:
+            guess = [near_miss_pass_at_k(modal_answer(g), row, t.low, n)
+                     for t, row, g in zip(tasks, hard["answers"], grpo["answers"], strict=True)]
+            guess = [g for g in guess if g is not None]
+            out["hard_near_miss_guesser"] = statistics.mean(guess) if guess else None
+    heldout = _read(cfg, label, "eval_heldout")
+    if heldout is not None:
+        tasks = [task_from_id(t) for t in heldout["task_ids"]]
+        out["heldout_distinct_right"] = statistics.mean(len({a for a in row if t.is_right(a)})
+                                                        for t, row in zip(tasks, heldout["answers"], strict=True))
+    return out
+
+
+def _verdict(name: str, test: dict, tested: bool, margin: float) -> str:
+    """The plan's words for one hypothesis."""
+    if not tested:
+        return "not tested (the sequence stopped before it)"
+    if test["p"] < ALPHA:
+        return "confirmed"
+    if name in ("H1", "H3") and not math.isnan(test["sd"]):
+        from scipy import stats
+
+        upper = test["mean"] + stats.t.ppf(0.95, test["n"] - 1) * test["sd"] / math.sqrt(test["n"])
+        if upper < SMALLEST_EFFECT:
+            return f"refuted (90% interval's upper end {upper:+.2f} below +{SMALLEST_EFFECT})"
+    return "not confirmed"
+
+
+def confirm_reading(cfg: ConfirmStudyConfig) -> dict:
+    """Every model's metrics per seed, the primary hypotheses by the plan's fixed sequence (one-sided paired t over
+    seeds, the exact sign-flip p beside it), the secondary family by Holm, and the reading in the plan's words."""
+    labels = cfg.run_labels()
+    per_seed = {label: model_metrics(cfg, label, f"grpo_s{seed}") for label, (_, seed) in labels.items()}
+    per_seed["base"] = model_metrics(cfg, "base")
+
+    def diffs(arm: str, metric: str, seeds: Sequence[int]) -> list[float] | None:
+        values = [(per_seed.get(f"{arm}_s{s}", {}).get(metric), per_seed.get(f"grpo_s{s}", {}).get(metric))
+                  for s in seeds]
+        return None if any(a is None or b is None for a, b in values) else [a - b for a, b in values]
+
+    primary, going = {}, True
+    for name, (metric, margin) in SEQUENCE.items():
+        d = diffs("key_gated", metric, cfg.seeds)
+        if d is None:
+            primary[name] = {"metric": metric, "verdict": "not measured (runs or evaluations missing)"}
+            going = False
+            continue
+        test = paired_t_test(d, margin=margin)
+        entry = {"metric": metric, "margin": margin, "differences": d, **test,
+                 "sign_flip_p": sign_flip_p(d, margin=margin) if len(d) <= 20 else None}
+        entry["verdict"] = _verdict(name, test, going, margin)
+        going = going and test["p"] < ALPHA
+        primary[name] = entry
+    secondary_p, secondary = {}, {}
+    for name, (arm, metric, margin) in SECONDARY.items():
+        if arm not in cfg.arms:
+            continue
+        d = diffs(arm, metric, cfg.peer_seeds)
+        if d is None:
+            secondary[name] = {"arm": arm, "metric": metric, "verdict": "not measured"}
+            continue
+        test = paired_t_test(d, margin=margin)
+        secondary[name] = {"arm": arm, "metric": metric, "margin": margin, "differences": d, **test,
+                           "sign_flip_p": sign_flip_p(d, margin=margin)}
+        secondary_p[name] = test["p"]
+    for name, h in holm(secondary_p, ALPHA).items():
+        secondary[name].update(holm_adjusted=h["adjusted"], verdict="confirmed" if h["reject"] else "not confirmed")
+    h1, h2 = primary["H1"].get("verdict"), primary["H2"].get("verdict")
+    headline = ("the cure is confirmed on the trained kinds" if h1 == h2 == "confirmed"
+                else "more right answers, but a pass@1 cost of up to 0.05 is not excluded" if h1 == "confirmed"
+                else f"the cure is {h1} on the trained kinds")
+    return {"per_seed": per_seed, "primary": primary, "secondary": secondary, "headline": headline}
+
+
+def results_markdown(record: Mapping) -> str:
+    lines = [f"# The confirmatory test: {record['headline']}", "", f"Made by `{record['command']}` under the plan "
+             f"`{record['plan']['plan'] if record.get('plan') else '(none)'}`"
+             + (f" (SHA-256 {record['plan']['sha256'][:12]}…)." if record.get("plan") else "."), "",
+             "| hypothesis | metric | mean d | t | p (one-sided) | sign-flip p | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for family in ("primary", "secondary"):
+        for name, h in record[family].items():
+            if "p" not in h:
+                lines.append(f"| {name} | {h['metric']} | – | – | – | – | {h['verdict']} |")
+                continue
+            flip = f"{h['sign_flip_p']:.4f}" if h.get("sign_flip_p") is not None else "–"
+            lines.append(f"| {name} | {h.get('arm', 'key_gated')} − grpo, {h['metric']} | {h['mean']:+.3f} | "
+                         f"{h['t']:.2f} | {h['p']:.4f} | {flip} | {h['verdict']} |")
+    return "\n".join(lines) + "\n"
+
+
+def report(cfg: ConfirmStudyConfig, log=print_flushed) -> dict:
+    record = {"command": cfg.command(), "plan": check_plan(cfg), "config": asdict(cfg), **confirm_reading(cfg)}
+    write_json(Path(cfg.run_dir) / "results.json", record)
+    (Path(cfg.run_dir) / "results.md").write_text(results_markdown(record))
+    log(f"[report] {record['headline']}")
+    return record
+
+
+def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = None, *, log=print_flushed) -> dict:
+    """The plan pinned, the held-out kinds chosen, then the study's stages (``run_study``) and the plan's reading."""
+    from setpo.embed import load_embedder
+
+    chosen = chosen_stages(stages, STAGES)
+    claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json", results=cfg.RESULTS,
+                 remedy="use another --out, or delete that folder and rerun")
+    check_plan(cfg)
+    if cfg.heldout_candidates:
+        select_heldout(cfg, load_embedder(cfg.embedder), log)
+    study = [s for s in chosen if s != "report"]
+    if study:
+        run_study(cfg, study, log=log)
+    return report(cfg, log) if "report" in chosen else {}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="the study's folder (its config.json claims it for one setting)")
+    ap.add_argument("--preset", default="confirm", help=f"{' | '.join(CONFIRM_PRESETS)} (default: confirm)")
+    ap.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
+    ap.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(STAGES)} (default: all)")
+    ap.add_argument("--rerun", default=None, metavar="LABEL",
+                    help="train one recorded run (e.g. key_gated_s100) again in a scratch folder and compare it with "
+                         "the record (weights and every logged step), instead of running the stages")
+    args = ap.parse_args(argv)
+    cfg = ConfirmStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
+    if args.rerun:
+        return rerun_status(cfg, args.rerun)
+    record = run_confirm(cfg, args.stages)
+    if record:
+        print(results_markdown(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

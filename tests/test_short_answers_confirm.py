@@ -1,0 +1,111 @@
+"""The confirmatory short-answer study end to end on a tiny model (its smoke preset): the plan pinned and a changed
+plan refused, the held-out kinds chosen on the base model's train split before any training, the peers only on their
+seeds, every model on the held-out prompts, and the reading by the plan's fixed sequence and Holm."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from setpo_lab.studies.intervals import holm, paired_t_test
+from setpo_lab.studies.short_answers_config import ConfirmStudyConfig
+from setpo_lab.studies.short_answers_confirm import SEQUENCE, check_plan, confirm_reading, run_confirm
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from setpo.trl.tiny_models import make_tiny_model
+
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="module")
+def confirm(tiny_model, tmp_path_factory):
+    root = tmp_path_factory.mktemp("confirm")
+    plan = root / "PLAN.md"
+    plan.write_text("# a plan\n")
+    cfg = ConfirmStudyConfig.preset("smoke", run_dir=str(root / "c"), model_path=tiny_model, plan=str(plan))
+    lines = []
+    return cfg, run_confirm(cfg, log=lines.append), lines
+
+
+def test_the_confirmatory_preset_is_the_plans():
+    cfg = ConfirmStudyConfig.preset("confirm", run_dir="x")
+    plan = Path(cfg.plan).read_text()
+    assert cfg.seeds == tuple(range(100, 112)) and not set(cfg.seeds) & {0, 1, 2, 3, 4} and "100–111" in plan
+    assert cfg.peer_seeds == (100, 101, 102, 103, 104) and "100–104" in plan
+    assert cfg.lam_key_gated == 0.5 and cfg.lam_obe == 0.2 and cfg.lam_units == "term_std"
+    assert cfg.heldout_candidates == ("odd", "ends_in", "above") and cfg.reuse_from is None
+    labels = cfg.run_labels()
+    assert len(labels) == 12 * 2 + 5 * 2
+    assert cfg.trainer_settings(labels["fgrpo_s100"][0]) == {"setpo_lambda": 0.0, "setpo_estimator": "focal:grpo"}
+    obe = cfg.trainer_settings(labels["obe_batch_s100"][0])
+    assert obe["setpo_lambda"] == 0.2 and obe["setpo_diversity"] == "outcome_batch"
+    assert obe["setpo_lambda_units"] == "absolute" and obe["embedder"] == "key"
+    assert list(SEQUENCE) == ["H1", "H2", "H4", "H3"] and "H1 → H2 → H4 → H3" in plan
+    with pytest.raises(ValueError, match="peer_seeds must be some of seeds"):
+        replace(cfg, peer_seeds=(7,))
+    with pytest.raises(ValueError, match="no training pool holds"):
+        replace(cfg, heldout_candidates=("between",))
+
+
+def test_smoke_confirm_pins_the_plan_chooses_held_out_kinds_and_evaluates_every_model(confirm):
+    cfg, record, lines = confirm
+    root = Path(cfg.run_dir)
+    assert json.loads((root / "plan.json").read_text())["sha256"] == record["plan"]["sha256"]
+    chosen = json.loads((root / "heldout_kinds.json").read_text())
+    assert chosen["kept"] == ["odd", "above"] and chosen["rule"]["split"] == "train"
+    trained = {p.name for p in (root / "train").iterdir()}
+    assert trained == {"grpo_s100", "key_gated_s100", "fgrpo_s100", "obe_batch_s100", "grpo_s101", "key_gated_s101"}
+    # held-out made before any training: its selection evaluations are older than every run
+    first_run = min((root / "train" / t / "final" / "done.json").stat().st_mtime for t in trained)
+    assert max(p.stat().st_mtime for p in (root / "heldout_selection").glob("*.json")) <= first_run
+    heldout = {p.stem for p in (root / "eval_heldout").glob("*.json")}
+    assert heldout == trained | {"base"}
+    assert json.loads((root / "eval_heldout" / "base.json").read_text())["task_ids"] == [
+        t.task_id for t in cfg.heldout_tasks()]
+    # the peers' trainers got their settings
+    history = json.loads((root / "train" / "obe_batch_s100" / "log_history.json").read_text())
+    assert any("setpo/s_mean" in h for h in history)
+
+
+def test_the_reading_follows_the_plans_sequence_and_holm(confirm):
+    cfg, record, _ = confirm
+    primary = record["primary"]
+    assert list(primary) == ["H1", "H2", "H4", "H3"]
+    for name, h in primary.items():
+        metric, margin = SEQUENCE[name]
+        d = [record["per_seed"][f"key_gated_s{s}"][metric] - record["per_seed"][f"grpo_s{s}"][metric]
+             for s in cfg.seeds]
+        assert h["differences"] == pytest.approx(d)
+        want = paired_t_test(d, margin=margin)
+        assert h["p"] == want["p"] or (h["p"] != h["p"] and want["p"] != want["p"])  # NaN with no spread
+    # the sequence: once a hypothesis is not rejected, the rest are "not tested"
+    stopped = False
+    for h in primary.values():
+        if stopped:
+            assert h["verdict"].startswith("not tested")
+        stopped = stopped or not h["p"] < 0.05
+    secondary = record["secondary"]
+    assert set(secondary) == {"S1", "S2", "S3", "S4"}
+    ps = {k: v["p"] for k, v in secondary.items()}
+    for name, h in holm(ps).items():
+        assert secondary[name]["verdict"] == ("confirmed" if h["reject"] else "not confirmed")
+    assert (Path(cfg.run_dir) / "results.md").read_text().startswith("# The confirmatory test")
+    assert confirm_reading(cfg)["primary"]["H1"]["differences"] == primary["H1"]["differences"]
+
+
+def test_a_changed_plan_is_refused_after_the_first_run(confirm):
+    cfg, _, _ = confirm
+    plan = Path(cfg.plan)
+    original = plan.read_text()
+    try:
+        plan.write_text(original + "a change after the first run\n")
+        with pytest.raises(ValueError, match="a plan changed after the first run is a deviation"):
+            check_plan(cfg)
+        with pytest.raises(ValueError, match="deviation"):
+            run_confirm(cfg, ["report"])
+    finally:
+        plan.write_text(original)
+    assert check_plan(cfg)["sha256"]
