@@ -392,10 +392,11 @@ def rerun_status(cfg: ShortAnswerStudyConfig, label: str) -> int:
 
 def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = None, *,
               log=print_flushed) -> StudyResult:
-    """The study's stages in order (None: all); each finished piece is reused. The extended study
-    (``CureStudyConfig``) first checks the runs it reuses, and evaluates the base model and ``hard_labels`` on its
-    pass@k prompts too (``extra_evaluations``: the confirmatory study adds its held-out kinds). Returns (``StudyResult``) each run's final model folder by label and, when "report" ran,
-    the results record (``results.json``)."""
+    """The study's stages (None: all); each finished piece is reused. With both train and evaluate, each run is
+    evaluated as soon as it is trained (the base model first). The extended study (``CureStudyConfig``) first checks
+    the runs it reuses, and evaluates the base model and ``hard_labels`` on its pass@k prompts too
+    (``extra_evaluations``: the confirmatory study adds its held-out kinds). Returns (``StudyResult``) each run's
+    final model folder by label and, when "report" ran, the results record (``results.json``)."""
     from setpo.embed import load_embedder
 
     t0 = time.time()
@@ -408,22 +409,29 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     embedder = load_embedder(cfg.embedder)
     extra = cfg.extra_evaluations()
     finals = {label: run_folder(cfg, label) / "final" for label in cfg.run_labels()}
-    if "train" in chosen:
-        def evaluated(label: str) -> bool:
-            return eval_path(cfg, label).exists() and all(eval_path(cfg, label, folder).exists()
-                                                          for folder, _, _, labels in extra if label in labels)
 
-        finals = {label: train_run(cfg, label, embedder=embedder, log=log,
-                                   need_model="evaluate" in chosen and not evaluated(label))
-                  for label in cfg.run_labels()}
+    def evaluated(label: str) -> bool:
+        return eval_path(cfg, label).exists() and all(eval_path(cfg, label, folder).exists()
+                                                      for folder, _, _, labels in extra if label in labels)
+
+    def evaluate(label: str, model: Path) -> None:
+        if label != "base" and not stage_done(model):
+            raise ValueError(f"run {label} is not trained: {model}; run the train stage first")
+        evaluate_model(cfg, label, model, embedder, log)
+        for folder, tasks, n, labels in extra:
+            if label in labels:
+                evaluate_model(cfg, label, model, embedder, log, tasks=tasks, n=n, folder=folder)
+
+    # the base model first, then each run evaluated as soon as it is trained: a sitting that stops part way leaves
+    # every finished run with its evaluations (git keeps those, not the models, which another sitting would retrain)
     if "evaluate" in chosen:
-        for label, model in [("base", base_model_folder(cfg.model_path)), *finals.items()]:
-            if label != "base" and not stage_done(model):
-                raise ValueError(f"run {label} is not trained: {model}; run the train stage first")
-            evaluate_model(cfg, label, model, embedder, log)
-            for folder, tasks, n, labels in extra:
-                if label in labels:
-                    evaluate_model(cfg, label, model, embedder, log, tasks=tasks, n=n, folder=folder)
+        evaluate("base", base_model_folder(cfg.model_path))
+    for label in cfg.run_labels():
+        if "train" in chosen:
+            finals[label] = train_run(cfg, label, embedder=embedder, log=log,
+                                      need_model="evaluate" in chosen and not evaluated(label))
+        if "evaluate" in chosen:
+            evaluate(label, finals[label])
     summary = {}
     if "report" in chosen:
         if isinstance(cfg, CureStudyConfig):
