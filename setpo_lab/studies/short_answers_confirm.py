@@ -19,7 +19,6 @@ The stages, in order, each resumable (a finished piece is never redone):
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import math
 import statistics
@@ -30,7 +29,14 @@ from pathlib import Path
 from setpo.envs.short_answers import sample_tasks, task_from_id, text_after_answer
 from setpo.records import read_json, write_json
 from setpo_lab.studies.intervals import holm, paired_t_test, sign_flip_p
-from setpo_lab.studies.short_answers import STAGES, base_model_folder, evaluate_model, rerun_status, run_study
+from setpo_lab.studies.short_answers import (
+    STAGES,
+    base_model_folder,
+    evaluate_model,
+    rerun_status,
+    run_study,
+    study_parser,
+)
 from setpo_lab.studies.short_answers_config import CONFIRM_PRESETS, REUSE_NEUTRAL_FIELDS, ConfirmStudyConfig, eval_path
 from setpo_lab.studies.short_answers_cure_results import (
     distinct_near,
@@ -262,14 +268,7 @@ def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = No
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="the study's folder (its config.json claims it for one setting)")
-    ap.add_argument("--preset", default="confirm", help=f"{' | '.join(CONFIRM_PRESETS)} (default: confirm)")
-    ap.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
-    ap.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(STAGES)} (default: all)")
-    ap.add_argument("--rerun", default=None, metavar="LABEL",
-                    help="train one recorded run (e.g. key_gated_s100) again in a scratch folder and compare it with "
-                         "the record (weights and every logged step), instead of running the stages")
+    ap = study_parser(PROG, __doc__, CONFIRM_PRESETS, "confirm", "key_gated_s100")
     args = ap.parse_args(argv)
     cfg = ConfirmStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
     if args.rerun:

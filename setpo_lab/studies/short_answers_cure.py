@@ -20,21 +20,12 @@ again in a scratch folder and says whether it came back bit for bit (exit status
 
 from __future__ import annotations
 
-import argparse
-
-from setpo_lab.studies.short_answers import STAGES, rerun_status, run_study
+from setpo_lab.studies.short_answers import rerun_status, run_study, study_parser
 from setpo_lab.studies.short_answers_config import CURE_PRESETS, CURE_PROG, CureStudyConfig
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=CURE_PROG, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="the study's folder (its config.json claims it for one setting)")
-    ap.add_argument("--preset", default="cure", help=f"{' | '.join(CURE_PRESETS)} (default: cure)")
-    ap.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
-    ap.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(STAGES)} (default: all)")
-    ap.add_argument("--rerun", default=None, metavar="LABEL",
-                    help="train one recorded run (e.g. key_gated_s0) again in a scratch folder and compare it with "
-                         "the record (weights and every logged step), instead of running the stages")
+    ap = study_parser(CURE_PROG, __doc__, CURE_PRESETS, "cure", "key_gated_s0")
     args = ap.parse_args(argv)
     cfg = CureStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
     if args.rerun:
