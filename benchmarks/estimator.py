@@ -165,17 +165,21 @@ def main(argv=None) -> None:
         one_feature, copy_buffer = emb[:, :1].contiguous(), torch.empty_like(emb)
         trl_base, unscorable = setpo.group_advantages(rewards, group_size=g), torch.zeros(b * g, dtype=torch.bool)
         uids = np.array([f"uid-{k}" for k in index], dtype=object)  # verl's uid column: strings in an object array
+        # Each lambda binds this shape's tensors as default arguments (they are called only within this iteration).
         fns = {
-            "setpo_advantages": lambda: setpo.setpo_advantages(rewards, emb, group_size=g),
-            "as TRL calls it": lambda: setpo.setpo_advantages(None, emb, group_size=g, base=trl_base, lam=0.05,
-                                                              without_term=unscorable, return_marginals=True),
-            "uid blocks": lambda: setpo.setpo_advantages(rewards, emb, blocks),
-            "shuffled uids": lambda: setpo.setpo_advantages(r_perm, e_perm, index),
-            "as verl calls it": lambda: setpo.setpo_advantages(r_perm, e_perm, uids, lam=0.05, small_groups="verl",
-                                                               return_marginals=True),
-            "matmul floor": lambda: torch.bmm(grouped, grouped.transpose(1, 2)),
-            "at d = 1": lambda: setpo.setpo_advantages(rewards, one_feature, group_size=g),
-            "copy of the input": lambda: copy_buffer.copy_(emb),
+            "setpo_advantages": lambda rewards=rewards, emb=emb, g=g: setpo.setpo_advantages(
+                rewards, emb, group_size=g),
+            "as TRL calls it": lambda emb=emb, g=g, trl_base=trl_base, unscorable=unscorable: setpo.setpo_advantages(
+                None, emb, group_size=g, base=trl_base, lam=0.05, without_term=unscorable, return_marginals=True),
+            "uid blocks": lambda rewards=rewards, emb=emb, blocks=blocks: setpo.setpo_advantages(rewards, emb, blocks),
+            "shuffled uids": lambda r_perm=r_perm, e_perm=e_perm, index=index: setpo.setpo_advantages(
+                r_perm, e_perm, index),
+            "as verl calls it": lambda r_perm=r_perm, e_perm=e_perm, uids=uids: setpo.setpo_advantages(
+                r_perm, e_perm, uids, lam=0.05, small_groups="verl", return_marginals=True),
+            "matmul floor": lambda grouped=grouped: torch.bmm(grouped, grouped.transpose(1, 2)),
+            "at d = 1": lambda rewards=rewards, one_feature=one_feature, g=g: setpo.setpo_advantages(
+                rewards, one_feature, group_size=g),
+            "copy of the input": lambda copy_buffer=copy_buffer, emb=emb: copy_buffer.copy_(emb),
         }
         for fn in fns.values():
             fn()  # warm-up

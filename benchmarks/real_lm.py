@@ -115,7 +115,8 @@ def roofline(params: int, hidden: int, intermediate: int, smoke: bool) -> dict:
     rows = max(1, (params if not smoke else 2_000_000) // hidden)
     weights = torch.randn(rows, hidden)
     x = torch.randn(hidden)
-    stream_s = _seconds(lambda: torch.mv(weights, x), 2 if smoke else 5)
+    # weights and x are bound as default arguments: the name weights is deleted below, once this call has returned
+    stream_s = _seconds(lambda weights=weights, x=x: torch.mv(weights, x), 2 if smoke else 5)
     bandwidth = weights.numel() * 4 / stream_s / 1e9
     del weights
     tokens = 64 if smoke else 1024
@@ -124,7 +125,7 @@ def roofline(params: int, hidden: int, intermediate: int, smoke: bool) -> dict:
         a = torch.randn(tokens, hidden, dtype=dtype)
         w_up = torch.randn(hidden, intermediate, dtype=dtype)
         w_down = torch.randn(intermediate, hidden, dtype=dtype)
-        s = _seconds(lambda: (a @ w_up) @ w_down, 2 if smoke else 5)
+        s = _seconds(lambda a=a, w_up=w_up, w_down=w_down: (a @ w_up) @ w_down, 2 if smoke else 5)
         out[key] = 2 * 2 * tokens * hidden * intermediate / s / 1e9
     return out
 
@@ -285,7 +286,7 @@ def logprob_gap(reference: tuple[list, list], path: tuple[list, list]) -> float:
     common prefix (the positions where both sampled the same tokens so far, so the distributions are comparable)."""
     (ref_ids, ref_lp), (ids, lp) = reference, path
     gap = 0.0
-    for a, b, la, lb in zip(ref_ids, ids, ref_lp, lp):
+    for a, b, la, lb in zip(ref_ids, ids, ref_lp, lp, strict=True):
         for t in range(min(len(a), len(b))):
             if a[t] != b[t]:
                 break
@@ -309,7 +310,7 @@ def rollout_rows(model, folder: Path, tok, tmp: str, shape: Shape, prompt_len: i
         if reference is None:
             reference = (completions, logprobs)
         elif len(completions) == len(reference[0]):  # the same batch: the same RNG draws
-            same = sum(a == b for a, b in zip(reference[0], completions))
+            same = sum(a == b for a, b in zip(reference[0], completions, strict=True))
             row["rows_equal_to_trl_default"] = f"{same}/{len(reference[0])}"
             row["logprob_gap"] = logprob_gap(reference, (completions, logprobs))
             row["measured_exact"] = row["logprob_gap"] <= EXACT_LOGPROB_TOL

@@ -111,8 +111,8 @@ def lm_rows(repeats: int = 7, shapes=LM_SHAPES) -> list[dict]:
         sg = SetGRPO()
         sg.calibrate(scores, ref, feats, group_size=g)
         fns = {
-            "grpo": lambda: setpo.group_advantages(scores.mean(1), group_size=g),
-            "setgrpo": lambda: sg.coefficients(scores, feats, group_size=g),
+            "grpo": lambda scores=scores, g=g: setpo.group_advantages(scores.mean(1), group_size=g),
+            "setgrpo": lambda sg=sg, scores=scores, feats=feats, g=g: sg.coefficients(scores, feats, group_size=g),
         }
         for fn in fns.values():
             fn()

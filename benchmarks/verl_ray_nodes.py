@@ -127,9 +127,9 @@ class RayNodes:
                     "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "1", "PYTHONUNBUFFERED": "1"}
         self.env.pop("RAY_ADDRESS", None)
         ports = free_ports(len(HEAD_PORT_OPTIONS) + nodes * len(PORT_OPTIONS))
-        self.head_ports = dict(zip(HEAD_PORT_OPTIONS, ports))
+        self.head_ports = dict(zip(HEAD_PORT_OPTIONS, ports, strict=False))  # the first of the ports
         rest = ports[len(HEAD_PORT_OPTIONS):]
-        self.node_ports = [dict(zip(PORT_OPTIONS, rest[i * len(PORT_OPTIONS):(i + 1) * len(PORT_OPTIONS)]))
+        self.node_ports = [dict(zip(PORT_OPTIONS, rest[i * len(PORT_OPTIONS):(i + 1) * len(PORT_OPTIONS)], strict=True))
                            for i in range(nodes)]
         taken = set(ports)
         for p in self.node_ports:

@@ -163,7 +163,7 @@ def differences(saved: dict, held: dict) -> list[str]:
             out.append(f"{key}: file {saved.get(key)} -> Lab {held.get(key)}")
     if len(saved["cells"]) != len(held["cells"]):
         out.append(f"cells: file {len(saved['cells'])} -> Lab {len(held['cells'])}")
-    for i, (a, b) in enumerate(zip(saved["cells"], held["cells"])):
+    for i, (a, b) in enumerate(zip(saved["cells"], held["cells"], strict=False)):
         if a.get("id") != b.get("id") or "".join(a.get("source") or "") != "".join(b.get("source") or ""):
             out.append(f"cell {i}: id or source differs")
     return out

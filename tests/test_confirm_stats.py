@@ -28,7 +28,7 @@ def test_paired_t_is_the_textbook_statistic_and_p():
 def test_sign_flip_is_exact_and_cannot_go_below_one_over_2_to_the_n():
     assert sign_flip_p(EXPLORATORY) == 1 / 32  # every difference positive: only the observed pattern reaches it
     diffs = [0.4, -0.1, 0.3, 0.2, -0.5, 0.6]
-    brute = sum(sum(s * d for s, d in zip(signs, diffs)) >= sum(diffs) - 1e-12
+    brute = sum(sum(s * d for s, d in zip(signs, diffs, strict=True)) >= sum(diffs) - 1e-12
                 for signs in itertools.product((1, -1), repeat=6)) / 64
     assert sign_flip_p(diffs) == brute
     with pytest.raises(ValueError, match="1 to 20 units"):

@@ -674,7 +674,7 @@ def test_parquet_trl_round_trip(tmp_path):
     instances = generate_instances(6, seed=5)
     df = pd.read_parquet(export_parquet(instances, tmp_path / "trl.parquet"))
     assert list(df.columns) == ["prompt", "numbers", "target"]
-    for row, inst in zip(df.itertuples(), instances):
+    for row, inst in zip(df.itertuples(), instances, strict=True):
         assert row.prompt == make_prompt(inst.numbers, inst.target)
         assert tuple(row.numbers) == inst.numbers and row.target == inst.target
     chat = pd.read_parquet(export_parquet(instances, tmp_path / "chat.parquet", chat=True))
@@ -704,7 +704,7 @@ def test_parquet_verl_round_trip_and_score(tmp_path):
     instances = generate_instances(4, seed=6)
     df = pd.read_parquet(export_parquet(instances, tmp_path / "verl.parquet", style="verl", split="test"))
     assert list(df.columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
-    for i, (row, inst) in enumerate(zip(df.itertuples(), instances)):
+    for i, (row, inst) in enumerate(zip(df.itertuples(), instances, strict=True)):
         assert row.data_source == "countdown" and row.ability == "math"
         assert [dict(m) for m in row.prompt] == make_prompt(inst.numbers, inst.target, chat=True)
         assert row.reward_model["style"] == "rule"

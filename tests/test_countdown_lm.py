@@ -155,7 +155,7 @@ def test_smoke_study_end_to_end(smoke_study):
     for row in summary["runs"]:
         curve = row["pass_curve"]
         assert len(curve) == cfg.eval_samples and all(0 <= x <= 1 for x in curve)
-        assert all(x <= y + 1e-12 for x, y in zip(curve, curve[1:]))  # pass@k grows with k
+        assert all(x <= y + 1e-12 for x, y in zip(curve, curve[1:], strict=False))  # pass@k grows with k
     assert "Paired differences against GRPO" in (out / "results.md").read_text()
     assert json.loads((out / "selection.json").read_text())["chosen"] in {r.name for r in runs}
     assert set(json.loads((out / "diagnostics.json").read_text())) == {"hash"}
@@ -226,7 +226,8 @@ def test_sft_warm_start_learns_the_format(tmp_path):
     tok = PreTrainedTokenizerFast.from_pretrained(str(final))
     model = AutoModelForCausalLM.from_pretrained(str(final), dtype=torch.float32)
     samples = sample_completions(model, tok, [prompt_text(i) for i in data.test], 8, temperature=0.5)
-    formatted = sum(score_answer(s, i.numbers, i.target) > 0 for i, row in zip(data.test, samples) for s in row)
+    formatted = sum(score_answer(s, i.numbers, i.target) > 0
+                    for i, row in zip(data.test, samples, strict=True) for s in row)
     assert formatted >= 0.5 * 8 * len(data.test)  # most samples are <answer>...</answer>
 
 

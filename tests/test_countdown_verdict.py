@@ -26,7 +26,7 @@ def record(head=(0.05, 0.02), pass1=(-0.01, 0.01), grid=((0.04, 0.02), (0.03, 0.
                "paired": [{"variant": "SetPO", "primary": True, "role": "setpo", **diff(head, pass1)},
                           {"variant": "ceiling", "primary": False, "role": "ceiling", **diff(ceiling)}],
                "grid": [{"G": 3, "beta": 0.005, "T": t, "difference": diff(g, seeds=3)}
-                        for t, g in zip((0.5, 1.0), grid)],
+                        for t, g in zip((0.5, 1.0), grid, strict=True)],
                "versus": versus or [], "selection": None, "diagnostics": {}}
     if agreement is not None:
         summary["agreement"] = agreement

@@ -136,7 +136,7 @@ def test_device_thresholds_answer_as_the_python_comparisons_did(dtype):
     python_bounds = {"smallest 1/|e|": ((fi.max / 16) ** -0.5, ">="),
                      "largest 1/|e|": ((fi.tiny / fi.eps) ** -0.5, "<="),
                      **{f"spread limit, G = {g}": (math.sqrt(fi.max / (4 * g)), "<=") for g in (3, 7, 8, 16, 64, 100)}}
-    device_bounds = dict(zip(("smallest 1/|e|", "largest 1/|e|"), inverse_norm_range(dtype)))
+    device_bounds = dict(zip(("smallest 1/|e|", "largest 1/|e|"), inverse_norm_range(dtype), strict=True))
     device_bounds.update({f"spread limit, G = {g}": spread_bound(dtype, g) for g in (3, 7, 8, 16, 64, 100)})
     for name, (bound, op) in python_bounds.items():
         t = torch.tensor(bound, dtype=torch.float64).to(dtype)

@@ -233,7 +233,7 @@ def test_the_trainer_falls_back_to_trl_and_says_why_once(tok, tmp_path, shared_c
     lines = [r.getMessage() for r in caplog.records if "setpo_shared_prompt_rollouts not used" in r.getMessage()]
     assert len(lines) == 1 and reason in lines[0]
     assert [(switch, reason in why) for switch, why in on.setpo_fallbacks] == [("setpo_shared_prompt_rollouts", True)]
-    for seed, out in zip((0, 1), outs):  # TRL's own path, random numbers and all
+    for seed, out in zip((0, 1), outs, strict=True):  # TRL's own path, random numbers and all
         assert torch.equal(out["completion_ids"], _rollouts(off, seed)["completion_ids"])
 
 
@@ -390,7 +390,8 @@ def _trainer_grads(trainer, ids, mask, C):
 
 
 def _max_relative_gap(grads_a, grads_b):
-    return max(float((a - b).abs().max() / b.abs().max().clamp(min=1e-12)) for a, b in zip(grads_a, grads_b))
+    return max(float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
+               for a, b in zip(grads_a, grads_b, strict=True))
 
 
 #: the largest gradient gap allowed, relative to each tensor's largest entry: float32 rounding (measured 7e-7),

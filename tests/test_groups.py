@@ -47,7 +47,7 @@ def check(index):
     assert g.num_groups == len(sizes) and g.max_size == sizes.max() and g.min_size == sizes.min()
     x = torch.arange(n, dtype=torch.float64) + 1
     padded = g.pad(x)
-    for row, (c, p) in enumerate(zip(codes, position)):
+    for row, (c, p) in enumerate(zip(codes, position, strict=True)):
         assert padded[c, p] == x[row] and g.slots()[c, p] == row
     assert torch.equal(g.unpad(padded), x)
     if g.valid() is not None:

@@ -290,8 +290,6 @@ def test_vllm_work_goes_to_fresh_processes(monkeypatch):
 def test_pass_at_k_curves_table_and_figure():
     """The large-budget comparison of notebook 06: one curve per model from its pass@k list, the base model
     dashed grey, powers of two marked on a log axis, and a table at the k that were sampled."""
-    from setpo_lab.studies import math as ml
-
     results = {name: {"pass_at_k": [min(1.0, p * k) for k in range(1, 17)], "n_problems": 30}
                for name, p in (("base model", 0.02), ("GRPO", 0.05), ("SetPO+GRPO", 0.04))}
     fig = mr.pass_at_k_figure(results, title="t")

@@ -114,7 +114,7 @@ def test_countdown_metrics_compose():
         ["<answer>1*2*3*4</answer>", "<answer>(1+2+3)*4</answer>", "<answer>(1+3)*(2+4)</answer>"],
         ["<answer>44+19+35</answer>", "<answer>35+44+19</answer>", "<answer>1</answer>"],
     ]
-    counts = [len(distinct_correct_solutions(s, *p)) for s, p in zip(samples, problems)]
+    counts = [len(distinct_correct_solutions(s, *p)) for s, p in zip(samples, problems, strict=True)]
     assert counts == [3, 1]
     assert diversity_width_and_average_modes(counts) == (1, 2.0)
 

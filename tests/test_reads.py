@@ -72,7 +72,7 @@ def test_kernel_texts_and_what_a_row_with_nothing_to_read_gets():
     assert answers == ["30", "30", None, "31"]
     read, readable, _ = kernel_texts(texts, "completion", reader)
     assert read == texts and all(readable)
-    assert [unread_text(t, a) for t, a in zip(texts, answers)] == ["", "days", "", ""]
+    assert [unread_text(t, a) for t, a in zip(texts, answers, strict=True)] == ["", "days", "", ""]
     assert unread_text("The answer is \\boxed{12}.", "12") == ""
 
 

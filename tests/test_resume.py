@@ -34,11 +34,11 @@ SMALL = dict(steps=12, groups_per_step=4, snapshot_every=5, snapshot_samples=16,
 
 
 def _same_run(a, b):
-    for (k, x), y in zip(a.policy.state_dict().items(), b.policy.state_dict().values()):
+    for (k, x), y in zip(a.policy.state_dict().items(), b.policy.state_dict().values(), strict=True):
         assert torch.equal(x, y), k
     assert a.history == b.history or json.dumps(a.history) == json.dumps(b.history)  # NaN-safe
     assert len(a.snapshots) == len(b.snapshots)
-    for s, t in zip(a.snapshots, b.snapshots):
+    for s, t in zip(a.snapshots, b.snapshots, strict=True):
         assert s["step"] == t["step"] and all(torch.equal(s[k], t[k]) for k in ("prompts", "tokens", "embeddings"))
 
 

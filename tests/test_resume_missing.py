@@ -19,8 +19,8 @@ from setpo_lab.studies.countdown import CountdownLMConfig, RLRun, make_data
 from setpo.trl.training import MANIFEST, check_checkpoint, last_checkpoint
 
 # the stage functions' names (the studies are being refactored: run_* became train_*)
-train_sft = getattr(study, "train_sft", None) or getattr(study, "run_sft")
-train_rl = getattr(study, "train_rl", None) or getattr(study, "run_rl")
+train_sft = getattr(study, "train_sft", None) or getattr(study, "run_sft")  # noqa: B009 - old name, may be gone
+train_rl = getattr(study, "train_rl", None) or getattr(study, "run_rl")  # noqa: B009 - old name, may be gone
 
 RUN = RLRun("grpo", 3, 0.001, 0.5, embedder="hash")
 QUIET = dict(log=lambda *_: None)

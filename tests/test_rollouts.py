@@ -137,7 +137,7 @@ def test_preallocated_layer_holds_what_a_dynamic_layer_holds():
     pre = PreallocatedLayer(keys, values, capacity=7)
     for _ in range(2):
         k, v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
-        for got, want in zip(pre.update(k, v), dynamic.update(k, v)):
+        for got, want in zip(pre.update(k, v), dynamic.update(k, v), strict=True):
             assert torch.equal(got, want)
     assert pre.get_seq_length() == dynamic.get_seq_length() == 7
     # transformers >= 5.10 passes the query length, older releases (the floor, 5.2) the cache positions

@@ -129,7 +129,7 @@ def test_p_values():
     assert binomial_p_value(0, k, 0.08) <= 0.1 < binomial_p_value(0, k - 1, 0.08)
     # Hoeffding–Bentkus: a valid p-value is never far below the exact one, and grows with failures
     hb = [hoeffding_bentkus_p_value(f, 200, 0.08) for f in range(0, 30, 3)]
-    assert all(a <= b for a, b in zip(hb, hb[1:]))
+    assert all(a <= b for a, b in zip(hb, hb[1:], strict=False))
     assert all(hoeffding_bentkus_p_value(f, 200, 0.08) >= binomial_p_value(f, 200, 0.08) for f in range(0, 30, 3))
 
 

@@ -54,7 +54,7 @@ def test_shared_prompt_pass_matches_the_full_pass(grad):
     if grad:
         g_full = torch.autograd.grad(full[valid].sum(), list(model.parameters()))
         g_shared = torch.autograd.grad(shared[valid].sum(), list(model.parameters()))
-        for a, b in zip(g_shared, g_full):
+        for a, b in zip(g_shared, g_full, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 

@@ -58,7 +58,7 @@ def test_the_report_counts_its_comparisons_and_matches_per_prompt_values(cure):
     # a comparison's per-seed values are the per-seed differences of the per-prompt means
     c = next(c for c in rep["comparisons"] if c["metric"] == "length" and c["a"] == "Pass@k Training"
              and c["b"] == "GRPO")
-    for seed, value in zip(cfg.seeds, c["per_seed"]):
+    for seed, value in zip(cfg.seeds, c["per_seed"], strict=True):
         a = json.loads((Path(cfg.run_dir) / "eval" / f"passk_s{seed}.json").read_text())
         b = json.loads((Path(cfg.run_dir) / "eval" / f"grpo_s{seed}.json").read_text())
         mean = lambda e: np.mean([np.mean([len(t) for t in row]) for row in e["texts"]])  # noqa: E731
@@ -115,7 +115,7 @@ def test_paired_bootstrap_interval_holds_its_mean_and_stays_in_range():
     # (columns), each resample's mean of a − b over the drawn cells, the 2.5th and 97.5th percentiles
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     rows, cols = rng.integers(0, 5, size=(200, 5)), rng.integers(0, 30, size=(200, 30))
-    means = sorted(sum(a[i, j] - b[i, j] for i in r for j in c) / (5 * 30) for r, c in zip(rows, cols))
+    means = sorted(sum(a[i, j] - b[i, j] for i in r for j in c) / (5 * 30) for r, c in zip(rows, cols, strict=True))
     assert (d["lo"], d["hi"]) == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])), abs=1e-12)
     assert -1 <= d["lo"] and d["hi"] <= 1
     assert d["per_seed"] == pytest.approx(list((a - b).mean(axis=1)))

@@ -28,7 +28,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
     half = ToyConfig(setpo=True, checkpoint_dir=str(tmp_path), checkpoint_every=6, **{**SMALL, "steps": 6})
     train(half, progress=False)
     resumed = train(ToyConfig(setpo=True, checkpoint_dir=str(tmp_path), checkpoint_every=6, **SMALL), progress=False)
-    for a, b in zip(straight.policy.state_dict().values(), resumed.policy.state_dict().values()):
+    for a, b in zip(straight.policy.state_dict().values(), resumed.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     assert [h["reward"] for h in straight.history] == [h["reward"] for h in resumed.history]
     assert (tmp_path / "config.json").exists()
@@ -45,7 +45,7 @@ def test_every_preset_runs_with_and_without_setpo():
 def test_lambda_zero_setpo_equals_grpo():
     a = train(ToyConfig(setpo=False, **SMALL), progress=False)
     b = train(ToyConfig(setpo=True, lam=0.0, **SMALL), progress=False)
-    for x, y in zip(a.policy.state_dict().values(), b.policy.state_dict().values()):
+    for x, y in zip(a.policy.state_dict().values(), b.policy.state_dict().values(), strict=True):
         torch.testing.assert_close(x, y)
 
 

@@ -219,7 +219,7 @@ def test_two_training_steps_per_preset(tiny, tmp_path, cls):
     tr.train()
     logs = [h for h in tr.state.log_history if "setpo/s_mean" in h]
     assert len(logs) == 2 and all(h["setpo/s_std"] > 0 for h in logs)
-    assert any(not torch.equal(p, q) for p, q in zip(before, tr.model.parameters()))
+    assert any(not torch.equal(p, q) for p, q in zip(before, tr.model.parameters(), strict=True))
 
 
 def test_completion_text_and_group_stats():

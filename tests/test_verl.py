@@ -605,7 +605,7 @@ def test_trainer_hook_reads_answers_and_logs_the_monitor(monkeypatch):
     expected = setpo.setpo_advantages(rewards, TextKeyEmbedder()([a or "" for a in answers]), uids, lam=0.3)
     torch.testing.assert_close(trainer.result.batch["advantages"], expected[:, None] * mask)
     assert {"setpo/s_length_corr", "setpo/unread_fraction", "setpo/s_unread_gap"} <= set(metrics)
-    unread = [bool(unread_text(t, a)) for t, a in zip(texts, answers)]
+    unread = [bool(unread_text(t, a)) for t, a in zip(texts, answers, strict=True)]
     assert 0 < sum(unread) < len(unread)
     assert metrics["setpo/unread_fraction"] == pytest.approx(np.mean(unread))
 

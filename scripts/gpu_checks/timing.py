@@ -50,9 +50,11 @@ def check_floor(device: str, tiny: bool) -> dict:
         perm = torch.randperm(b * g, generator=gen)
         index = np.repeat(np.arange(b), g)[perm.numpy()]
         e_perm, r_perm = emb[perm.to(device)], rewards[perm.to(device)]
-        fns = {"setpo_advantages": lambda: setpo.setpo_advantages(rewards, emb, group_size=g),
-               "shuffled uids": lambda: setpo.setpo_advantages(r_perm, e_perm, index),
-               "bmm floor": lambda: torch.bmm(grouped, grouped.transpose(1, 2))}
+        fns = {"setpo_advantages": lambda rewards=rewards, emb=emb, g=g: setpo.setpo_advantages(
+                   rewards, emb, group_size=g),
+               "shuffled uids": lambda r_perm=r_perm, e_perm=e_perm, index=index: setpo.setpo_advantages(
+                   r_perm, e_perm, index),
+               "bmm floor": lambda grouped=grouped: torch.bmm(grouped, grouped.transpose(1, 2))}
         reads = {k: host_reads(fns[k]) for k in ("setpo_advantages", "shuffled uids")}
         t0 = time.perf_counter()
         try:
@@ -63,7 +65,8 @@ def check_floor(device: str, tiny: bool) -> dict:
                 raise AssertionError("the compiled flag says the valid input is not")
             agrees = bool(torch.allclose(adv, setpo.setpo_advantages(rewards, emb, group_size=g, lam=0.05),
                                          rtol=1e-4, atol=1e-5))
-            fns["compiled"] = lambda: bool(compiled(rewards, emb, group_size=g, lam=0.05)[2])
+            fns["compiled"] = lambda rewards=rewards, emb=emb, g=g: bool(
+                compiled(rewards, emb, group_size=g, lam=0.05)[2])
         except Exception as err:  # noqa: BLE001 - a compiler missing on the machine is a finding, not a failure
             compile_s, compile_error, agrees = time.perf_counter() - t0, repr(err)[:300], None
         t = time_interleaved(fns, 5 if tiny else 21, sync)

@@ -63,7 +63,7 @@ def marginals_on_circle_figure(degrees: Sequence[float], title: str = "", colour
     fig.add_trace(go.Scatter(x=np.cos(t), y=np.sin(t), mode="lines", line=dict(color="lightgrey", width=1),
                              hoverinfo="skip", showlegend=False))
     label_at = on_circle(_spread(list(degrees), 13.0)).numpy() * 1.3
-    for (x0, y0), (x1, y1) in zip(xy, label_at):
+    for (x0, y0), (x1, y1) in zip(xy, label_at, strict=True):
         fig.add_trace(go.Scatter(x=[x0, x1 / 1.3 * 1.18], y=[y0, y1 / 1.3 * 1.18], mode="lines", showlegend=False,
                                  line=dict(color="grey", width=0.6), hoverinfo="skip"))
     fig.add_trace(go.Scatter(x=label_at[:, 0], y=label_at[:, 1], mode="text", showlegend=False, hoverinfo="skip",
@@ -73,7 +73,8 @@ def marginals_on_circle_figure(degrees: Sequence[float], title: str = "", colour
         x=xy[:, 0], y=xy[:, 1], mode="markers", showlegend=False,
         marker=dict(size=14, color=s, colorscale="RdBu", cmin=-limit, cmax=limit, showscale=True,
                     colorbar=dict(title="s_i")),
-        hovertext=[f"o_{i}: {d}°, s = {v:+.4f}" for i, (d, v) in enumerate(zip(degrees, s))], hoverinfo="text"))
+        hovertext=[f"o_{i}: {d}°, s = {v:+.4f}" for i, (d, v) in enumerate(zip(degrees, s, strict=True))],
+        hoverinfo="text"))
     fig.update_layout(title=title or f"Marginals s_i of five rollouts; D(Ω) = {setpo.set_diversity(e):.4f}",
                       width=600, height=560, template="plotly_white",
                       xaxis=dict(range=[-1.6, 1.6], title_text="e_i[0]"),
@@ -120,9 +121,9 @@ def advantage_vs_lambda_figure(rewards: Sequence[float], degrees: Sequence[float
     r = torch.tensor(list(rewards), dtype=torch.float64)
     adv = np.stack([setpo.setpo_advantages(r, on_circle(degrees), lam=float(lam)).numpy() for lam in lams])
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
-    keys = [(d, float(v)) for d, v in zip(degrees, r.tolist())]
+    keys = [(d, float(v)) for d, v in zip(degrees, r.tolist(), strict=True)]
     lines, first_at = [], {}
-    for i, (d, key) in enumerate(zip(degrees, keys)):
+    for i, (d, key) in enumerate(zip(degrees, keys, strict=True)):
         dup = key in first_at
         first_at.setdefault(key, i)
         name = f"o_{i} ({d}°, r={int(r[i])})" + (f", same as o_{first_at[key]}" if dup else "")
@@ -150,4 +151,4 @@ def marginals_table(degrees: Sequence[float]) -> str:
     """Each rollout's angle and marginal s_i, as markdown."""
     s = setpo.diversity_marginals(on_circle(degrees))
     return markdown_table([{"rollout": f"o_{i}", "angle": f"{a}°", "s_i": f"{v:+.4f}"}
-                           for i, (a, v) in enumerate(zip(degrees, s.tolist()))])
+                           for i, (a, v) in enumerate(zip(degrees, s.tolist(), strict=True))])

@@ -292,7 +292,7 @@ def metric_curves(runs: Sequence[tuple[str, str, Mapping]], metrics: Sequence[tu
     logged none; metrics: (key, panel title)."""
     panels = [{"title": label, "lines": []} for _, label in metrics]
     for name, colour, series in runs:
-        for panel, (key, _) in zip(panels, metrics):
+        for panel, (key, _) in zip(panels, metrics, strict=True):
             if key in series:
                 x, y = series[key]
                 panel["lines"].append({"x": x, "y": y, "name": name, "color": colour,
@@ -404,13 +404,13 @@ def trajectory_figure(frame, title: str = "", background: np.ndarray | None = No
             correct = d["correct"].astype(bool).tolist() if has_correct else [True] * len(d)
             group = d["group"].tolist() if "group" in d else [0] * len(d)
             symbols = [GROUP_SYMBOLS[groups.index(g) % len(GROUP_SYMBOLS)] + ("" if ok else "-open")
-                       for g, ok in zip(group, correct)]
+                       for g, ok in zip(group, correct, strict=True)]
             sizes = (5 + 3 * np.sqrt(d["count"].to_numpy())).tolist() if "count" in d else 7
             hover = d["hover"].tolist() if "hover" in d else [""] * len(d)
             colour = _stage_colour(si, len(steps))
             fig.add_trace(go.Scatter(
                 x=d["x"].tolist(), y=d["y"].tolist(), mode="markers", name=f"step {step}", legendgroup=f"step{step}",
-                showlegend=False, customdata=[[g, ok, h] for g, ok, h in zip(group, correct, hover)],
+                showlegend=False, customdata=[[g, ok, h] for g, ok, h in zip(group, correct, hover, strict=True)],
                 marker=dict(color=colour, size=sizes, symbol=symbols, opacity=0.75, line=dict(width=1, color=colour)),
                 hovertemplate=f"{panel} · step {step} · {group_name} %{{customdata[0]}}"
                               + (" · correct %{customdata[1]}" if has_correct else "")
@@ -423,7 +423,8 @@ def trajectory_figure(frame, title: str = "", background: np.ndarray | None = No
                 textposition="top center", customdata=[],
                 marker=dict(symbol=["star" if o else "x" for o in ok], size=[16 if o else 9 for o in ok],
                             color=["gold" if o else "grey" for o in ok], line=dict(width=1, color="black")),
-                hovertext=[f"mode {m['label']} ({'correct' if o else 'wrong'})" for m, o in zip(landmarks, ok)],
+                hovertext=[f"mode {m['label']} ({'correct' if o else 'wrong'})"
+                           for m, o in zip(landmarks, ok, strict=True)],
                 hoverinfo="text"), row=1, col=col)
         fig.update_xaxes(showticklabels=False, row=1, col=col)
         fig.update_yaxes(showticklabels=False, row=1, col=col)

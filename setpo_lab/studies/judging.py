@@ -232,7 +232,8 @@ def judge_methods(cfg, problems: Sequence[str], sets_by_method: Mapping[str, Seq
     n_samples = min(len(s) for runs in sets_by_method.values() for sets in runs for s in sets)
     m = samples_per_set(cfg, n_samples)
     items = [{"problem": p, "method": method, "responses": list(s[:m])}
-             for method, runs in sets_by_method.items() for sets in runs for p, s in zip(problems, sets)]
+             for method, runs in sets_by_method.items() for sets in runs
+             for p, s in zip(problems, sets, strict=False)]  # problems: the first judge_limit
     cache = Path(folder) / JUDGE_CACHE
     judge = open_study_judge(cfg) if judge is None else judge
     log(f"[judge] {len(items)} sets ({len(problems)} problems, {len(sets_by_method)} methods, {m} responses each) "

@@ -155,7 +155,7 @@ def probe_sampler(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
                                  cfg.temperature, 1.0, cfg.max_completion_length, seed=cfg.seed + step)
         return [{"probe": j, "question": prob.question, "answer": prob.answer, "text": t,
                  "reward": math_reward(t, prob.answer)}
-                for j, (prob, samples) in enumerate(zip(probes, texts)) for t in samples]
+                for j, (prob, samples) in enumerate(zip(probes, texts, strict=True)) for t in samples]
 
     return sample
 
@@ -345,10 +345,10 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
         if texts_file is not None:
             write_json(Path(texts_file), texts)
         seconds = time.time() - t0 if partial is None else sittings_seconds(partial.with_suffix(".clock.json"))
-        correct = [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)]
+        correct = [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts, strict=False)]
         k = cfg.eval_k
         per_source: dict[str, list[float]] = {}
-        for p, c in zip(problems, correct):
+        for p, c in zip(problems, correct, strict=False):
             per_source.setdefault(p.source, []).append(c / k)
         return {
             "avg_at_k": sum(c / k for c in correct) / len(correct), "k": k,
@@ -409,7 +409,8 @@ def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: S
     members = [(label, eval_file(cfg, label), Path(final)) for label, final in finals.items()]
     return judging.judge_evaluations(
         cfg, [p.question for p in problems], members, lambda d: sample_eval_texts(cfg, d, problems),
-        lambda texts: [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts)], cfg.eval_k,
+        lambda texts: [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts, strict=True)],
+        cfg.eval_k,
         cfg.run_dir, log, judge)
 
 

@@ -64,7 +64,7 @@ def score_table(responses: list[str], n: int) -> tuple[list[dict], str]:
     """Rows (reference, extracted answer, reward, excerpt) and the markdown table, from the current checker."""
     problems = load_math_problems(GSM8K_TEST, limit=n)
     rows = []
-    for i, (p, text) in enumerate(zip(problems, responses)):
+    for i, (p, text) in enumerate(zip(problems, responses, strict=True)):
         extracted = final_answer(text)
         rows.append({"#": i, "reference": p.answer, "extracted": "—" if extracted is None else _cell(extracted),
                      "reward": math_reward(text, p.answer), "tokens~": len(text.split()),

@@ -111,7 +111,8 @@ def training_figure(run_dirs: Mapping[str, str | Path], title: str = ""):
     for i, (label, d) in enumerate(run_dirs.items()):
         history = read_json(Path(d) / "log_history.json", "delete the run folder and rerun to train it again")
         points = {key: [(h["step"], h[key]) for h in history if h.get(key) is not None] for key, _ in TRAINING_KEYS}
-        series.append((label, run_colour(i), {key: tuple(zip(*pts)) for key, pts in points.items() if pts}))
+        series.append((label, run_colour(i),
+                       {key: tuple(zip(*pts, strict=True)) for key, pts in points.items() if pts}))
     return metric_curves(series, TRAINING_KEYS, title=title, markers=True, panel_px=(380, 280))
 
 
@@ -280,8 +281,9 @@ def paired_differences(results: Mapping[str, dict], pairs: Sequence[tuple[str, s
                              f"{ra['n_problems']} vs {rb['n_problems']} problems")
         for k in (k for k in ks if k <= ra["k"]):
             # ra["k"] == rb["k"] (checked above): one pass@k estimate serves both sides
-            out.append({"a": a, "b": b, "k": k, **paired_ci(zip(ra["correct"], rb["correct"]),
-                                                            lambda c: pass_at_k(ra["k"], int(c), k))})
+            out.append({"a": a, "b": b, "k": k,
+                        **paired_ci(zip(ra["correct"], rb["correct"], strict=False),
+                                    lambda c, ra=ra, k=k: pass_at_k(ra["k"], int(c), k))})
     return out
 
 

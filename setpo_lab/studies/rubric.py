@@ -141,7 +141,7 @@ def train(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
         opt.zero_grad()
         loss.backward()
         opt.step()
-        for k, v in zip(keys[1:], (acc, eta, float(coef.double().pow(2).mean().sqrt()), tau, q)):
+        for k, v in zip(keys[1:], (acc, eta, float(coef.double().pow(2).mean().sqrt()), tau, q), strict=True):
             hist[k].append(v)
     hist["final_true_quality"] = policy.true_quality()
     hist["best_true_quality"] = float(task.quality.max(-1).values.mean())

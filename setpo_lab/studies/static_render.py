@@ -162,7 +162,8 @@ def _scatter(ax, tr, default_colour, colourbars):
                      colour=colours[0] if colours and not style["line"] else line_colour)
     if "text" in mode and tr.text is not None:
         size = 0.75 * (tr.textfont.size or 11)
-        for xi, yi, t, pos in zip(x, y, _as_list(tr.text, n), _as_list(tr.textposition or "top center", n)):
+        for xi, yi, t, pos in zip(x, y, _as_list(tr.text, n), _as_list(tr.textposition or "top center", n),
+                                   strict=False):
             v, _, h = (pos or "top center").partition(" ")
             dx = {"left": -6, "right": 6}.get(h, 0)
             dy = {"top": 6, "bottom": -6}.get(v, 0)
@@ -222,7 +223,7 @@ def plotly_to_png(fig, path: Path, dpi: int = 100) -> Path:
     for shape in layout.shapes or []:
         if shape.type == "line" and "domain" in str(shape.xref) and shape.y0 == shape.y1:
             yref = shape.yref or "y"
-            for (x, y), ax in axes.items():
+            for (_x, y), ax in axes.items():
                 if y == yref:
                     ax.axhline(shape.y0, color=_colour(shape.line.color) or "black", linestyle=_DASH[shape.line.dash],
                                linewidth=0.75 * (shape.line.width or 2))

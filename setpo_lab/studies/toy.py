@@ -108,7 +108,7 @@ def _dynamic_sample(policy, world, cfg, gen):
         kept.append((prompts[signal], tokens[signal], rewards[signal]))
         if sum(len(k[0]) for k in kept) >= cfg.groups_per_step * G:
             break
-    prompts, tokens, rewards = (torch.cat(parts)[: cfg.groups_per_step * G] for parts in zip(*kept))
+    prompts, tokens, rewards = (torch.cat(parts)[: cfg.groups_per_step * G] for parts in zip(*kept, strict=True))
     return prompts, tokens, rewards
 
 

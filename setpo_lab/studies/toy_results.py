@@ -82,7 +82,7 @@ def trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, prompt: i
             rows += [{"panel": label, "step": snap["step"], "x": x, "y": y, "correct": int(m) in correct,
                       "group": prompt, "hover": f"mode {m}{' (correct)' if m in correct else ''}"
                                                 f"<br>tokens {' '.join(map(str, t.tolist()))}"}
-                     for (x, y), m, t in zip(pts, modes, tokens)]
+                     for (x, y), m, t in zip(pts, modes, tokens, strict=True)]
         steps = [h["step"] for h in run.history]
         masses = np.asarray([h["mode_mass"] for h in run.history])
         curves[label] = [{"x": steps, "y": masses[:, m], "name": f"correct mode {m}", "color": SETPO_COLOURS[m % 4]}
