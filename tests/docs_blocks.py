@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 API_MODULES = {
     "setpo": "api/setpo",
     "setpo.reads": "api/setpo",
+    "setpo.losses": "api/setpo",
+    "setpo.diagnostics": "api/setpo",
     "setpo.trl": "api/trl",
     "setpo.verl": "api/verl",
     "setpo.setgrpo": "api/setgrpo",
