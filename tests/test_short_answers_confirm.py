@@ -10,7 +10,7 @@ import pytest
 
 from setpo_lab.studies.intervals import holm, paired_t_test
 from setpo_lab.studies.short_answers_config import ConfirmStudyConfig
-from setpo_lab.studies.short_answers_confirm import SEQUENCE, check_plan, confirm_reading, run_confirm
+from setpo_lab.studies.short_answers_confirm import SEQUENCE, arm_means, check_plan, confirm_reading, run_confirm
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +93,13 @@ def test_the_reading_follows_the_plans_sequence_and_holm(confirm):
     for name, h in holm(ps).items():
         assert secondary[name]["verdict"] == ("confirmed" if h["reject"] else "not confirmed")
     assert (Path(cfg.run_dir) / "results.md").read_text().startswith("# The confirmatory test")
+    # the description: each arm's mean over its seeds, the base model as an arm of one
+    means = arm_means(record["per_seed"])
+    assert means["base"]["seeds"] == 1 and means["key_gated"]["seeds"] == len(cfg.seeds)
+    assert means["key_gated"]["distinct_right"] == pytest.approx(
+        sum(record["per_seed"][f"key_gated_s{s}"]["distinct_right"] for s in cfg.seeds) / len(cfg.seeds))
+    assert all("prompts_under_8_right" in record["per_seed"][label] for label in cfg.run_labels())
+    assert "| key_gated | " in (Path(cfg.run_dir) / "results.md").read_text()
     assert confirm_reading(cfg)["primary"]["H1"]["differences"] == primary["H1"]["differences"]
 
 

@@ -140,6 +140,7 @@ def model_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = 
         out["pass@1"] = statistics.mean(sum(map(t.is_right, row)) / len(row) for t, row in one)
         rarefied = [x for x in (rarefied_distinct(r, RAREFY_TO) for r in rights) if x is not None]
         out[f"rarefied_distinct_right@{RAREFY_TO}"] = statistics.mean(rarefied) if rarefied else None
+        out[f"prompts_under_{RAREFY_TO}_right"] = len(rights) - len(rarefied)  # left out of the rarefied mean
         hill = [x for x in map(right_answer_hill, rights) if x is not None]
         out["right_answer_hill"] = statistics.mean(hill) if hill else None
         texts = [x for row in test["texts"] for x in row]
@@ -240,7 +241,30 @@ def results_markdown(record: Mapping) -> str:
             flip = f"{h['sign_flip_p']:.4f}" if h.get("sign_flip_p") is not None else "–"
             lines.append(f"| {name} | {h.get('arm', 'key_gated')} − grpo, {h['metric']} | {h['mean']:+.3f} | "
                          f"{h['t']:.2f} | {h['p']:.4f} | {flip} | {h['verdict']} |")
+    lines += ["", "Every metric, each arm's mean over its seeds (description; `per_seed` in results.json holds each "
+              "model's value):", ""]
+    means = arm_means(record["per_seed"])
+    metrics = list(dict.fromkeys(m for values in means.values() for m in values))
+    lines += ["| arm | seeds | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 2) + "|"]
+    for arm, values in means.items():
+        cells = ["–" if values.get(m) is None else f"{values[m]:.3f}" for m in metrics]
+        lines.append(f"| {arm} | {values['seeds']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def arm_means(per_seed: Mapping[str, Mapping]) -> dict[str, dict]:
+    """Each arm's mean of every metric over the seeds that have it ({arm: {"seeds": n, metric: mean or None}});
+    labels are ``<arm>_s<seed>``, and "base" is an arm of one model."""
+    arms: dict[str, list[Mapping]] = {}
+    for label, values in per_seed.items():
+        arms.setdefault(label.rsplit("_s", 1)[0] if label != "base" else "base", []).append(values)
+    out = {}
+    for arm, rows in arms.items():
+        metrics = dict.fromkeys(m for row in rows for m in row)
+        out[arm] = {"seeds": len(rows), **{m: (statistics.mean(v) if (v := [r[m] for r in rows
+                                                                            if r.get(m) is not None]) else None)
+                                           for m in metrics}}
+    return out
 
 
 def report(cfg: ConfirmStudyConfig, log=print_flushed) -> dict:
