@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from setpo.trl.training import weights_sha256
 from setpo_lab.studies.intervals import holm, paired_t_test
-from setpo_lab.studies.short_answers_config import ConfirmStudyConfig
+from setpo_lab.studies.short_answers import run_study
+from setpo_lab.studies.short_answers_config import ConfirmStudyConfig, CureStudyConfig
 from setpo_lab.studies.short_answers_confirm import SEQUENCE, arm_means, check_plan, confirm_reading, run_confirm
 
 
@@ -26,8 +28,12 @@ def confirm(tiny_model, tmp_path_factory):
     plan = root / "PLAN.md"
     plan.write_text("# a plan\n")
     cfg = ConfirmStudyConfig.preset("smoke", run_dir=str(root / "c"), model_path=tiny_model, plan=str(plan))
+    # an exploratory record as git keeps it: its records, one model's weights not here (trained again to them)
+    cure = CureStudyConfig.preset("smoke", run_dir=str(root / "cure"), model_path=tiny_model)
+    run_study(cure, ["train"], log=lambda *_: None)
+    (root / "cure" / "train" / "key_gated_s0" / "final" / "model.safetensors").unlink()
     lines = []
-    return cfg, run_confirm(cfg, log=lines.append), lines
+    return cfg, run_confirm(cfg, log=lines.append, exploratory=root / "cure"), lines
 
 
 def test_the_confirmatory_preset_is_the_plans():
@@ -61,7 +67,7 @@ def test_smoke_confirm_pins_the_plan_chooses_held_out_kinds_and_evaluates_every_
     # held-out made before any training: its selection evaluations are older than every run
     first_run = min((root / "train" / t / "final" / "done.json").stat().st_mtime for t in trained)
     assert max(p.stat().st_mtime for p in (root / "heldout_selection").glob("*.json")) <= first_run
-    heldout = {p.stem for p in (root / "eval_heldout").glob("*.json")}
+    heldout = {p.stem for p in (root / "eval_heldout").glob("*.json") if not p.stem.startswith("exploratory_")}
     assert heldout == trained | {"base"}
     assert json.loads((root / "eval_heldout" / "base.json").read_text())["task_ids"] == [
         t.task_id for t in cfg.heldout_tasks()]
@@ -101,6 +107,22 @@ def test_the_reading_follows_the_plans_sequence_and_holm(confirm):
     assert all("prompts_under_8_right" in record["per_seed"][label] for label in cfg.run_labels())
     assert "| key_gated | " in (Path(cfg.run_dir) / "results.md").read_text()
     assert confirm_reading(cfg)["primary"]["H1"]["differences"] == primary["H1"]["differences"]
+
+
+def test_the_exploratory_records_models_are_evaluated_on_the_held_out_kinds(confirm):
+    cfg, record, lines = confirm
+    root = Path(cfg.run_dir)
+    labels = set(CureStudyConfig.preset("smoke", run_dir="x").run_labels())
+    assert {p.stem for p in (root / "eval_heldout").glob("exploratory_*.json")} == {f"exploratory_{x}" for x in labels}
+    assert set(record["exploratory_heldout_distinct_right"]) == labels
+    kept = json.loads((root / "heldout_kinds.json").read_text())["kept"]
+    evaluation = json.loads((root / "eval_heldout" / "exploratory_key_gated_s0.json").read_text())
+    assert {t.split(":")[0] for t in evaluation["task_ids"]} <= set(kept) and len(evaluation["answers"][0]) == cfg.eval_n
+    # the model that was not here was trained again to its recorded weights (its done.json back as recorded)
+    final = root.parent / "cure" / "train" / "key_gated_s0" / "final"
+    assert (final / "model.safetensors").exists() and not (final / "done.recorded.json").exists()
+    assert json.loads((final / "done.json").read_text())["weights_sha256"] == weights_sha256(final)
+    assert "The exploratory record's models on the held-out kinds" in (root / "results.md").read_text()
 
 
 def test_a_changed_plan_is_refused_after_the_first_run(confirm):

@@ -443,14 +443,15 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     return StudyResult(name, Path(cfg.run_dir), finals, summary, time.time() - t0)
 
 
-def study_parser(prog: str, doc: str, presets, default: str, example: str) -> argparse.ArgumentParser:
+def study_parser(prog: str, doc: str, presets, default: str, example: str,
+                 stages: Sequence[str] = STAGES) -> argparse.ArgumentParser:
     """The command line of an extended short-answer study (cure, confirm): --out, --preset, --model-path, --stages
-    and --rerun, one parser for both."""
+    (of ``stages``) and --rerun, one parser for both."""
     ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the study's folder (its config.json claims it for one setting)")
     ap.add_argument("--preset", default=default, help=f"{' | '.join(presets)} (default: {default})")
     ap.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
-    ap.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(STAGES)} (default: all)")
+    ap.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(stages)} (default: all)")
     ap.add_argument("--rerun", default=None, metavar="LABEL",
                     help=f"train one recorded run (e.g. {example}) again in a scratch folder and compare it with "
                          "the record (weights and every logged step), instead of running the stages")

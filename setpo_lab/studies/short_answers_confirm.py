@@ -10,6 +10,10 @@ The stages, in order, each resumable (a finished piece is never redone):
   (``heldout_selection/``), and the kinds the plan's rule keeps (``heldout_kinds.json``), before any training;
 - the cure study's ``train`` and ``evaluate`` (``short_answers.run_study``): every (arm, seed) run, each model on the
   test prompts (``eval/``), the pass@k set (``eval_hard/``) and the kept held-out kinds (``eval_heldout/``);
+- ``exploratory``: every model of the exploratory record (``EXPLORATORY_RECORD``, the cure study, the runs it reuses
+  included) on the held-out kinds too, as the plan says (evaluation only): a model git keeps only as records is
+  trained again first and must give its recorded weights bit for bit (``short_answers.train_run``), else it is
+  refused and left out; ``eval_heldout/exploratory_<label>.json``;
 - ``report``: the plan's reading (``confirm_reading``): ``results.json`` and ``results.md``.
 
     python -m setpo_lab.studies.short_answers_confirm --preset confirm --out results/short_answers/confirm
@@ -30,14 +34,21 @@ from setpo.envs.short_answers import sample_tasks, task_from_id, text_after_answ
 from setpo.records import read_json, write_json
 from setpo_lab.studies.intervals import holm, paired_t_test, sign_flip_p
 from setpo_lab.studies.short_answers import (
-    STAGES,
     base_model_folder,
     evaluate_model,
     rerun_status,
     run_study,
     study_parser,
+    train_run,
 )
-from setpo_lab.studies.short_answers_config import CONFIRM_PRESETS, REUSE_NEUTRAL_FIELDS, ConfirmStudyConfig, eval_path
+from setpo_lab.studies.short_answers_config import (
+    CONFIRM_PRESETS,
+    REUSE_NEUTRAL_FIELDS,
+    ConfirmStudyConfig,
+    CureStudyConfig,
+    eval_path,
+    run_folder,
+)
 from setpo_lab.studies.short_answers_cure_results import (
     distinct_near,
     modal_answer,
@@ -59,6 +70,10 @@ ALPHA = 0.05
 SMALLEST_EFFECT = 0.5
 #: rarefied distinct right answers: among this many right samples of a prompt
 RAREFY_TO = 8
+#: the exploratory record whose models the plan evaluates on the held-out kinds too
+EXPLORATORY_RECORD = "results/short_answers/cure"
+#: the stages, in order (the short-answer study's, then the exploratory models' held-out evaluation)
+STAGES = ("train", "evaluate", "exploratory", "report")
 
 
 # ---- the plan, pinned ---------------------------------------------------------------------------------------------
@@ -117,6 +132,37 @@ def select_heldout(cfg: ConfirmStudyConfig, embedder, log=print_flushed) -> dict
     if len(kept) < 2 and cfg.plan is not None:
         raise refusal(f"keeps {len(kept)} held-out kind(s), and the plan needs at least 2", path,
                       "revise the plan's candidates before the first training run (the plan says so)")
+    return out
+
+
+# ---- the exploratory record's models on the held-out kinds ------------------------------------------------------
+
+def evaluate_exploratory(cfg: ConfirmStudyConfig, exploratory: str | Path, embedder, log=print_flushed) -> dict:
+    """Every run of the exploratory record in ``exploratory`` (its ``config.json``: the runs it reuses from another
+    folder too) on the held-out kinds, ``eval_n`` samples each, by the study's sampler and evaluation seed:
+    ``eval_heldout/exploratory_<label>.json``. A model that is not here is trained again to its recorded weights
+    first (``train_run``); one that comes back with other weights is refused (``RestoreMismatch``), logged and left
+    out. Returns {label: evaluation} of those evaluated; {} when there is no record or no held-out kind."""
+    from setpo_lab.studies.stages import RestoreMismatch
+
+    config = Path(exploratory) / "config.json"
+    heldout = cfg.heldout_tasks()
+    if not config.is_file() or not heldout:
+        why = f"no {config}" if not config.is_file() else "no held-out kind"
+        log(f"[exploratory] nothing to evaluate ({why})")
+        return {}
+    cure = CureStudyConfig.from_record(read_json(config, "the exploratory record's config; restore it from git"))
+    out = {}
+    for label in cure.run_labels():
+        name = f"exploratory_{label}"
+        final = run_folder(cure, label) / "final"
+        try:
+            if not eval_path(cfg, name, "eval_heldout").exists():
+                final = train_run(cure, label, embedder=embedder, log=log)
+            out[label] = evaluate_model(cfg, name, final, embedder, log, tasks=heldout, n=cfg.eval_n,
+                                        folder="eval_heldout")
+        except RestoreMismatch as refused:
+            log(f"[exploratory] {label} left out: {refused}")
     return out
 
 
@@ -187,6 +233,12 @@ def confirm_reading(cfg: ConfirmStudyConfig) -> dict:
     labels = cfg.run_labels()
     per_seed = {label: model_metrics(cfg, label, f"grpo_s{seed}") for label, (_, seed) in labels.items()}
     per_seed["base"] = model_metrics(cfg, "base")
+    exploratory = {}
+    for path in sorted((Path(cfg.run_dir) / "eval_heldout").glob("exploratory_*.json")):
+        record = read_json(path, f"delete {path} and rerun --stages exploratory")
+        exploratory[path.stem.removeprefix("exploratory_")] = statistics.mean(
+            len({a for a in row if task_from_id(t).is_right(a)})
+            for t, row in zip(record["task_ids"], record["answers"], strict=True))
 
     def diffs(arm: str, metric: str, seeds: Sequence[int]) -> list[float] | None:
         values = [(per_seed.get(f"{arm}_s{s}", {}).get(metric), per_seed.get(f"grpo_s{s}", {}).get(metric))
@@ -224,7 +276,8 @@ def confirm_reading(cfg: ConfirmStudyConfig) -> dict:
     headline = ("the cure is confirmed on the trained kinds" if h1 == h2 == "confirmed"
                 else "more right answers, but a pass@1 cost of up to 0.05 is not excluded" if h1 == "confirmed"
                 else f"the cure is {h1} on the trained kinds")
-    return {"per_seed": per_seed, "primary": primary, "secondary": secondary, "headline": headline}
+    return {"per_seed": per_seed, "primary": primary, "secondary": secondary, "headline": headline,
+            "exploratory_heldout_distinct_right": exploratory}
 
 
 def results_markdown(record: Mapping) -> str:
@@ -249,6 +302,13 @@ def results_markdown(record: Mapping) -> str:
     for arm, values in means.items():
         cells = ["–" if values.get(m) is None else f"{values[m]:.3f}" for m in metrics]
         lines.append(f"| {arm} | {values['seeds']} | " + " | ".join(cells) + " |")
+    exploratory = record.get("exploratory_heldout_distinct_right") or {}
+    if exploratory:
+        by_arm = arm_means({label: {"heldout_distinct_right": v} for label, v in exploratory.items()})
+        lines += ["", "The exploratory record's models on the held-out kinds (evaluation only): distinct right answers "
+                  "per held-out prompt, each arm's mean over its seeds (per model in results.json):", "",
+                  "| arm | seeds | distinct right, held-out kinds |", "|---|---|---|"]
+        lines += [f"| {arm} | {v['seeds']} | {v['heldout_distinct_right']:.3f} |" for arm, v in by_arm.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -275,29 +335,36 @@ def report(cfg: ConfirmStudyConfig, log=print_flushed) -> dict:
     return record
 
 
-def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = None, *, log=print_flushed) -> dict:
-    """The plan pinned, the held-out kinds chosen, then the study's stages (``run_study``) and the plan's reading."""
+def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = None, *, log=print_flushed,
+                exploratory: str | Path | None = None) -> dict:
+    """The plan pinned, the held-out kinds chosen, then the study's stages (``run_study``), the models of the
+    exploratory record in ``exploratory`` on the held-out kinds (``evaluate_exploratory``; None: none, the
+    command's ``--preset confirm`` gives ``EXPLORATORY_RECORD``) and the plan's reading."""
     from setpo.embed import load_embedder
 
     chosen = chosen_stages(stages, STAGES)
     claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json", results=cfg.RESULTS,
                  remedy="use another --out, or delete that folder and rerun")
     check_plan(cfg)
+    embedder = load_embedder(cfg.embedder) if cfg.heldout_candidates or "exploratory" in chosen else None
     if cfg.heldout_candidates:
-        select_heldout(cfg, load_embedder(cfg.embedder), log)
-    study = [s for s in chosen if s != "report"]
+        select_heldout(cfg, embedder, log)
+    study = [s for s in chosen if s in ("train", "evaluate")]
     if study:
         run_study(cfg, study, log=log)
+    if "exploratory" in chosen and exploratory is not None:
+        evaluate_exploratory(cfg, exploratory, embedder, log)
     return report(cfg, log) if "report" in chosen else {}
 
 
 def main(argv=None) -> int:
-    ap = study_parser(PROG, __doc__, CONFIRM_PRESETS, "confirm", "key_gated_s100")
+    ap = study_parser(PROG, __doc__, CONFIRM_PRESETS, "confirm", "key_gated_s100", STAGES)
     args = ap.parse_args(argv)
     cfg = ConfirmStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
     if args.rerun:
         return rerun_status(cfg, args.rerun)
-    record = run_confirm(cfg, args.stages)
+    # the committed study evaluates the committed exploratory record's models; a smoke run evaluates none
+    record = run_confirm(cfg, args.stages, exploratory=EXPLORATORY_RECORD if args.preset == "confirm" else None)
     if record:
         print(results_markdown(record), flush=True)
     return 0
