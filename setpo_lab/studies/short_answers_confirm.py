@@ -158,7 +158,8 @@ def evaluate_exploratory(cfg: ConfirmStudyConfig, exploratory: str | Path, embed
         final = run_folder(cure, label) / "final"
         try:
             if not eval_path(cfg, name, "eval_heldout").exists():
-                final = train_run(cure, label, embedder=embedder, log=log)
+                # the loaded embedder only if it is the one the record's runs name (else the trainer loads theirs)
+                final = train_run(cure, label, embedder=embedder if cure.embedder == cfg.embedder else None, log=log)
             out[label] = evaluate_model(cfg, name, final, embedder, log, tasks=heldout, n=cfg.eval_n,
                                         folder="eval_heldout")
         except RestoreMismatch as refused:
