@@ -207,10 +207,14 @@ def model_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = 
             out["hard_near_miss_guesser"] = statistics.mean(guess) if guess else None
     heldout = _read(cfg, label, "eval_heldout")
     if heldout is not None:
-        tasks = [task_from_id(t) for t in heldout["task_ids"]]
-        out["heldout_distinct_right"] = statistics.mean(len({a for a in row if t.is_right(a)})
-                                                        for t, row in zip(tasks, heldout["answers"], strict=True))
+        out["heldout_distinct_right"] = _distinct_right(heldout)
     return out
+
+
+def _distinct_right(evaluation: Mapping) -> float:
+    """Distinct right answers per prompt of one evaluation record, the mean over its prompts."""
+    return statistics.mean(len({a for a in row if task_from_id(t).is_right(a)})
+                           for t, row in zip(evaluation["task_ids"], evaluation["answers"], strict=True))
 
 
 def _verdict(name: str, test: dict, tested: bool, margin: float) -> str:
@@ -236,10 +240,8 @@ def confirm_reading(cfg: ConfirmStudyConfig) -> dict:
     per_seed["base"] = model_metrics(cfg, "base")
     exploratory = {}
     for path in sorted((Path(cfg.run_dir) / "eval_heldout").glob("exploratory_*.json")):
-        record = read_json(path, f"delete {path} and rerun --stages exploratory")
-        exploratory[path.stem.removeprefix("exploratory_")] = statistics.mean(
-            len({a for a in row if task_from_id(t).is_right(a)})
-            for t, row in zip(record["task_ids"], record["answers"], strict=True))
+        exploratory[path.stem.removeprefix("exploratory_")] = _distinct_right(
+            read_json(path, f"delete {path} and rerun --stages exploratory"))
 
     def diffs(arm: str, metric: str, seeds: Sequence[int]) -> list[float] | None:
         values = [(per_seed.get(f"{arm}_s{s}", {}).get(metric), per_seed.get(f"grpo_s{s}", {}).get(metric))
