@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from setpo_lab.studies.intervals import holm, paired_t_power, paired_t_test, sign_flip_p
+from setpo_lab.studies.intervals import holm, paired_t_power, paired_t_test, sign_flip_p, t_interval
 
 EXPLORATORY = [0.17, 1.25, 3.50, 3.92, 1.50]  # gated key − GRPO, distinct right answers, seeds 0-4 (cure record)
 
@@ -23,6 +23,18 @@ def test_paired_t_is_the_textbook_statistic_and_p():
     ni = paired_t_test([0.01, -0.02, 0.03, 0.0], margin=0.05)
     assert ni["p"] == pytest.approx(stats.ttest_1samp([0.06, 0.03, 0.08, 0.05], 0.0, alternative="greater").pvalue)
     assert math.isnan(paired_t_test([1.0])["p"]) and math.isnan(paired_t_test([2.0, 2.0])["p"])
+
+
+def test_the_90_percent_t_interval_says_what_the_one_sided_test_says():
+    from scipy import stats
+
+    lo, hi = t_interval(EXPLORATORY, 0.90)
+    mean, se = sum(EXPLORATORY) / 5, stats.sem(EXPLORATORY)
+    assert (lo, hi) == pytest.approx(stats.t.interval(0.90, 4, loc=mean, scale=se))
+    for diffs, margin in ((EXPLORATORY, 0.0), ([0.01, -0.02, 0.03, 0.0], 0.05), ([0.3, -0.2, 0.1, 0.05], 0.0)):
+        lower = t_interval(diffs, 0.90)[0]  # rejected at 0.05 one-sided exactly when the lower end clears -margin
+        assert (paired_t_test(diffs, margin=margin)["p"] < 0.05) == (lower > -margin)
+    assert t_interval([1.0]) is None and t_interval([2.0, 2.0]) == [2.0, 2.0]
 
 
 def test_sign_flip_is_exact_and_cannot_go_below_one_over_2_to_the_n():

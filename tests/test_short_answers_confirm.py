@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from setpo.trl.training import weights_sha256
-from setpo_lab.studies.intervals import holm, paired_t_test
+from setpo_lab.studies.intervals import holm, paired_t_test, sign_flip_p, t_interval
 from setpo_lab.studies.short_answers import run_study
 from setpo_lab.studies.short_answers_config import ConfirmStudyConfig, CureStudyConfig
 from setpo_lab.studies.short_answers_confirm import SEQUENCE, arm_means, check_plan, confirm_reading, run_confirm
@@ -107,6 +107,17 @@ def test_the_reading_follows_the_plans_sequence_and_holm(confirm):
     assert all("prompts_under_8_right" in record["per_seed"][label] for label in cfg.run_labels())
     assert "| key_gated | " in (Path(cfg.run_dir) / "results.md").read_text()
     assert confirm_reading(cfg)["primary"]["H1"]["differences"] == primary["H1"]["differences"]
+    # beside each test: its 90% interval, the sign-flip p and whether it agrees, the bootstrap over seeds x prompts
+    for h in [*primary.values(), *secondary.values()]:
+        assert h["ci90"] == pytest.approx(t_interval(h["differences"], 0.90))
+        assert h["sign_flip_p"] == sign_flip_p(h["differences"], margin=h["margin"])
+        if h["p"] == h["p"]:
+            assert h["sign_flip_agrees"] == ((h["sign_flip_p"] < 0.05) == (h["p"] < 0.05))
+        boot = h["bootstrap"]
+        assert boot["lo"] <= boot["mean"] <= boot["hi"] and boot["mean"] == pytest.approx(h["mean"])
+    text = (Path(cfg.run_dir) / "results.md").read_text()
+    assert "mean d [90% t-interval]" in text and "fixed sequence H1 → H2 → H4 → H3 at α = 0.05" in text
+    assert "The exact sign-flip test" in text
 
 
 def test_the_exploratory_records_models_are_evaluated_on_the_held_out_kinds(confirm):

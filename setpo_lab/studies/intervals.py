@@ -77,6 +77,20 @@ def paired_t_test(diffs: Sequence[float], *, margin: float = 0.0) -> dict:
     return {"mean": mean, "sd": sd, "n": n, "t": t, "df": n - 1, "p": float(stats.t.sf(t, n - 1))}
 
 
+def t_interval(diffs: Sequence[float], level: float = 0.90) -> list[float] | None:
+    """The two-sided ``level`` Student t-interval of mean(diffs), [lo, hi] (None with fewer than 2 units). At 0.90
+    its lower end is the bound a one-sided t-test at α = 0.05 compares with −margin, so the interval and the test
+    say the same."""
+    from scipy import stats
+
+    n = len(diffs)
+    if n < 2:
+        return None
+    mean = sum(diffs) / n
+    half = float(stats.t.ppf((1 + level) / 2, n - 1)) * statistics.stdev(diffs) / math.sqrt(n)
+    return [mean - half, mean + half]
+
+
 def sign_flip_p(diffs: Sequence[float], *, margin: float = 0.0) -> float:
     """The exact one-sided sign-flip (permutation) p of mean(diffs) + margin > 0: the share of the 2^n sign patterns
     of the shifted differences whose mean is at least the observed one. Exact for n up to 20; its smallest possible

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from setpo.envs.short_answers import sample_tasks, task_from_id, text_after_answer
 from setpo.records import read_json, write_json
-from setpo_lab.studies.intervals import holm, paired_t_test, sign_flip_p
+from setpo_lab.studies.intervals import holm, paired_t_test, sign_flip_p, t_interval
 from setpo_lab.studies.short_answers import (
     base_model_folder,
     evaluate_model,
@@ -53,6 +53,7 @@ from setpo_lab.studies.short_answers_cure_results import (
     distinct_near,
     modal_answer,
     near_miss_pass_at_k,
+    paired_bootstrap,
     rarefied_distinct,
     right_answer_hill,
 )
@@ -217,18 +218,46 @@ def _distinct_right(evaluation: Mapping) -> float:
                            for t, row in zip(evaluation["task_ids"], evaluation["answers"], strict=True))
 
 
-def _verdict(name: str, test: dict, tested: bool, margin: float) -> str:
-    """The plan's words for one hypothesis."""
+def _prompt_values(cfg: ConfirmStudyConfig, label: str, metric: str) -> list[float] | None:
+    """One model's values of a tested metric, one per prompt of its set (their mean is the model's value), for the
+    bootstrap the plan keeps as description; None where the evaluation is missing."""
+    evaluation = _read(cfg, label, {"distinct_right": "eval", "pass@1": "eval", "hard_pass@n": "eval_hard",
+                                    "heldout_distinct_right": "eval_heldout"}[metric])
+    if evaluation is None:
+        return None
+    rows = [(task_from_id(t), row) for t, row in zip(evaluation["task_ids"], evaluation["answers"], strict=True)]
+    if metric == "pass@1":
+        return [sum(map(t.is_right, row)) / len(row) for t, row in rows if not t.many_answers]
+    if metric == "hard_pass@n":
+        return [float(any(map(t.is_right, row))) for t, row in rows]
+    return [len({a for a in row if t.is_right(a)}) for t, row in rows
+            if t.many_answers or metric == "heldout_distinct_right"]
+
+
+def _described(cfg: ConfirmStudyConfig, arm: str, metric: str, seeds: Sequence[int], d: list[float],
+               test: dict) -> dict:
+    """What the plan reports beside a test: the 90% t-interval of mean d (the test's own bound is its lower end),
+    the exact sign-flip p and whether it agrees with the t-test at α, and the paired bootstrap over seeds ×
+    prompts (the cure record's 95% interval; description)."""
+    import numpy as np
+
+    flip = sign_flip_p(d, margin=test["margin"]) if len(d) <= 20 else None
+    values = {side: [_prompt_values(cfg, f"{side}_s{s}", metric) for s in seeds] for side in (arm, "grpo")}
+    boot = paired_bootstrap(np.array(values[arm], dtype=float), np.array(values["grpo"], dtype=float))
+    agrees = None if flip is None or math.isnan(test["p"]) else (flip < ALPHA) == (test["p"] < ALPHA)
+    return {"ci90": t_interval(d, 0.90), "sign_flip_p": flip, "sign_flip_agrees": agrees,
+            "bootstrap": {k: boot[k] for k in ("mean", "lo", "hi", "seeds", "prompts")}}
+
+
+def _verdict(name: str, test: dict, tested: bool, ci90: list[float] | None) -> str:
+    """The plan's words for one hypothesis: "refuted" where the 90% interval's upper end is below the smallest effect
+    of interest, which the plan sets in distinct right answers (H1, H3) only."""
     if not tested:
         return "not tested (the sequence stopped before it)"
     if test["p"] < ALPHA:
         return "confirmed"
-    if name in ("H1", "H3") and not math.isnan(test["sd"]):
-        from scipy import stats
-
-        upper = test["mean"] + stats.t.ppf(0.95, test["n"] - 1) * test["sd"] / math.sqrt(test["n"])
-        if upper < SMALLEST_EFFECT:
-            return f"refuted (90% interval's upper end {upper:+.2f} below +{SMALLEST_EFFECT})"
+    if name in ("H1", "H3") and ci90 is not None and not math.isnan(ci90[1]) and ci90[1] < SMALLEST_EFFECT:
+        return f"refuted (90% interval's upper end {ci90[1]:+.2f} below +{SMALLEST_EFFECT})"
     return "not confirmed"
 
 
@@ -257,8 +286,8 @@ def confirm_reading(cfg: ConfirmStudyConfig) -> dict:
             continue
         test = paired_t_test(d, margin=margin)
         entry = {"metric": metric, "margin": margin, "differences": d, **test,
-                 "sign_flip_p": sign_flip_p(d, margin=margin) if len(d) <= 20 else None}
-        entry["verdict"] = _verdict(name, test, going, margin)
+                 **_described(cfg, "key_gated", metric, cfg.seeds, d, {**test, "margin": margin})}
+        entry["verdict"] = _verdict(name, test, going, entry["ci90"])
         going = going and test["p"] < ALPHA
         primary[name] = entry
     secondary_p, secondary = {}, {}
@@ -271,7 +300,7 @@ def confirm_reading(cfg: ConfirmStudyConfig) -> dict:
             continue
         test = paired_t_test(d, margin=margin)
         secondary[name] = {"arm": arm, "metric": metric, "margin": margin, "differences": d, **test,
-                           "sign_flip_p": sign_flip_p(d, margin=margin)}
+                           **_described(cfg, arm, metric, cfg.peer_seeds, d, {**test, "margin": margin})}
         secondary_p[name] = test["p"]
     for name, h in holm(secondary_p, ALPHA).items():
         secondary[name].update(holm_adjusted=h["adjusted"], verdict="confirmed" if h["reject"] else "not confirmed")
@@ -287,16 +316,17 @@ def results_markdown(record: Mapping) -> str:
     lines = [f"# The confirmatory test: {record['headline']}", "", f"Made by `{record['command']}` under the plan "
              f"`{record['plan']['plan'] if record.get('plan') else '(none)'}`"
              + (f" (SHA-256 {record['plan']['sha256'][:12]}…)." if record.get("plan") else "."), "",
-             "| hypothesis | metric | mean d | t | p (one-sided) | sign-flip p | verdict |",
-             "|---|---|---|---|---|---|---|"]
+             "| hypothesis | metric | mean d [90% t-interval] | t | p (one-sided) | sign-flip p | bootstrap 95% "
+             "(seeds × prompts) | verdict |", "|---|---|---|---|---|---|---|---|"]
     for family in ("primary", "secondary"):
         for name, h in record[family].items():
             if "p" not in h:
-                lines.append(f"| {name} | {h['metric']} | – | – | – | – | {h['verdict']} |")
+                lines.append(f"| {name} | {h['metric']} | – | – | – | – | – | {h['verdict']} |")
                 continue
-            flip = f"{h['sign_flip_p']:.4f}" if h.get("sign_flip_p") is not None else "–"
-            lines.append(f"| {name} | {h.get('arm', 'key_gated')} − grpo, {h['metric']} | {h['mean']:+.3f} | "
-                         f"{h['t']:.2f} | {h['p']:.4f} | {flip} | {h['verdict']} |")
+            lines.append(f"| {name} | {h.get('arm', 'key_gated')} − grpo, {h['metric']} | {_with_interval(h)} | "
+                         f"{h['t']:.2f} | {h['p']:.4f} | {_number(h.get('sign_flip_p'), '{:.4f}')} | "
+                         f"{_with_interval(h.get('bootstrap'), ('lo', 'hi'))} | {h['verdict']} |")
+    lines += ["", *_decision_notes(record)]
     lines += ["", "Every metric, each arm's mean over its seeds (description; `per_seed` in results.json holds each "
               "model's value):", ""]
     means = arm_means(record["per_seed"])
@@ -313,6 +343,35 @@ def results_markdown(record: Mapping) -> str:
                   "| arm | seeds | distinct right, held-out kinds |", "|---|---|---|"]
         lines += [f"| {arm} | {v['seeds']} | {v['heldout_distinct_right']:.3f} |" for arm, v in by_arm.items()]
     return "\n".join(lines) + "\n"
+
+
+def _number(x, fmt: str) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
+def _with_interval(h: Mapping | None, ends: tuple[str, str] | None = None) -> str:
+    """``+1.234 [+0.567, +1.901]``: a mean and its interval (the 90% t-interval ``ci90``, or the keys ``ends``)."""
+    if not h or h.get("mean") is None:
+        return "–"
+    lo, hi = (h.get("ci90") or [None, None]) if ends is None else (h.get(ends[0]), h.get(ends[1]))
+    interval = f" [{_number(lo, '{:+.3f}')}, {_number(hi, '{:+.3f}')}]" if lo is not None else ""
+    return f"{_number(h['mean'], '{:+.3f}')}{interval}"
+
+
+def _decision_notes(record: Mapping) -> list[str]:
+    """The rules the verdicts follow, and where the sign-flip test and the t-test disagree at α."""
+    tested = {name: h for family in ("primary", "secondary") for name, h in record[family].items()
+              if h.get("sign_flip_agrees") is not None}
+    disagree = [name for name, h in tested.items() if not h["sign_flip_agrees"]]
+    rules = (f"Primary: one-sided paired t over seeds, fixed sequence {' → '.join(SEQUENCE)} at α = {ALPHA} (each "
+             "tested only if every one before it was confirmed); secondary: the same test, Holm over "
+             f"{', '.join(SECONDARY)} at α = {ALPHA}. \"refuted\": the 90% t-interval's upper end below "
+             f"+{SMALLEST_EFFECT} distinct right answers, the plan's smallest effect of interest, so H1 and H3 only. "
+             "The bootstrap resamples seeds and prompts together (description, not a test).")
+    agreement = (f"The exact sign-flip test disagrees with the t-test at α = {ALPHA} on {', '.join(disagree)}; the "
+                 "t-test decides, as the plan says." if disagree else f"The exact sign-flip test agrees with the "
+                 f"t-test at α = {ALPHA} on every hypothesis with a test ({len(tested)}).")
+    return [rules, "", agreement]
 
 
 def arm_means(per_seed: Mapping[str, Mapping]) -> dict[str, dict]:
