@@ -118,6 +118,13 @@ def test_the_reading_follows_the_plans_sequence_and_holm(confirm):
     text = (Path(cfg.run_dir) / "results.md").read_text()
     assert "mean d [90% t-interval]" in text and "fixed sequence H1 → H2 → H4 → H3 at α = 0.05" in text
     assert "The exact sign-flip test" in text
+    # where the time went: each piece's recorded seconds, in hours, against the plan's budget
+    cost = record["cost"]
+    trained = sorted((Path(cfg.run_dir) / "train").glob("*/final/done.json"))
+    assert cost["runs"] == len(trained) == len(cfg.run_labels())
+    assert cost["hours"]["training"] == pytest.approx(sum(json.loads(p.read_text())["seconds"] for p in trained) / 3600)
+    assert cost["new_runs_hours"] == pytest.approx(sum(h for k, h in cost["hours"].items() if "exploratory" not in k))
+    assert "Cost, wall clock on 2 cores" in text and f"against the plan's {cost['budget_hours']:g} h budget" in text
 
 
 def test_the_exploratory_records_models_are_evaluated_on_the_held_out_kinds(confirm):

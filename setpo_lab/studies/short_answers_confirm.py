@@ -326,7 +326,7 @@ def results_markdown(record: Mapping) -> str:
             lines.append(f"| {name} | {h.get('arm', 'key_gated')} − grpo, {h['metric']} | {_with_interval(h)} | "
                          f"{h['t']:.2f} | {h['p']:.4f} | {_number(h.get('sign_flip_p'), '{:.4f}')} | "
                          f"{_with_interval(h.get('bootstrap'), ('lo', 'hi'))} | {h['verdict']} |")
-    lines += ["", *_decision_notes(record)]
+    lines += ["", *_decision_notes(record), *_cost_line(record.get("cost"))]
     lines += ["", "Every metric, each arm's mean over its seeds (description; `per_seed` in results.json holds each "
               "model's value):", ""]
     means = arm_means(record["per_seed"])
@@ -343,6 +343,43 @@ def results_markdown(record: Mapping) -> str:
                   "| arm | seeds | distinct right, held-out kinds |", "|---|---|---|"]
         lines += [f"| {arm} | {v['seeds']} | {v['heldout_distinct_right']:.3f} |" for arm, v in by_arm.items()]
     return "\n".join(lines) + "\n"
+
+
+#: the plan's budget for the new runs and their evaluations, on 2 cores
+BUDGET_HOURS = 6.0
+
+
+def _cost(cfg: ConfirmStudyConfig) -> dict:
+    """Where the record's time went, in hours of wall clock as each piece recorded it (``seconds`` of a training run's
+    ``done.json`` and of each evaluation): the new runs' training, each evaluation set (the base model's included),
+    the held-out kinds' choice, and the exploratory models' held-out evaluations (their retraining, when a model had
+    to be made again, is not timed in this record)."""
+    root = Path(cfg.run_dir)
+
+    def hours(paths) -> float:
+        return sum(read_json(p)["seconds"] for p in paths) / 3600
+
+    sets = {"eval": "test set", "eval_hard": "hard set", "eval_heldout": "held-out kinds"}
+    exploratory = sorted((root / "eval_heldout").glob("exploratory_*.json"))
+    parts = {"training": hours(sorted((root / "train").glob("*/final/done.json"))),
+             **{f"evaluation, {name}": hours(p for p in sorted((root / folder).glob("*.json")) if p not in exploratory)
+                for folder, name in sets.items()},
+             "choosing the held-out kinds": hours(sorted((root / "heldout_selection").glob("*.json")))}
+    new = sum(parts.values())
+    parts["the exploratory models on the held-out kinds"] = hours(exploratory)
+    return {"hours": parts, "new_runs_hours": new, "budget_hours": BUDGET_HOURS,
+            "runs": len(list((root / "train").glob("*/final/done.json")))}
+
+
+def _cost_line(cost: Mapping | None) -> list[str]:
+    if not cost:
+        return []
+    parts = "; ".join(f"{name} {h:.1f} h" for name, h in cost["hours"].items())
+    over = cost["new_runs_hours"] - cost["budget_hours"]
+    return ["", f"Cost, wall clock on 2 cores as each piece recorded it: {parts}. The {cost['runs']} new runs with "
+            f"their evaluations took {cost['new_runs_hours']:.1f} h against the plan's {cost['budget_hours']:g} h "
+            "budget" + (f" ({over:.1f} h over: reported, not cut, as the plan says)." if over > 0 else ".")
+            + " Runs made while other work shared the machine took longer than they would alone."]
 
 
 def _number(x, fmt: str) -> str:
@@ -390,7 +427,8 @@ def arm_means(per_seed: Mapping[str, Mapping]) -> dict[str, dict]:
 
 
 def report(cfg: ConfirmStudyConfig, log=print_flushed) -> dict:
-    record = {"command": cfg.command(), "plan": check_plan(cfg), "config": asdict(cfg), **confirm_reading(cfg)}
+    record = {"command": cfg.command(), "plan": check_plan(cfg), "config": asdict(cfg), **confirm_reading(cfg),
+              "cost": _cost(cfg)}
     write_json(Path(cfg.run_dir) / "results.json", record)
     (Path(cfg.run_dir) / "results.md").write_text(results_markdown(record))
     log(f"[report] {record['headline']}")
