@@ -27,6 +27,15 @@ for _b in BLOCKS:
 RUN_BLOCKS = list(UNIQUE.values())
 
 
+def test_docs_hold_no_control_characters():
+    """A control character in a page is a string escape gone wrong (LaTeX's backslash-f of frac read as a form
+    feed, backslash-n of ne as a new line), which breaks the formula and the table row around it."""
+    bad = [f"{path.relative_to(ROOT)}:{n}: {line[:60]!r}" for path in doc_files()
+           for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1)
+           if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", line)]
+    assert not bad, "control characters in the docs:\n" + "\n".join(bad)
+
+
 def test_readme_is_at_most_12_kb():
     size = len((ROOT / "README.md").read_bytes())
     assert size <= README_LIMIT, f"README.md is {size} bytes, over {README_LIMIT}: move detail into docs/"
