@@ -103,3 +103,106 @@ def test_soft_overlong_penalty():
     torch.testing.assert_close(pen, torch.tensor([0.0, 0.0, -0.5, -1.0]))
     with pytest.raises(ValueError, match="cache_len"):
         soft_overlong_penalty([1], max_len=4, cache_len=4)
+
+
+# ------------------------------------------------------------------ hostile inputs: padding, masks, missing terms
+@pytest.mark.parametrize("loss_fn", [ppo_clip_loss, gspo_loss])
+@pytest.mark.parametrize("junk", [math.nan, -math.inf, math.inf, 1e30])
+def test_padding_reaches_neither_the_loss_nor_its_gradient(loss_fn, junk):
+    gen = torch.Generator().manual_seed(1)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    clean = (torch.randn(2, 4, generator=gen, dtype=D) * 0.01).masked_fill(mask == 0, 0.0)
+    old = torch.zeros(2, 4, dtype=D)
+    adv = lp([1.0, -2.0])
+    got_lp = clean.masked_fill(mask == 0, junk).requires_grad_()
+    want_lp = clean.clone().requires_grad_()
+    got, _ = loss_fn(got_lp, old.masked_fill(mask == 0, junk), adv, mask)
+    want, _ = loss_fn(want_lp, old, adv, mask)
+    got.backward()
+    want.backward()
+    assert float(got.detach()) == float(want.detach())
+    assert torch.equal(got_lp.grad, want_lp.grad)
+    assert bool((got_lp.grad[mask == 0] == 0).all())
+
+
+@pytest.mark.parametrize("bad", [2, 0.5, -1, math.nan])
+def test_a_mask_holds_zeros_and_ones_only(bad):
+    mask = torch.tensor([[1.0, bad]], dtype=D)
+    with pytest.raises(ValueError, match="mask must hold 0 and 1"):
+        ppo_clip_loss(torch.zeros(1, 2, dtype=D), torch.zeros(1, 2, dtype=D), lp([1.0]), mask)
+    with pytest.raises(ValueError, match="mask must hold 0 and 1"):
+        aggregate(torch.zeros(1, 2, dtype=D), mask)
+
+
+def test_a_bool_mask_equals_its_0_1_form():
+    new, old = torch.randn(2, 3, dtype=D) * 0.1, torch.zeros(2, 3, dtype=D)
+    ints = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    a, _ = ppo_clip_loss(new, old, lp([1.0, -1.0]), ints)
+    b, _ = ppo_clip_loss(new, old, lp([1.0, -1.0]), ints.bool())
+    assert float(a) == float(b)
+
+
+@pytest.mark.parametrize("where", ["log_prob", "old_log_prob", "advantages"])
+def test_a_non_finite_value_at_a_real_token_is_refused(where):
+    args = {"log_prob": torch.zeros(2, 2, dtype=D), "old_log_prob": torch.zeros(2, 2, dtype=D),
+            "advantages": lp([1.0, 1.0]), "mask": torch.ones(2, 2)}
+    args[where] = args[where].clone()
+    args[where].view(-1)[1] = math.nan
+    with pytest.raises(ValueError, match=f"{where}.*(NaN|infinite)"):
+        ppo_clip_loss(**args)
+
+
+def test_integer_log_probs_and_tensors_elsewhere_are_refused():
+    with pytest.raises(ValueError, match="old_log_prob must be a float tensor"):
+        ppo_clip_loss(torch.zeros(1, 2), torch.zeros(1, 2, dtype=torch.long), lp([1.0]), torch.ones(1, 2))
+    with pytest.raises(ValueError, match="mask must be a torch tensor"):
+        ppo_clip_loss(torch.zeros(1, 2), torch.zeros(1, 2), lp([1.0]), [[1, 1]])
+    with pytest.raises(ValueError, match="meta"):
+        ppo_clip_loss(torch.zeros(1, 2, device="meta"), torch.zeros(1, 2), lp([1.0]), torch.ones(1, 2))
+
+
+def test_a_kl_term_asked_for_is_never_left_out():
+    x, mask = torch.zeros(1, 2, dtype=D), torch.ones(1, 2)
+    with pytest.raises(ValueError, match="kl_coef=0.1 needs ref_log_prob"):
+        policy_loss(PRESETS["grpo"], x, x, lp([1.0]), mask, kl_coef=0.1)
+    with pytest.raises(ValueError, match="kl_coef"):
+        policy_loss(PRESETS["grpo"], x, x, lp([1.0]), mask, ref_log_prob=x, kl_coef=-0.1)
+
+
+def test_a_preset_is_an_algorithm_preset_or_its_name():
+    gen = torch.Generator().manual_seed(2)
+    new, old = (torch.randn(2, 3, generator=gen, dtype=D) * 0.1 for _ in range(2))
+    adv, mask = lp([1.0, -1.0]), torch.ones(2, 3)
+    for name in ("grpo", "gspo", "dapo"):
+        assert float(policy_loss(name, new, old, adv, mask)[0]) == float(policy_loss(PRESETS[name], new, old,
+                                                                                     adv, mask)[0])
+    with pytest.raises(ValueError, match="unknown algorithm preset 'ppo'"):
+        policy_loss("ppo", new, old, adv, mask)
+    with pytest.raises(ValueError, match="AlgorithmPreset"):
+        policy_loss({"name": "grpo"}, new, old, adv, mask)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_a_batch_without_tokens_reduces_to_zero(mode):
+    for shape in [(0, 4), (3, 0)]:
+        assert float(aggregate(torch.zeros(shape, dtype=D), torch.zeros(shape), mode)) == 0.0
+    assert float(aggregate(torch.full((2, 3), math.nan, dtype=D), torch.zeros(2, 3), mode)) == 0.0
+
+
+@pytest.mark.parametrize("norm_len", [0, -3, 2.5, True, "4"])
+def test_aggregate_checks_norm_len(norm_len):
+    with pytest.raises(ValueError, match="norm_len"):
+        aggregate(torch.ones(1, 2, dtype=D), torch.ones(1, 2), "seq-mean-token-sum-norm", norm_len=norm_len)
+
+
+def test_gspo_clip_high_none_is_symmetric():
+    new = torch.tensor([[0.01, 0.01], [-0.01, -0.01]], dtype=D)
+    old, adv, mask = torch.zeros(2, 2, dtype=D), lp([1.0, -1.0]), torch.ones(2, 2)
+    a, _ = gspo_loss(new, old, adv, mask, clip_low=0.005, clip_high=None)
+    b, _ = gspo_loss(new, old, adv, mask, clip_low=0.005, clip_high=0.005)
+    assert float(a) == float(b)
+
+
+def test_soft_overlong_penalty_keeps_lengths_exact():
+    with pytest.raises(ValueError, match="max_len must be <= 2\\*\\*53"):
+        soft_overlong_penalty([1], max_len=2**60, cache_len=4)
