@@ -413,3 +413,25 @@ def test_setgrpo_acceptance_is_affine_invariant(sa, sb, a, b):
         centre, sigma, _ = joint_coefficient_set(s, group_size=6)
         decisions.append(safe_recovery(centre[None], sigma[None], 1.0, gram, [0.0, 1.0]).accepted.tolist())
     assert decisions[0] == decisions[1]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(vocab_size=10**9, traj_len=10**9), "exceeds"),          # never computes the power
+    (dict(num_prompts=10**7), "num_prompts × vocab_size\\*\\*traj_len"),
+    (dict(embed_dim=10**6, vocab_size=2, traj_len=10), "vocab_size\\*\\*traj_len × embed_dim"),
+    (dict(surface_noise=1e300), "float32"), (dict(correct_reward=(1e300, 1.0, 1.0, 1.0)), "float32"),
+])
+def test_bandit_config_refuses_worlds_too_big_to_build(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        BanditConfig(**kwargs)
+
+
+def test_bandit_world_pairs_prompts_with_trajectories():
+    world = MultiModalBanditEnv(num_prompts=3).world
+    tokens = torch.tensor([[0, 1, 2], [3, 4, 5]])
+    assert world.modes([0, 2], tokens).tolist() == [int(world.mode_table[0, world.sequence_id(tokens)[0]]),
+                                                    int(world.mode_table[2, world.sequence_id(tokens)[1]])]
+    assert world.modes(1, tokens).tolist() == world.modes([1, 1], tokens).tolist()  # one id for every row
+    for prompts in ([0, 1, 2], [0], [[0, 1]]):
+        with pytest.raises(ValueError, match="one per trajectory"):
+            world.modes(prompts, tokens)

@@ -31,6 +31,10 @@ from setpo.envs._checks import check_options, check_seed, whole_number
 
 #: Most surface forms (vocab_size**traj_len) a world tabulates; each has an embed_dim-vector offset.
 MAX_SEQUENCES = 1 << 20
+#: Most numbers in one of the world's tables (num_prompts × surface forms, surface forms × embed_dim; the mode
+#: centres are smaller, as there are no more modes than surface forms): 2**28 is 1 GiB of float32; a bigger world is refused at construction, not met as an out-of-memory.
+MAX_TABLE_ENTRIES = 1 << 28
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _is_real(x) -> bool:
@@ -75,8 +79,10 @@ class BanditConfig:
             raise ValueError(f"correct_reward must be a tuple of numbers, got {type(self.correct_reward).__name__}")
         if not all(_is_real(r) and math.isfinite(r) for r in self.correct_reward):
             raise ValueError(f"correct_reward must hold finite numbers, got {self.correct_reward!r}")
-        # the world tabulates every surface form: keep the table (and its embeddings) a sane size
-        if self.vocab_size ** self.traj_len > MAX_SEQUENCES:
+        # the world tabulates every surface form: keep the table (and its embeddings) a sane size; the logarithm
+        # first, so that vocab_size**traj_len is never computed for a huge traj_len (a big-integer power can hang)
+        if self.traj_len * math.log2(self.vocab_size) > math.log2(MAX_SEQUENCES) + 1 or \
+                self.vocab_size ** self.traj_len > MAX_SEQUENCES:
             raise ValueError(f"vocab_size**traj_len = {self.vocab_size}**{self.traj_len} exceeds {MAX_SEQUENCES} "
                              f"surface forms, which the world tabulates")
         if not 0 < self.num_correct <= self.num_modes:
@@ -85,6 +91,16 @@ class BanditConfig:
             raise ValueError("vocab_size**traj_len must be at least num_modes so every mode has a surface form")
         if self.correct_reward and len(self.correct_reward) != self.num_correct:
             raise ValueError(f"correct_reward needs {self.num_correct} values, got {len(self.correct_reward)}")
+        # rewards and embeddings are float32: a value beyond its range would become inf
+        if self.surface_noise > FLOAT32_MAX / 2 or any(abs(r) > FLOAT32_MAX for r in self.correct_reward):
+            raise ValueError(f"surface_noise and correct_reward must fit float32 (|x| <= {FLOAT32_MAX / 2:.3g} and "
+                             f"{FLOAT32_MAX:.3g}), got {self.surface_noise!r}, {self.correct_reward!r}")
+        sequences = self.vocab_size ** self.traj_len
+        for what, entries in (("num_prompts × vocab_size**traj_len", self.num_prompts * sequences),
+                              ("vocab_size**traj_len × embed_dim", sequences * self.embed_dim)):
+            if entries > MAX_TABLE_ENTRIES:
+                raise ValueError(f"{what} = {entries} numbers exceeds {MAX_TABLE_ENTRIES} (2**28), the largest "
+                                 f"table the world builds")
 
 
 def _config(config, overrides: dict) -> BanditConfig:
@@ -137,7 +153,12 @@ class MultiModalBandit:
         return prompts
 
     def modes(self, prompts, tokens) -> torch.Tensor:
-        return self.mode_table[self._check_prompts(prompts), self.sequence_id(tokens)]
+        """(N,) prompt ids (or one id for every row) and (N, traj_len) tokens -> (N,) mode ids."""
+        prompts, sequences = self._check_prompts(prompts), self.sequence_id(tokens)
+        if prompts.ndim > 1 or (prompts.ndim == 1 and prompts.shape[0] != sequences.shape[0]):
+            raise ValueError(f"prompt ids must be one id or one per trajectory ({sequences.shape[0]}), got shape "
+                             f"{tuple(prompts.shape)}")
+        return self.mode_table[prompts, sequences]
 
     def rewards(self, prompts, tokens) -> torch.Tensor:
         return self.mode_reward[self.modes(prompts, tokens)]
