@@ -435,3 +435,40 @@ def test_bandit_world_pairs_prompts_with_trajectories():
     for prompts in ([0, 1, 2], [0], [[0, 1]]):
         with pytest.raises(ValueError, match="one per trajectory"):
             world.modes(prompts, tokens)
+
+
+# ------------------------------------------------------------------------------------------- rubric world
+
+
+@pytest.mark.parametrize("prompts, responses, match", [
+    ([-1], [0], "prompts must be .* in \\[0, 4\\), got -1"),          # would wrap to the last prompt
+    ([0], [5], "responses must be .* in \\[0, 5\\), got 5"),
+    ([0.0], [1], "prompts must be .*dtype torch.float"), ([True], [1], "prompts must be"),
+    ([[0]], [1], "prompts must be .*shape \\(1, 1\\)"), ("ab", [1], "prompts must be"), ({"a": 1}, [1], "prompts"),
+    ([0, 1], [1], "pair up one to one, got 2 prompt ids and 1"),
+])
+def test_rubric_world_checks_its_prompt_and_response_ids(prompts, responses, match):
+    from setpo.envs.rubric import RubricTask, RubricToyConfig
+    task = RubricTask(RubricToyConfig(n_prompts=4, n_responses=5))
+    gen = torch.Generator().manual_seed(0)
+    for call in (lambda: task.grade(prompts, responses, gen), lambda: task.regrade(prompts, responses, 2, gen),
+                 lambda: task.expert_grade(prompts, responses, 2, gen)):
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
+def test_rubric_world_refuses_sizes_it_cannot_hold_and_unseeded_calls():
+    from setpo.envs.rubric import RubricTask, RubricToyConfig
+    with pytest.raises(ValueError, match="n_prompts × n_responses × feature_dim"):
+        RubricToyConfig(n_prompts=10**6, n_responses=10**3, feature_dim=8)
+    task = RubricTask(RubricToyConfig(n_prompts=4, n_responses=5))
+    gen = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="times × N × 2"):
+        task.regrade([0, 1], [0, 1], 10**9, gen)
+    with pytest.raises(ValueError, match="times × N gradings"):
+        task.expert_grade([0, 1], [0, 1], 10**9, gen)
+    with pytest.raises(ValueError, match="gen must be a torch.Generator"):
+        task.grade([0], [0], None)
+    a = task.grade(torch.tensor([0, 3]), torch.tensor([4, 0]), torch.Generator().manual_seed(1))
+    b = task.grade([0, 3], np.array([4, 0]), torch.Generator().manual_seed(1))
+    assert torch.equal(a, b)

@@ -23,11 +23,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from setpo.envs._checks import finite_real, whole_number
 
 __all__ = ["RubricTask", "RubricToyConfig"]
+
+#: Most numbers one of the world's tensors may hold (features P × M × d, a regrade's times × N × 2): 2**28 float64
+#: is 2 GiB; a bigger request is refused by name, not met as an out-of-memory.
+MAX_ENTRIES = 1 << 28
 
 
 @dataclass
@@ -61,6 +66,10 @@ class RubricToyConfig:
         finite_real(self.ambiguous_fraction, "ambiguous_fraction", 0, 1)
         finite_real(self.taste_scale, "taste_scale", 0)
         finite_real(self.expert_noise, "expert_noise", 0)
+        if self.n_prompts * self.n_responses * self.feature_dim > MAX_ENTRIES:
+            raise ValueError(f"n_prompts × n_responses × feature_dim = "
+                             f"{self.n_prompts * self.n_responses * self.feature_dim} exceeds {MAX_ENTRIES} (2**28), "
+                             f"the most features the world builds")
         for name, high in (("grader_noise", None), ("slip_prob", 1)):
             pair = getattr(self, name)
             if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
@@ -74,6 +83,17 @@ def _times(times: int) -> int:
         return whole_number(times, "times", 1)
     except ValueError:
         raise ValueError(f"times must be a positive integer, got {times!r:.80}") from None
+
+
+def _check_size(entries: int, what: str) -> None:
+    if entries > MAX_ENTRIES:
+        raise ValueError(f"{what} = {entries} exceeds {MAX_ENTRIES} (2**28), the most one call returns")
+
+
+def _check_generator(gen) -> None:
+    if not isinstance(gen, torch.Generator):  # noise and slips are drawn from it: a run is seeded through it
+        raise ValueError(f"gen must be a torch.Generator (e.g. torch.Generator().manual_seed(0)), got "
+                         f"{type(gen).__name__}")
 
 
 class RubricTask:
@@ -95,8 +115,31 @@ class RubricTask:
         # each grader's own preference, on ambiguous prompts only: (P, M, 2)
         self.taste = cfg.taste_scale * torch.tanh(self.features @ tastes.T) * self.ambiguous[:, None, None]
 
+    def _pairs(self, prompts, responses) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N,) prompt ids and (N,) response ids, checked: integers in range (a negative id would wrap around to
+        the last prompt), one response per prompt id."""
+        out = []
+        for name, ids, n in (("prompts", prompts, self.config.n_prompts),
+                             ("responses", responses, self.config.n_responses)):
+            want = f"{name} must be a 1-D sequence of integer ids in [0, {n})"
+            try:
+                t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(np.asarray(ids))
+            except (TypeError, ValueError, RuntimeError):
+                raise ValueError(f"{want}, got {type(ids).__name__}") from None
+            if t.dtype == torch.bool or t.is_floating_point() or t.is_complex() or t.ndim != 1:
+                raise ValueError(f"{want}, got dtype {t.dtype} and shape {tuple(t.shape)}")
+            if bool(((t < 0) | (t >= n)).any()):
+                raise ValueError(f"{want}, got {t[(t < 0) | (t >= n)][0].item()}")
+            out.append(t.long())
+        if out[0].shape != out[1].shape:
+            raise ValueError(f"prompts and responses pair up one to one, got {out[0].shape[0]} prompt ids and "
+                             f"{out[1].shape[0]} response ids")
+        return out[0], out[1]
+
     def grade(self, prompts: torch.Tensor, responses: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """Both graders' scores of responses[i] to prompts[i]: (N, 2) in [0, 1]."""
+        prompts, responses = self._pairs(prompts, responses)
+        _check_generator(gen)
         mean = self.quality[prompts, responses][:, None] + self.taste[prompts, responses]
         sd = torch.tensor(self.config.grader_noise, dtype=torch.float64)
         noisy = (mean + sd * torch.randn(mean.shape, generator=gen, dtype=torch.float64)).clamp(0.0, 1.0)
@@ -105,10 +148,17 @@ class RubricTask:
 
     def regrade(self, prompts, responses, times: int, gen: torch.Generator) -> torch.Tensor:
         """``times`` fresh gradings of the same responses by both graders: (times, N, 2)."""
-        return torch.stack([self.grade(prompts, responses, gen) for _ in range(_times(times))])
+        prompts, responses = self._pairs(prompts, responses)
+        times = _times(times)
+        _check_size(times * prompts.shape[0] * 2, "times × N × 2 gradings")
+        return torch.stack([self.grade(prompts, responses, gen) for _ in range(times)])
 
     def expert_grade(self, prompts, responses, times: int, gen: torch.Generator) -> torch.Tensor:
         """``times`` gradings by a careful expert (no taste, no slips, noise ``expert_noise``): (times, N)."""
+        prompts, responses = self._pairs(prompts, responses)
         q = self.quality[prompts, responses]
-        noise = torch.randn((_times(times), q.shape[0]), generator=gen, dtype=torch.float64)
+        times = _times(times)
+        _check_size(times * q.shape[0], "times × N gradings")
+        _check_generator(gen)
+        noise = torch.randn((times, q.shape[0]), generator=gen, dtype=torch.float64)
         return (q + self.config.expert_noise * noise).clamp(0.0, 1.0)
