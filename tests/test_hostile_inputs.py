@@ -13,11 +13,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import setpo.envs.math as md
 import setpo
-from setpo.envs.bandit import BanditConfig, MultiModalBanditEnv
+import setpo.envs.math as md
 from setpo.diversity import marginals_by_definition
 from setpo.embed import HashedNgramEmbedder, load_embedder
+from setpo.envs.bandit import BanditConfig, MultiModalBanditEnv
 from setpo.setgrpo import joint_coefficient_set, safe_recovery
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -472,3 +472,114 @@ def test_rubric_world_refuses_sizes_it_cannot_hold_and_unseeded_calls():
     a = task.grade(torch.tensor([0, 3]), torch.tensor([4, 0]), torch.Generator().manual_seed(1))
     b = task.grade([0, 3], np.array([4, 0]), torch.Generator().manual_seed(1))
     assert torch.equal(a, b)
+
+
+# ------------------------------------------------------------------------------- SetGRPO's public functions
+
+def _one_group():
+    f = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    centre = torch.tensor([1.0, -0.5, 0.2, -0.7], dtype=torch.float64)
+    return centre, torch.full((4,), 0.3, dtype=torch.float64), f @ f.T
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(centre=[[1.0, math.nan, 0.0, 0.0]]), "centre contains NaN"),
+    (dict(sigma=[[0.3, -0.1, 0.3, 0.3]]), "sigma must be >= 0"),
+    (dict(q=-1.0), "q must be >= 0"), (dict(q=math.inf), "q must be finite"), (dict(q="1"), "q must be a real number"),
+    (dict(q=True), "q must be a real number"), (dict(gram=torch.eye(3)[None]), "need centre and sigma"),
+    (dict(centre=[1.0, 0.0, 0.0, 0.0]), "need centre and sigma"), (dict(centre="abcd"), "centre must be a numeric"),
+])
+def test_setgrpo_recovery_functions_check_their_inputs_alike(change, match):
+    from setpo.setgrpo import gate_scores
+    c, s, k = _one_group()
+    args = dict(centre=c[None], sigma=s[None], q=1.0, gram=k[None])
+    args.update(change)
+    for call in (lambda a: safe_recovery(**a), lambda a: gate_scores(**a)):
+        with pytest.raises(ValueError, match=match):
+            call(args)
+
+
+def test_setgrpo_knobs_are_checked_by_name():
+    from setpo.setgrpo import gate_scores, lm_head_gradient_features, worst_case_agreement
+    c, s, k = _one_group()
+    for n_bisect, match in ((-1, "n_bisect must be >= 0"), (10**9, "n_bisect must be <= 1100"), (2.5, "n_bisect")):
+        with pytest.raises(ValueError, match=match):
+            safe_recovery(c[None], s[None], 1.0, k[None], n_bisect=n_bisect)
+        with pytest.raises(ValueError, match=match):
+            gate_scores(c[None], s[None], 1.0, k[None], n_bisect=n_bisect)
+    for rho_max in (-1.0, math.nan, "10"):
+        with pytest.raises(ValueError, match="rho_max"):
+            gate_scores(c[None], s[None], 1.0, k[None], rho_max=rho_max)
+    with pytest.raises(ValueError, match="valid must have centre's shape"):
+        safe_recovery(c[None], s[None], 1.0, k[None], valid=torch.ones(1, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="valid must be booleans"):
+        safe_recovery(c[None], s[None], 1.0, k[None], valid=torch.ones(1, 4))
+    for tau in (-0.5, math.nan, "1"):
+        with pytest.raises(ValueError, match="tau"):
+            worst_case_agreement([0.0, 0.5], c, s, 1.0, k, tau=tau)
+    with pytest.raises(ValueError, match="eta contains NaN"):
+        worst_case_agreement([0.0, math.nan], c, s, 1.0, k)
+    with pytest.raises(ValueError, match="need centre and sigma of shape \\(G,\\)"):
+        worst_case_agreement([0.0], c[None], s[None], 1.0, k[None])
+    # the checked functions agree with each other where they meet: ρ from gate_scores is safe_recovery's
+    rec = safe_recovery(c[None], s[None], 1.0, k[None], with_rho=True)
+    assert torch.equal(rec.rho, gate_scores(c[None], s[None], 1.0, k[None]))
+    m = worst_case_agreement(rec.eta[0], c, s, 1.0, k)
+    assert torch.allclose(m, rec.m_at_eta[0], atol=1e-12)
+
+    h = torch.randn(2, 3, 5)
+    z, y, mask = torch.randn(2, 3, 7), torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.ones(2, 3)
+    assert lm_head_gradient_features(h, z, y, mask, dims=(2, 2)).shape == (2, 4)
+    for kwargs, match in ((dict(tokens=torch.tensor([[1, 2, 3], [4, 5, 7]])), "tokens must be ids in \\[0, 7\\)"),
+                          (dict(tokens=torch.tensor([[1, 2, 3], [4, 5, -1]])), "tokens must be ids"),
+                          (dict(tokens=y.float()), "integer token ids"), (dict(hidden=h.numpy()), "hidden must be"),
+                          (dict(mask=torch.full((2, 3), 2.0)), "mask must hold 0 and 1"),
+                          (dict(mask=torch.ones(2, 2)), "mask must have shape"),
+                          (dict(temperature=0.0), "temperature must be > 0"), (dict(temperature="1"), "temperature"),
+                          (dict(dims=(0, 4)), "dims\\[0\\] must be >= 1"), (dict(dims=(10**9, 1)), "smaller dims"),
+                          (dict(dims="16"), "dims must be None or a pair"), (dict(seed=-1), "seed")):
+        args = dict(hidden=h, logits=z, tokens=y, mask=mask, dims=(2, 2))
+        args.update(kwargs)
+        with pytest.raises(ValueError, match=match):
+            lm_head_gradient_features(**args)
+
+
+def test_setgrpo_risk_test_inputs_are_checked():
+    from setpo.setgrpo import (
+        SetGRPOConfig,
+        binomial_p_value,
+        fixed_sequence_test,
+        hoeffding_bentkus_p_value,
+        ltt_select_threshold,
+        reversal_indicators,
+    )
+    for p_value in (binomial_p_value, hoeffding_bentkus_p_value):
+        for failures, n, match in ((5, 3, "cannot exceed"), (-1, 3, "failures must be >= 0"),
+                                   (1.5, 3, "failures"), (1, 10**12, "n must be <= 10000000")):
+            with pytest.raises(ValueError, match=match):
+                p_value(failures, n, 0.1)
+        with pytest.raises(ValueError, match="beta must be a real number"):
+            p_value(1, 3, "0.1")
+    for ps, match in (([0.01, 1.5], "p_values\\[1\\] must be a number in \\[0, 1\\]"), ([-0.1], "p_values\\[0\\]"),
+                      (["0.01"], "p_values\\[0\\]"), ("0.01", "sequence of p-values")):
+        with pytest.raises(ValueError, match=match):
+            fixed_sequence_test(ps, 0.1)
+    assert fixed_sequence_test([0.01, math.nan, 0.01], 0.1) == 1   # NaN: not tested, ends the sequence
+    acc = torch.ones(30, 2, dtype=torch.bool)
+    for kwargs, match in ((dict(accepted=acc.float()), "accepted must be booleans"),
+                          (dict(grid=[1.0, math.nan]), "grid\\[1\\] must be finite"), (dict(grid=[]), "empty"),
+                          (dict(start=True), "start"), (dict(p_value=["binomial"]), "unknown p_value")):
+        args = dict(accepted=acc, reversed_=torch.zeros(30, 2, dtype=torch.bool), grid=[1.0, 0.0])
+        args.update(kwargs)
+        with pytest.raises(ValueError, match=match):
+            ltt_select_threshold(**args)
+    with pytest.raises(ValueError, match="need coef \\(B, T, G\\)"):
+        reversal_indicators(torch.zeros(2, 3, 4), torch.zeros(2, 3), torch.zeros(2, 4, 4))
+    for kwargs, match in ((dict(lam=-0.1), "lam must be >= 0"), (dict(lam=math.nan), "lam must be finite"),
+                          (dict(n_bisect=-2), "n_bisect"), (dict(recalibrate_every=2.5), "recalibrate_every"),
+                          (dict(sigma_min="0.25"), "sigma_min"), (dict(tau_grid="3210"), "tau_grid"),
+                          (dict(tau_grid=(1.0, "0")), "tau_grid\\[1\\]"), (dict(estimator="nope"), "estimator"),
+                          (dict(identity_geometry=1), "identity_geometry"), (dict(alpha="0.1"), "alpha"),
+                          (dict(ltt_start_factor=0), "ltt_start_factor"), (dict(eps=0.0), "eps")):
+        with pytest.raises(ValueError, match=match):
+            SetGRPOConfig(**kwargs)

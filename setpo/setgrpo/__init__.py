@@ -44,7 +44,8 @@ normalises rewards jointly within the group, so one grader's slip moves the coef
 
     Design choice (ours). The literal reading's score (docs/guides/setgrpo.md),
     ρ = m(η*)/(‖c(η*)‖_K ‖â‖_K), is zero whenever η* < 1 (m(η*) = 0 there), so it cannot rank partial
-    recoveries, and a gate on the calibrated box alone leaves nothing for the risk test to choose. We make the threshold the box inflation instead: the gate score is
+    recoveries, and a gate on the calibrated box alone leaves nothing for the risk test to choose. We make the
+    threshold the box inflation instead: the gate score is
     ρ = the largest τ at which the group is still accepted ("how far the calibrated box can grow before no
     safe update is left"; ``gate_scores``, bisection over τ), and a group passes the gate at τ when ρ ≥ τ,
     updating with c(η*(τ)). τ = 1 reproduces the literal reading's anchor, path, m and η*; τ = 0 accepts every

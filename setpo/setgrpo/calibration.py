@@ -10,7 +10,7 @@ import torch
 
 from setpo.advantages import base_advantages, check_estimator
 from setpo.groups import as_tensor, check_finite, check_real
-from setpo.setgrpo.inputs import check_level, grader_scores, response_groups, float_rows
+from setpo.setgrpo.inputs import check_level, float_rows, grader_scores, response_groups
 
 SCALES = ("response", "pooled")
 
@@ -33,10 +33,9 @@ def joint_coefficient_set(scores, index=None, *, group_size: int | None = None, 
     distinct responses each grader's z-scores are fixed by the order it puts them in, so two graders that
     merely agree on the order give identical advantages, which is weak evidence that both are right.
     """
-    if not sigma_min > 0:
-        raise ValueError(f"sigma_min must be positive, got {sigma_min}")
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    sigma_min = check_real(sigma_min, "sigma_min", minimum=0.0, strict=True)
+    if not isinstance(scale, str) or scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r:.40}")
     s = grader_scores(scores)
     groups = response_groups(s.shape[0], index, group_size, s.device)
     check_estimator(estimator)
@@ -120,4 +119,5 @@ def conformal_quantile(scores, alpha: float) -> float:
 
 def covers(reference, centre, sigma, q: float, index=None, *, group_size: int | None = None) -> torch.Tensor:
     """(B,) bool: is each group's reference inside its box C = Π_i [â_i ± q σ̂_i]?"""
+    q = check_real(q, "q", minimum=0.0)
     return conformal_scores(reference, centre, sigma, index, group_size=group_size) <= q

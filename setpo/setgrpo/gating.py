@@ -5,11 +5,16 @@ See ``setpo.setgrpo`` for the method and which parts are this package's design."
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
 
+from setpo.groups import as_bool_rows, as_tensor, check_int, check_real
 from setpo.setgrpo.inputs import check_level
+
+#: Most trials a p-value is computed for: the exact binomial tail sums up to `failures` + 1 terms.
+MAX_TRIALS = 10**7
 
 
 def reversal_indicators(coef, reference, gram) -> torch.Tensor:
@@ -18,6 +23,13 @@ def reversal_indicators(coef, reference, gram) -> torch.Tensor:
     coef: (B, T, G) applied coefficients (zero for rejected groups, which never count as reversals);
     reference: (B, G) padded a*; gram: (B, G, G).
     """
+    coef = as_tensor(coef, name="coef", dtype=torch.float64)
+    reference = as_tensor(reference, name="reference", dtype=torch.float64, device=coef.device)
+    gram = as_tensor(gram, name="gram", dtype=torch.float64, device=coef.device)
+    if coef.ndim != 3 or reference.shape != (coef.shape[0], coef.shape[2]) or \
+            gram.shape != (coef.shape[0], coef.shape[2], coef.shape[2]):
+        raise ValueError(f"need coef (B, T, G), reference (B, G) and gram (B, G, G); got {tuple(coef.shape)}, "
+                         f"{tuple(reference.shape)}, {tuple(gram.shape)}")
     v = (gram @ reference[..., None])[..., 0]                                     # (B, G)
     return (coef * v[:, None, :]).sum(-1) < 0
 
@@ -35,9 +47,20 @@ def _log_binom_cdf(k: int, n: int, p: float) -> float:
     return top + math.log(sum(math.exp(x - top) for x in terms))
 
 
+def _trials(failures, n) -> tuple[int, int]:
+    """(failures, n) as ints with 0 ≤ failures ≤ n ≤ MAX_TRIALS."""
+    failures, n = check_int(failures, "failures", minimum=0), check_int(n, "n", minimum=0)
+    if failures > n:
+        raise ValueError(f"failures ({failures}) cannot exceed the number of trials n ({n})")
+    if n > MAX_TRIALS:
+        raise ValueError(f"n must be <= {MAX_TRIALS} trials (calibration groups), got {n}")
+    return failures, n
+
+
 def binomial_p_value(failures: int, n: int, beta: float) -> float:
     """Exact p-value for H0: risk > β from F failures in n trials, P(Bin(n, β) ≤ F). n = 0 gives 1."""
-    check_level(beta, "beta")
+    failures, n = _trials(failures, n)
+    beta = check_level(beta, "beta")
     if n == 0:
         return 1.0
     return min(1.0, math.exp(_log_binom_cdf(int(failures), int(n), beta)))
@@ -45,7 +68,8 @@ def binomial_p_value(failures: int, n: int, beta: float) -> float:
 
 def hoeffding_bentkus_p_value(failures: int, n: int, beta: float) -> float:
     """Hoeffding–Bentkus p-value for H0: risk > β (Bates et al. 2021): min(Hoeffding, e·binomial tail)."""
-    check_level(beta, "beta")
+    failures, n = _trials(failures, n)
+    beta = check_level(beta, "beta")
     if n == 0:
         return 1.0
     r = failures / n
@@ -65,7 +89,14 @@ def fixed_sequence_test(p_values, delta: float) -> int:
     p_values: sequence in test order (strictest threshold first). Returns how many were rejected (declared
     safe), i.e. the index of the first failure. Controls the family-wise error rate at δ.
     """
-    check_level(delta, "delta")
+    delta = check_level(delta, "delta")
+    if isinstance(p_values, (str, bytes)) or not hasattr(p_values, "__iter__"):
+        raise ValueError(f"p_values must be a sequence of p-values, got {type(p_values).__name__}")
+    p_values = list(p_values)
+    for k, p in enumerate(p_values):
+        if isinstance(p, (bool, str)) or not isinstance(p, numbers.Real) or not (math.isnan(p) or 0 <= p <= 1):
+            raise ValueError(f"p_values[{k}] must be a number in [0, 1] (NaN: not tested, ends the sequence), "
+                             f"got {p!r:.40}")
     for k, p in enumerate(p_values):
         if not p <= delta:
             return k
@@ -111,15 +142,20 @@ def ltt_select_threshold(accepted, reversed_, grid, *, beta: float = 0.08, delta
     """
     check_level(beta, "beta")
     check_level(delta, "delta")
-    if p_value not in P_VALUES:
-        raise ValueError(f"unknown p_value {p_value!r}; choose one of {sorted(P_VALUES)}")
-    grid = [float(x) for x in grid]
+    if not isinstance(p_value, str) or p_value not in P_VALUES:
+        raise ValueError(f"unknown p_value {p_value!r:.40}; choose one of {sorted(P_VALUES)}")
+    if isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__"):
+        raise ValueError(f"grid must be a sequence of thresholds, got {type(grid).__name__}")
+    grid = [check_real(x, f"grid[{k}]") for k, x in enumerate(grid)]
+    if not grid:
+        raise ValueError("the threshold grid is empty")
     if any(b > a for a, b in zip(grid, grid[1:])):
         raise ValueError("the threshold grid must be ordered strictest first (descending)")
-    if not 0 <= start < len(grid):
+    start = check_int(start, "start", minimum=0)
+    if not start < len(grid):
         raise ValueError(f"start must index the grid (0..{len(grid) - 1}), got {start}")
-    acc = torch.as_tensor(accepted, dtype=torch.bool)
-    rev = torch.as_tensor(reversed_, dtype=torch.bool)
+    acc = as_bool_rows(accepted, name="accepted")  # 0/1 or 0.5 would be read as truthy: booleans only
+    rev = as_bool_rows(reversed_, name="reversed_")
     if acc.shape != rev.shape or acc.ndim != 2 or acc.shape[1] != len(grid):
         raise ValueError(f"accepted and reversed_ must both be (n, {len(grid)}); got {tuple(acc.shape)} and "
                          f"{tuple(rev.shape)}")

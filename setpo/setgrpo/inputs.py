@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from setpo.groups import Groups, as_tensor, check_finite
+from setpo.groups import Groups, as_tensor, check_finite, check_int, check_real
 
 
 def response_groups(n_rows: int, index, group_size, device) -> Groups:
@@ -62,7 +62,21 @@ def feature_rows(features, n: int, device) -> torch.Tensor | None:
     return f
 
 
-def check_level(x: float, name: str) -> None:
-    """A probability level (α, β, δ) strictly inside (0, 1)."""
+def check_level(x: float, name: str) -> float:
+    """A probability level (α, β, δ) strictly inside (0, 1), as a float (not a bool, str or NaN)."""
+    x = check_real(x, name)
     if not 0 < x < 1:
         raise ValueError(f"{name} must be in (0, 1), got {x}")
+    return x
+
+
+#: Most bisection halvings worth asking for: from an interval of width 1, float64 stops changing after 1074.
+MAX_BISECT = 1100
+
+
+def check_bisect(n_bisect) -> int:
+    """A number of bisection steps: a whole number in [0, MAX_BISECT] (more would change nothing, and only run)."""
+    n = check_int(n_bisect, "n_bisect", minimum=0)
+    if n > MAX_BISECT:
+        raise ValueError(f"n_bisect must be <= {MAX_BISECT} (float64 resolves [0, 1] in 1074 halvings), got {n}")
+    return n

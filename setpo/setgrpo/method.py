@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from setpo.advantages import setpo_advantages
+from setpo.advantages import check_estimator, setpo_advantages
+from setpo.groups import check_int, check_real
 from setpo.setgrpo.calibration import (
     SCALES,
     conformal_quantile,
@@ -24,8 +25,15 @@ from setpo.setgrpo.gating import (
     min_accepted_to_certify,
     reversal_indicators,
 )
-from setpo.setgrpo.inputs import check_level, feature_rows, grader_scores, response_groups, float_rows
-from setpo.setgrpo.recovery import gate_scores, gram_matrices, safe_recovery
+from setpo.setgrpo.inputs import (
+    check_bisect,
+    check_level,
+    feature_rows,
+    float_rows,
+    grader_scores,
+    response_groups,
+)
+from setpo.setgrpo.recovery import _gate_scores, gram_matrices, safe_recovery
 
 DEFAULT_TAU_GRID = (3.0, 2.5, 2.0, 1.75, 1.5, 1.25, 1.0, 0.75, 0.5, 0.25, 0.0)
 
@@ -73,20 +81,30 @@ class SetGRPOConfig:
     identity_geometry: bool = False
 
     def __post_init__(self):
+        # checked, not converted: the values stay as given (a record of the config shows what was passed)
         for name in ("alpha", "beta", "delta", "risk_fraction"):
             check_level(getattr(self, name), name)
-        if not self.sigma_min > 0:
-            raise ValueError(f"sigma_min must be positive, got {self.sigma_min}")
-        if self.scale not in SCALES:
-            raise ValueError(f"scale must be one of {SCALES}, got {self.scale!r}")
-        if not self.tau_grid or any(not 0 <= t < math.inf for t in self.tau_grid):
-            raise ValueError(f"tau_grid must be a non-empty sequence of finite values >= 0, got {self.tau_grid}")
+        check_real(self.sigma_min, "sigma_min", minimum=0.0, strict=True)
+        check_real(self.ltt_start_factor, "ltt_start_factor", minimum=0.0, strict=True)
+        check_real(self.eps, "eps", minimum=0.0, strict=True)
+        check_real(self.lam, "lam", minimum=0.0)  # λ < 0 would reward sameness
+        check_bisect(self.n_bisect)
+        check_int(self.recalibrate_every, "recalibrate_every", minimum=1)
+        check_estimator(self.estimator)
+        if not isinstance(self.identity_geometry, bool):
+            raise ValueError(f"identity_geometry must be True or False, got {self.identity_geometry!r:.40}")
+        if not isinstance(self.scale, str) or self.scale not in SCALES:
+            raise ValueError(f"scale must be one of {SCALES}, got {self.scale!r:.40}")
+        if isinstance(self.tau_grid, (str, bytes)) or not isinstance(self.tau_grid, (tuple, list)) \
+                or not self.tau_grid:
+            raise ValueError(f"tau_grid must be a non-empty sequence of finite values >= 0, got "
+                             f"{self.tau_grid!r:.80}")
+        for k, t in enumerate(self.tau_grid):
+            check_real(t, f"tau_grid[{k}]", minimum=0.0)
         if any(b > a for a, b in zip(self.tau_grid, self.tau_grid[1:])):
             raise ValueError("tau_grid must be ordered strictest first (descending)")
-        if self.p_value not in P_VALUES:
-            raise ValueError(f"p_value must be one of {sorted(P_VALUES)}, got {self.p_value!r}")
-        if self.recalibrate_every < 1:
-            raise ValueError(f"recalibrate_every must be >= 1, got {self.recalibrate_every}")
+        if not isinstance(self.p_value, str) or self.p_value not in P_VALUES:
+            raise ValueError(f"p_value must be one of {sorted(P_VALUES)}, got {self.p_value!r:.40}")
 
 
 @dataclass
@@ -230,7 +248,7 @@ class SetGRPO:
         valid = groups.valid()
         gram = gram_matrices(feats, groups)
         cen_p, sig_p = groups.pad(centre), groups.pad(sigma, fill=1.0)
-        rho = gate_scores(cen_p, sig_p, cal.q, gram) if with_rho else None
+        rho = _gate_scores(cen_p, sig_p, cal.q, gram) if with_rho else None
         if math.isinf(cal.tau):  # no threshold passed the risk test: every group is rejected
             b = groups.num_groups
             rec_eta = torch.full((b,), math.nan, dtype=torch.float64, device=s.device)

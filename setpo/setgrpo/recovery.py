@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from setpo.groups import Groups, as_tensor, check_finite
+from setpo.groups import Groups, as_bool_rows, as_tensor, check_finite, check_int, check_real
+from setpo.setgrpo.inputs import check_bisect
 
 
 def gram_matrices(features, groups: Groups) -> torch.Tensor:
@@ -55,6 +56,10 @@ class Recovery:
     accepted: torch.Tensor
     coef: torch.Tensor
     rho: torch.Tensor | None = None
+
+
+#: Most numbers in one feature matrix or random projection ``lm_head_gradient_features`` builds (1 GiB float32).
+_MAX_FEATURE_ENTRIES = 1 << 28
 
 
 class _Path:
@@ -122,15 +127,36 @@ class _Path:
         return eta, m_eta, accepted, coef
 
 
+def _recovery_inputs(centre, sigma, q, gram, *, one_group: bool = False):
+    """centre, sigma: (B, G) (or (G,) for ``one_group``), gram: (B, G, G) (or (G, G)), q ≥ 0: checked, float64.
+
+    Every value finite, σ̂ ≥ 0 (a negative box half-width would turn the worst case into a best case)."""
+    c = as_tensor(centre, name="centre", dtype=torch.float64)
+    s = as_tensor(sigma, name="sigma", dtype=torch.float64, device=c.device)
+    k = as_tensor(gram, name="gram", dtype=torch.float64, device=c.device)
+    rows = 1 if one_group else 2
+    if c.ndim != rows or s.shape != c.shape or k.shape != (*c.shape, c.shape[-1]):
+        want = "(G,) and gram (G, G)" if one_group else "(B, G) and gram (B, G, G)"
+        raise ValueError(f"need centre and sigma of shape {want}; got {tuple(c.shape)}, {tuple(s.shape)}, "
+                         f"{tuple(k.shape)}")
+    for t, name in ((c, "centre"), (s, "sigma"), (k, "gram")):
+        check_finite(t, name)
+    if bool((s < 0).any()):
+        raise ValueError("sigma must be >= 0: it is the half-width of each response's coefficient interval")
+    return c, s, check_real(q, "q", minimum=0.0), k
+
+
 def worst_case_agreement(eta, centre, sigma, q: float, gram, tau: float = 1.0) -> torch.Tensor:
     """m_τ(η) = min over the box C(τ) of aᵀK c(η), for one group; τ = 1 is the calibrated box's m(η).
 
     eta: (P,), centre and sigma: (G,), gram: (G, G). Returns (P,) float64.
     """
-    t = lambda x, n: as_tensor(x, name=n, dtype=torch.float64)  # noqa: E731
-    path = _Path(t(centre, "centre")[None], t(sigma, "sigma")[None], float(q), t(gram, "gram")[None],
-                 torch.tensor([[float(tau)]], dtype=torch.float64))
-    return path.m(t(eta, "eta").reshape(1, 1, -1))[0, 0]
+    c, s, q, k = _recovery_inputs(centre, sigma, q, gram, one_group=True)
+    tau = check_real(tau, "tau", minimum=0.0)
+    e = as_tensor(eta, name="eta", dtype=torch.float64, device=c.device).reshape(-1)
+    check_finite(e, "eta")
+    path = _Path(c[None], s[None], q, k[None], torch.tensor([[tau]], dtype=torch.float64, device=c.device))
+    return path.m(e.reshape(1, 1, -1))[0, 0]
 
 
 def gate_scores(centre, sigma, q: float, gram, *, rho_max: float = 10.0, n_bisect: int = 30) -> torch.Tensor:
@@ -141,6 +167,12 @@ def gate_scores(centre, sigma, q: float, gram, *, rho_max: float = 10.0, n_bisec
     itself never relies on it: ``safe_recovery`` decides acceptance at the selected τ directly.
     centre, sigma: (B, G); gram: (B, G, G). Returns (B,) float64, −inf where not accepted even at τ = 0.
     """
+    c, s, q, k = _recovery_inputs(centre, sigma, q, gram)
+    return _gate_scores(c, s, q, k, check_real(rho_max, "rho_max", minimum=0.0), check_bisect(n_bisect))
+
+
+def _gate_scores(centre, sigma, q: float, gram, rho_max: float = 10.0, n_bisect: int = 30) -> torch.Tensor:
+    """``gate_scores`` on checked float64 inputs."""
     b = centre.shape[0]
     accepted_at = lambda tau: _Path(centre, sigma, q, gram, tau[:, None]).solve(0)[2][:, 0]  # noqa: E731
     zero = centre.new_zeros(b)
@@ -165,27 +197,24 @@ def safe_recovery(centre, sigma, q: float, gram, tau=1.0, *, n_bisect: int = 50,
     valid: (B, G) bool mask of real slots or None; with_rho: also compute the gate scores ρ.
     Returns a ``Recovery``; a single group can be passed as (1, G) and (1, G, G).
     """
-    c = as_tensor(centre, name="centre", dtype=torch.float64)
-    s = as_tensor(sigma, name="sigma", dtype=torch.float64, device=c.device)
-    k = as_tensor(gram, name="gram", dtype=torch.float64, device=c.device)
-    if c.ndim != 2 or s.shape != c.shape or k.shape != (*c.shape, c.shape[1]):
-        raise ValueError(f"need centre and sigma of shape (B, G) and gram (B, G, G); got {tuple(c.shape)}, "
-                         f"{tuple(s.shape)}, {tuple(k.shape)}")
-    for t, name in ((c, "centre"), (s, "sigma"), (k, "gram")):
-        check_finite(t, name)
-    if not q >= 0:
-        raise ValueError(f"q must be a non-negative number, got {q}")
+    c, s, q, k = _recovery_inputs(centre, sigma, q, gram)
+    n_bisect = check_bisect(n_bisect)
     taus = as_tensor(tau, name="tau", dtype=torch.float64, device=c.device).reshape(-1)
     if bool((taus < 0).any()) or not bool(torch.isfinite(taus).all()):
         raise ValueError("tau must be finite and >= 0 (a box inflation; m_τ is concave only for τ >= 0)")
-    path = _Path(c, s, float(q), k, taus[None, :].expand(c.shape[0], -1))
+    if valid is not None:
+        valid = as_bool_rows(valid, name="valid", device=c.device)
+        if valid.shape != c.shape:
+            raise ValueError(f"valid must have centre's shape {tuple(c.shape)} (True for a real slot), got "
+                             f"{tuple(valid.shape)}")
+    if not isinstance(with_rho, (bool, type(None))):
+        raise ValueError(f"with_rho must be True or False, got {with_rho!r:.40}")
+    path = _Path(c, s, q, k, taus[None, :].expand(c.shape[0], -1))
     eta, m_eta, accepted, coef = path.solve(n_bisect)
     if valid is not None:
         coef = coef * valid[:, None, :]
-    rho = gate_scores(c, s, float(q), k) if with_rho else None
+    rho = _gate_scores(c, s, q, k) if with_rho else None
     return Recovery(taus, path.anchor, eta, m_eta, accepted, coef, rho)
-
-
 
 
 def lm_head_gradient_features(hidden, logits, tokens, mask, *, dims: tuple[int, int] | None = (16, 16),
@@ -204,19 +233,47 @@ def lm_head_gradient_features(hidden, logits, tokens, mask, *, dims: tuple[int, 
     inner products of these k1·k2 features are unbiased estimates of the exact ⟨∂ℓ_i/∂W, ∂ℓ_j/∂W⟩, at the
     cost of one (N, T, V) × (V, k1) product. Returns (N, k1·k2) (or (N, V·h)) float32.
     """
+    for name, t in (("hidden", hidden), ("logits", logits), ("tokens", tokens)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch tensor, got {type(t).__name__}")
+    if not (hidden.is_floating_point() and logits.is_floating_point()):
+        raise ValueError(f"hidden and logits must be float tensors, got {hidden.dtype} and {logits.dtype}")
+    if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
+        raise ValueError(f"tokens must be integer token ids, got {tokens.dtype}")
     h, z = hidden.float(), logits.float()
     if h.ndim != 3 or z.ndim != 3 or z.shape[:2] != h.shape[:2] or tuple(tokens.shape) != tuple(h.shape[:2]):
         raise ValueError(f"need hidden (N, T, h), logits (N, T, V) and tokens (N, T); got {tuple(h.shape)}, "
                          f"{tuple(z.shape)}, {tuple(tokens.shape)}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
+    temperature = check_real(temperature, "temperature", minimum=0.0, strict=True)
+    seed = check_int(seed, "seed", minimum=0)
+    vocab, width = z.shape[-1], h.shape[-1]
+    if tokens.numel() and bool(((tokens < 0) | (tokens >= vocab)).any()):  # a negative id would wrap around
+        raise ValueError(f"tokens must be ids in [0, {vocab}) (the logits' last dimension), got "
+                         f"{tokens[(tokens < 0) | (tokens >= vocab)][0].item()}")
+    if dims is None:
+        columns = vocab * width
+    else:
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, (tuple, list)) or len(dims) != 2:
+            raise ValueError(f"dims must be None or a pair (k1, k2), got {dims!r:.40}")
+        dims = (check_int(dims[0], "dims[0]", minimum=1), check_int(dims[1], "dims[1]", minimum=1))
+        columns = dims[0] * dims[1]
+        if max(dims[0] * vocab, dims[1] * width) > _MAX_FEATURE_ENTRIES:
+            raise ValueError(f"dims={dims} needs random projections of {dims[0]}×{vocab} and {dims[1]}×{width} "
+                             f"numbers, more than {_MAX_FEATURE_ENTRIES} (2**28): choose smaller dims")
+    if h.shape[0] * columns > _MAX_FEATURE_ENTRIES:
+        raise ValueError(f"{h.shape[0]} responses × {columns} feature columns exceeds {_MAX_FEATURE_ENTRIES} "
+                         f"(2**28) numbers" + (": pass dims=(k1, k2) for a random projection" if dims is None
+                                               else ": choose smaller dims"))
     m = as_tensor(mask, name="mask", device=h.device, dtype=torch.float32)
+    if m.shape != h.shape[:2]:
+        raise ValueError(f"mask must have shape {tuple(h.shape[:2])} (N, T), got {tuple(m.shape)}")
+    if not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError("mask must hold 0 and 1 only (1 for a real response token)")
     lengths = m.sum(-1, keepdim=True)
     if bool((lengths == 0).any()):
         raise ValueError("every response needs at least one real token (a row of mask is all zeros)")
     p = torch.softmax(z / temperature, -1)
     scale = (m / (lengths * temperature))[..., None]                                 # (N, T, 1)
-    vocab, width = z.shape[-1], h.shape[-1]
     if dims is None:
         a = torch.nn.functional.one_hot(tokens.long(), vocab).float() - p            # (N, T, V)
         return torch.einsum("ntv,nth->nvh", a * scale, h).reshape(h.shape[0], -1)
