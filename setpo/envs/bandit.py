@@ -34,7 +34,7 @@ MAX_SEQUENCES = 1 << 20
 #: Most numbers in one of the world's tables (num_prompts × surface forms, surface forms × embed_dim; the mode
 #: centres are smaller, as there are no more modes than surface forms): 2**28 is 1 GiB of float32; a bigger world is refused at construction, not met as an out-of-memory.
 MAX_TABLE_ENTRIES = 1 << 28
-FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _is_real(x) -> bool:
@@ -92,9 +92,9 @@ class BanditConfig:
         if self.correct_reward and len(self.correct_reward) != self.num_correct:
             raise ValueError(f"correct_reward needs {self.num_correct} values, got {len(self.correct_reward)}")
         # rewards and embeddings are float32: a value beyond its range would become inf
-        if self.surface_noise > FLOAT32_MAX / 2 or any(abs(r) > FLOAT32_MAX for r in self.correct_reward):
-            raise ValueError(f"surface_noise and correct_reward must fit float32 (|x| <= {FLOAT32_MAX / 2:.3g} and "
-                             f"{FLOAT32_MAX:.3g}), got {self.surface_noise!r}, {self.correct_reward!r}")
+        if self.surface_noise > _FLOAT32_MAX / 2 or any(abs(r) > _FLOAT32_MAX for r in self.correct_reward):
+            raise ValueError(f"surface_noise and correct_reward must fit float32 (|x| <= {_FLOAT32_MAX / 2:.3g} and "
+                             f"{_FLOAT32_MAX:.3g}), got {self.surface_noise!r}, {self.correct_reward!r}")
         sequences = self.vocab_size ** self.traj_len
         for what, entries in (("num_prompts × vocab_size**traj_len", self.num_prompts * sequences),
                               ("vocab_size**traj_len × embed_dim", sequences * self.embed_dim)):

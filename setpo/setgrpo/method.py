@@ -33,7 +33,7 @@ from setpo.setgrpo.inputs import (
     grader_scores,
     response_groups,
 )
-from setpo.setgrpo.recovery import _gate_scores, gram_matrices, safe_recovery
+from setpo.setgrpo.recovery import gate_scores, gram_matrices, safe_recovery
 
 DEFAULT_TAU_GRID = (3.0, 2.5, 2.0, 1.75, 1.5, 1.25, 1.0, 0.75, 0.5, 0.25, 0.0)
 
@@ -248,7 +248,7 @@ class SetGRPO:
         valid = groups.valid()
         gram = gram_matrices(feats, groups)
         cen_p, sig_p = groups.pad(centre), groups.pad(sigma, fill=1.0)
-        rho = _gate_scores(cen_p, sig_p, cal.q, gram) if with_rho else None
+        rho = gate_scores(cen_p, sig_p, cal.q, gram) if with_rho else None
         if math.isinf(cal.tau):  # no threshold passed the risk test: every group is rejected
             b = groups.num_groups
             rec_eta = torch.full((b,), math.nan, dtype=torch.float64, device=s.device)
