@@ -12,7 +12,14 @@ from setpo.trl.training import weights_sha256
 from setpo_lab.studies.intervals import holm, paired_t_test, sign_flip_p, t_interval
 from setpo_lab.studies.short_answers import run_study
 from setpo_lab.studies.short_answers_config import ConfirmStudyConfig, CureStudyConfig
-from setpo_lab.studies.short_answers_confirm import SEQUENCE, arm_means, check_plan, confirm_reading, run_confirm
+from setpo_lab.studies.short_answers_confirm import (
+    SEQUENCE,
+    arm_means,
+    check_plan,
+    confirm_reading,
+    results_markdown,
+    run_confirm,
+)
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +113,7 @@ def test_the_reading_follows_the_plans_sequence_and_holm(confirm):
         sum(record["per_seed"][f"key_gated_s{s}"]["distinct_right"] for s in cfg.seeds) / len(cfg.seeds))
     assert all("prompts_under_8_right" in record["per_seed"][label] for label in cfg.run_labels())
     assert "| key_gated | " in (Path(cfg.run_dir) / "results.md").read_text()
+    assert "| arm | seeds | distinct_right |" in (Path(cfg.run_dir) / "results.md").read_text()  # seeds once
     assert confirm_reading(cfg)["primary"]["H1"]["differences"] == primary["H1"]["differences"]
     # beside each test: its 90% interval, the sign-flip p and whether it agrees, the bootstrap over seeds x prompts
     for h in [*primary.values(), *secondary.values()]:
@@ -141,6 +149,16 @@ def test_the_exploratory_records_models_are_evaluated_on_the_held_out_kinds(conf
     assert (final / "model.safetensors").exists() and not (final / "done.recorded.json").exists()
     assert json.loads((final / "done.json").read_text())["weights_sha256"] == weights_sha256(final)
     assert "The exploratory record's models on the held-out kinds" in (root / "results.md").read_text()
+    assert record["exploratory_not_evaluated"] == [] and "Not evaluated yet" not in (root / "results.md").read_text()
+    # a model of the exploratory record not evaluated yet is named, with how to resume
+    (root / "eval_heldout" / "exploratory_grpo_s0.json").rename(root / "set_aside.json")
+    try:
+        partial = confirm_reading(cfg, root.parent / "cure")
+        assert partial["exploratory_not_evaluated"] == ["grpo_s0"]
+        text = results_markdown({**record, **partial})
+        assert f"Not evaluated yet: 1 of the exploratory record's {len(labels)} models (grpo_s0)" in text
+    finally:
+        (root / "set_aside.json").rename(root / "eval_heldout" / "exploratory_grpo_s0.json")
 
 
 def test_a_changed_plan_is_refused_after_the_first_run(confirm):

@@ -261,9 +261,10 @@ def _verdict(name: str, test: dict, tested: bool, ci90: list[float] | None) -> s
     return "not confirmed"
 
 
-def confirm_reading(cfg: ConfirmStudyConfig) -> dict:
+def confirm_reading(cfg: ConfirmStudyConfig, exploratory_record: str | Path | None = None) -> dict:
     """Every model's metrics per seed, the primary hypotheses by the plan's fixed sequence (one-sided paired t over
-    seeds, the exact sign-flip p beside it), the secondary family by Holm, and the reading in the plan's words."""
+    seeds, the exact sign-flip p beside it), the secondary family by Holm, and the reading in the plan's words.
+    ``exploratory_record``: the exploratory record's folder, to say which of its models are not evaluated yet."""
     labels = cfg.run_labels()
     per_seed = {label: model_metrics(cfg, label, f"grpo_s{seed}") for label, (_, seed) in labels.items()}
     per_seed["base"] = model_metrics(cfg, "base")
@@ -308,8 +309,13 @@ def confirm_reading(cfg: ConfirmStudyConfig) -> dict:
     headline = ("the cure is confirmed on the trained kinds" if h1 == h2 == "confirmed"
                 else "more right answers, but a pass@1 cost of up to 0.05 is not excluded" if h1 == "confirmed"
                 else f"the cure is {h1} on the trained kinds")
+    config = Path(exploratory_record) / "config.json" if exploratory_record is not None else None
+    expected = (list(CureStudyConfig.from_record(read_json(config)).run_labels())
+                if config is not None and config.is_file() else None)
     return {"per_seed": per_seed, "primary": primary, "secondary": secondary, "headline": headline,
-            "exploratory_heldout_distinct_right": exploratory}
+            "exploratory_heldout_distinct_right": exploratory,
+            "exploratory_record": None if expected is None else str(exploratory_record),
+            "exploratory_not_evaluated": None if expected is None else [x for x in expected if x not in exploratory]}
 
 
 def results_markdown(record: Mapping) -> str:
@@ -330,7 +336,7 @@ def results_markdown(record: Mapping) -> str:
     lines += ["", "Every metric, each arm's mean over its seeds (description; `per_seed` in results.json holds each "
               "model's value):", ""]
     means = arm_means(record["per_seed"])
-    metrics = list(dict.fromkeys(m for values in means.values() for m in values))
+    metrics = list(dict.fromkeys(m for values in means.values() for m in values if m != "seeds"))
     lines += ["| arm | seeds | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 2) + "|"]
     for arm, values in means.items():
         cells = ["–" if values.get(m) is None else f"{values[m]:.3f}" for m in metrics]
@@ -342,6 +348,10 @@ def results_markdown(record: Mapping) -> str:
                   "per held-out prompt, each arm's mean over its seeds (per model in results.json):", "",
                   "| arm | seeds | distinct right, held-out kinds |", "|---|---|---|"]
         lines += [f"| {arm} | {v['seeds']} | {v['heldout_distinct_right']:.3f} |" for arm, v in by_arm.items()]
+    missing = record.get("exploratory_not_evaluated")
+    if missing:
+        lines += ["", f"Not evaluated yet: {len(missing)} of the exploratory record's {len(missing) + len(exploratory)} "
+                  f"models ({', '.join(missing)}); the stage `exploratory` resumes with the record's command."]
     return "\n".join(lines) + "\n"
 
 
@@ -426,9 +436,9 @@ def arm_means(per_seed: Mapping[str, Mapping]) -> dict[str, dict]:
     return out
 
 
-def report(cfg: ConfirmStudyConfig, log=print_flushed) -> dict:
-    record = {"command": cfg.command(), "plan": check_plan(cfg), "config": asdict(cfg), **confirm_reading(cfg),
-              "cost": _cost(cfg)}
+def report(cfg: ConfirmStudyConfig, log=print_flushed, exploratory: str | Path | None = None) -> dict:
+    record = {"command": cfg.command(), "plan": check_plan(cfg), "config": asdict(cfg),
+              **confirm_reading(cfg, exploratory), "cost": _cost(cfg)}
     write_json(Path(cfg.run_dir) / "results.json", record)
     (Path(cfg.run_dir) / "results.md").write_text(results_markdown(record))
     log(f"[report] {record['headline']}")
@@ -454,7 +464,7 @@ def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = No
         run_study(cfg, study, log=log)
     if "exploratory" in chosen and exploratory is not None:
         evaluate_exploratory(cfg, exploratory, embedder, log)
-    return report(cfg, log) if "report" in chosen else {}
+    return report(cfg, log, exploratory) if "report" in chosen else {}
 
 
 def main(argv=None) -> int:
