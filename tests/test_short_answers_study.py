@@ -201,3 +201,30 @@ def test_figures_draw_from_the_report(study):
     names = [t.name for t in passk.data if t.name]
     assert names == ["base model", "GRPO", "SetPO+GRPO"]
     assert list(passk.data[0].x) == [1, 2, 4]  # k up to eval_n = 4
+
+
+def test_bf16_work_is_refused_on_a_cpu_without_bf16_matrix_units(study, tmp_path, monkeypatch):
+    """The committed records were made in bf16 on CPUs with bf16 matrix units; elsewhere bf16 runs hundreds of
+    times slower and need not round alike: training and evaluating in bf16 are refused there, before anything in
+    the run's folder changes, and the same work in float32 goes on."""
+    import shutil
+
+    import setpo_lab.repro.arithmetic as arithmetic
+    from setpo_lab.studies.short_answers import evaluate_model, require_bf16_units, train_run
+
+    cfg, _, _ = study
+    copy = tmp_path / "kept"
+    shutil.copytree(cfg.run_dir, copy)
+    final = copy / "train" / "grpo_s1" / "final"
+    (final / "model.safetensors").unlink()
+    before = sorted(p.relative_to(copy) for p in copy.rglob("*"))
+    monkeypatch.setattr(arithmetic, "bf16_matrix_units", lambda: False)
+    in_bf16 = replace(cfg, run_dir=str(copy), bf16=True)
+    with pytest.raises(ValueError, match="training run grpo_s1 runs in bf16 .* no bf16 matrix units"):
+        train_run(in_bf16, "grpo_s1", log=lambda *_: None)
+    with pytest.raises(ValueError, match="evaluating extra runs in bf16 .*bf16=False"):
+        evaluate_model(in_bf16, "extra", final.parent.parent / "grpo_s0" / "final", None, folder="eval_extra")
+    assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before  # nothing moved, nothing written
+    require_bf16_units(replace(in_bf16, bf16=False), "float32 work")  # not refused
+    monkeypatch.setattr(arithmetic, "bf16_matrix_units", lambda: True)
+    require_bf16_units(in_bf16, "bf16 work on a CPU with the units")  # not refused

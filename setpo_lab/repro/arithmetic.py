@@ -64,6 +64,18 @@ def pinned_children():
                 os.environ[k] = v
 
 
+def bf16_matrix_units() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX), as oneDNN, which runs torch's bf16
+    matrix products on the CPU, reports it. Without them torch multiplies bf16 in a scalar loop: on a 2-core AVX2
+    machine a 512×2048 by 2048×2048 product took 13.9 s in bf16 and 0.03 s in float32."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without oneDNN: no hardware bf16 path either
+        return False
+
+
 def require_pinned(what: str) -> None:
     """Refuse to go on (ValueError naming the fix) unless this process runs under the pin."""
     if not pinned():

@@ -263,6 +263,21 @@ def trainer_args(cfg: ShortAnswerStudyConfig, settings: dict, seed: int, output_
         setpo_share_prompt_pass=True, gradient_checkpointing=False)
 
 
+def require_bf16_units(cfg: ShortAnswerStudyConfig, what: str) -> None:
+    """Refuse bf16 work (``cfg.bf16``, as every committed short-answer record was made) on a CPU without bf16 matrix
+    units: there it runs hundreds of times slower (409 s a training step where the records took about 10), and a
+    model trained again there need not round as the recorded one did. A ValueError that says what to do."""
+    from setpo_lab.repro.arithmetic import bf16_matrix_units
+
+    if cfg.bf16 and not bf16_matrix_units():
+        raise ValueError(
+            f"{what} runs in bf16 (the config's bf16=True, as the committed short-answer records were made), and this "
+            "CPU has no bf16 matrix units (AVX512-BF16 or AMX), so bf16 matrix products run hundreds of times slower "
+            "here and a model trained here need not round as a recorded one did. Run it on a CPU that has them "
+            "(`grep -ow 'avx512_bf16\\|amx_bf16' /proc/cpuinfo` prints their names), or, for a new run that is not "
+            "a committed record's, use the config with bf16=False (dataclasses.replace(cfg, bf16=False)).")
+
+
 def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_flushed,
               need_model: bool = True) -> Path:
     """Train one run of ``cfg.run_labels()`` (resumable); returns its ``final/`` folder.
@@ -282,6 +297,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
     final = out / "final"
     if stage_done(final) and (has_model(final) or not need_model):
         return final
+    require_bf16_units(cfg, f"training run {label}")
     recorded = restore_model(final)
     kept = run_records(out) if recorded is not None else None
     base = base_model_folder(cfg.model_path)
@@ -332,6 +348,7 @@ def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, emb
 
     def evaluate() -> dict:
         chosen = test_tasks(cfg) if tasks is None else list(tasks)
+        require_bf16_units(cfg, f"evaluating {label}")
         # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
         tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32)
         started = time.perf_counter()
