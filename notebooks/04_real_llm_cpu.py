@@ -30,8 +30,9 @@
 # This notebook has four parts:
 #
 # 1. **Its own run**: GRPO and SetPO with the gated answer-key kernel, on 2 paired seeds, evaluated against the
-#    base model. Resumable; a second run only draws. The whole notebook took 18 minutes on 2 cores the first
-#    time (`make figures`, 1100 s).
+#    base model. Resumable; a second run only draws. The whole notebook took 18 minutes on 2 cores with bf16
+#    matrix units the first time (`make figures`, 1100 s); a CPU without them trains in float32, several times
+#    longer.
 # 2. **The first committed study** (5 paired seeds): SetPO embedding the whole completion, against GRPO. Its
 #    diversity was paid in text after the answer line, which the reward never reads.
 # 3. **The cure study** (5 paired seeds, every arm): SetPO's kernel kept where the reward reads (the answer,
@@ -53,6 +54,7 @@ CURE_DIR = "../results/short_answers/cure"     # part 3: the committed cure stud
 
 # %%
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -63,6 +65,7 @@ from setpo.records import read_json
 from setpo_lab.studies import math_results as mr
 from setpo_lab.studies import short_answers_cure_results as cure
 from setpo_lab.studies import short_answers_results as sar
+from setpo_lab.repro.arithmetic import bf16_matrix_units
 from setpo_lab.studies.figures import ROOT, save_figure, save_table, show, show_table
 from setpo_lab.studies.short_answers import run_study
 from setpo_lab.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig, run_folder
@@ -79,6 +82,10 @@ if SMOKE:  # a fresh folder every time, so the smoke run really trains instead o
                                  model_path=str(make_tiny_model(scratch / "model")))
 else:
     cfg = CureStudyConfig.preset("notebook", run_dir=STUDY_DIR or "../runs/real_llm_notebook")
+if cfg.bf16 and not bf16_matrix_units():  # bf16 would run in a scalar loop here: take the plain float32 path
+    cfg = replace(cfg, bf16=False)
+    print("This CPU has no bf16 matrix units (AVX512-BF16 or AMX): part 1 trains and samples in float32, several "
+          "times slower than bf16 on a CPU that has them (and hundreds of times faster than bf16 here).")
 cfg
 
 # %% [markdown]
