@@ -330,7 +330,7 @@ def results_markdown(record: Mapping) -> str:
                 lines.append(f"| {name} | {h['metric']} | – | – | – | – | – | {h['verdict']} |")
                 continue
             lines.append(f"| {name} | {h.get('arm', 'key_gated')} − grpo, {h['metric']} | {_with_interval(h)} | "
-                         f"{h['t']:.2f} | {h['p']:.4f} | {_number(h.get('sign_flip_p'), '{:.4f}')} | "
+                         f"{h['t']:.2f} | {_p_value(h['p'])} | {_number(h.get('sign_flip_p'), '{:.4f}')} | "
                          f"{_with_interval(h.get('bootstrap'), ('lo', 'hi'))} | {h['verdict']} |")
     lines += ["", *_decision_notes(record), *_cost_line(record.get("cost"))]
     lines += ["", "Every metric, each arm's mean over its seeds (description; `per_seed` in results.json holds each "
@@ -390,6 +390,11 @@ def _cost_line(cost: Mapping | None) -> list[str]:
             f"their evaluations took {cost['new_runs_hours']:.1f} h against the plan's {cost['budget_hours']:g} h "
             "budget" + (f" ({over:.1f} h over: reported, not cut, as the plan says)." if over > 0 else ".")
             + " Runs made while other work shared the machine took longer than they would alone."]
+
+
+def _p_value(p: float) -> str:
+    """A p-value to four decimals; one below 0.0001 as "< 0.0001" (0.0000 would read as p = 0)."""
+    return "< 0.0001" if p < 0.0001 else _number(p, "{:.4f}")
 
 
 def _number(x, fmt: str) -> str:
