@@ -583,3 +583,27 @@ def test_setgrpo_risk_test_inputs_are_checked():
                           (dict(ltt_start_factor=0), "ltt_start_factor"), (dict(eps=0.0), "eps")):
         with pytest.raises(ValueError, match=match):
             SetGRPOConfig(**kwargs)
+
+
+def test_a_config_changed_after_construction_is_checked_as_at_construction():
+    from setpo.envs.rubric import RubricTask, RubricToyConfig
+    from setpo.setgrpo import SetGRPOConfig
+
+    cfg = RubricToyConfig(n_prompts=4, n_responses=5, grader_noise=[0.1, 0.2])
+    assert cfg.grader_noise == (0.1, 0.2)  # kept as a tuple: the checked pair cannot change in place
+    task = RubricTask(cfg)
+    for name, value, match in (("slip_prob", (5.0, 0.0), "slip_prob\\[0\\]"), ("n_prompts", 0, "n_prompts"),
+                               ("expert_noise", math.nan, "expert_noise"), ("grader_noise", "ab", "grader_noise")):
+        with pytest.raises(ValueError, match=match):
+            setattr(cfg, name, value)
+    cfg.n_prompts = 6.0  # a good value is taken, as the constructor takes it
+    assert cfg.n_prompts == 6 and type(cfg.n_prompts) is int
+    assert task.config.n_prompts == 4 and task.features.shape[0] == 4  # the world keeps the config it was built with
+
+    sg_cfg = SetGRPOConfig()
+    sg_cfg.lam = 0.1  # changing a knob later is fine ...
+    assert sg_cfg.lam == 0.1
+    for name, value in (("lam", -1.0), ("n_bisect", 10**9), ("tau_grid", (0.0, 1.0)), ("alpha", 1.5)):
+        with pytest.raises(ValueError, match=name):  # ... a bad value is refused, as at construction
+            setattr(sg_cfg, name, value)
+    assert sg_cfg.lam == 0.1 and sg_cfg.alpha == 0.1

@@ -20,6 +20,7 @@ reference (``TrainConfig.reference = "expert"``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -76,6 +77,14 @@ class RubricToyConfig:
                 raise ValueError(f"{name} needs one value per grader (two graders), got {pair!r:.80}")
             for i, v in enumerate(pair):
                 finite_real(v, f"{name}[{i}]", 0, high)
+            setattr(self, name, tuple(pair))  # a tuple: the pair cannot change after this check
+        object.__setattr__(self, "_checked", True)
+
+    def __setattr__(self, name, value):
+        # a field set after construction is checked as at construction (the world reads its config when grading)
+        if self.__dict__.get("_checked") and name in {f.name for f in dataclasses.fields(self)}:
+            value = getattr(dataclasses.replace(self, **{name: value}), name)
+        object.__setattr__(self, name, value)
 
 
 def _times(times: int) -> int:
@@ -102,7 +111,8 @@ class RubricTask:
     def __init__(self, config: RubricToyConfig | None = None, seed: int = 0):
         if config is not None and not isinstance(config, RubricToyConfig):
             raise ValueError(f"config must be a RubricToyConfig, got {type(config).__name__}")
-        self.config = cfg = config or RubricToyConfig()
+        # its own copy: a later change to the caller's config cannot make the world disagree with its features
+        self.config = cfg = dataclasses.replace(config) if config is not None else RubricToyConfig()
         gen = torch.Generator().manual_seed(whole_number(seed, "seed", 0))
         p, m, d = cfg.n_prompts, cfg.n_responses, cfg.feature_dim
         unit = lambda v: v / v.norm()  # noqa: E731

@@ -5,7 +5,7 @@ See ``setpo.setgrpo`` for the method and which parts are this package's design."
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -105,6 +105,14 @@ class SetGRPOConfig:
             raise ValueError("tau_grid must be ordered strictest first (descending)")
         if not isinstance(self.p_value, str) or self.p_value not in P_VALUES:
             raise ValueError(f"p_value must be one of {sorted(P_VALUES)}, got {self.p_value!r:.40}")
+        object.__setattr__(self, "_checked", True)
+
+    def __setattr__(self, name, value):
+        # a knob set after construction (``sg.config.lam = 0.1``) is checked as at construction: SetGRPO reads its
+        # config on every call
+        if self.__dict__.get("_checked") and name in {f.name for f in fields(self)}:
+            replace(self, **{name: value})  # raises the constructor's ValueError, naming the field
+        object.__setattr__(self, name, value)
 
 
 @dataclass
