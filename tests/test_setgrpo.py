@@ -459,3 +459,12 @@ def test_trl_trainer_two_reward_functions_as_graders(tmp_path):
     with pytest.raises(ValueError, match="exactly two reward functions"):
         SetGRPOTrainer(model=model, reward_funcs=[grader_a], args=args, processing_class=tok,
                        train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]))
+    # SetGRPO's own arguments are refused by name before TRL builds anything (never mid-training)
+    for kwargs, match in ((dict(n_regrades=1.5), "n_regrades"), (dict(calibration_groups=1), "calibration_groups"),
+                          (dict(feature_dims=(0, 4)), "feature_dims\\[0\\]"), (dict(feature_dims="44"), "feature_dims"),
+                          (dict(feature_seed=-1), "feature_seed"), (dict(setgrpo={"lam": 0.1}), "SetGRPOConfig"),
+                          (dict(embedder="minilm", setgrpo=SetGRPOConfig(lam=0.1)), "embedder must be callable"),
+                          (dict(setgrpo=SetGRPOConfig(lam=0.1)), "needs an embedder")):
+        with pytest.raises(ValueError, match=match):
+            SetGRPOTrainer(model=model, reward_funcs=[grader_a, grader_b], args=args, processing_class=tok,
+                           train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]), **kwargs)

@@ -176,6 +176,8 @@ class SetGRPO:
     """
 
     def __init__(self, config: SetGRPOConfig | None = None):
+        if config is not None and not isinstance(config, SetGRPOConfig):
+            raise ValueError(f"config must be a SetGRPOConfig, got {type(config).__name__}")
         self.config = config or SetGRPOConfig()
         self.calibration: Calibration | None = None
         self._calibrated_at: int | None = None

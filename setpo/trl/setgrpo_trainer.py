@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from trl import GRPOTrainer
 
+from setpo.groups import check_int
 from setpo.setgrpo import SetGRPO, SetGRPOConfig, SetGRPOOutput, lm_head_gradient_features, reference_coefficients
 from setpo.trl.trainer import gather_embeddings
 
@@ -37,15 +38,28 @@ class SetGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, setgrpo: SetGRPOConfig | None = None, calibration_groups: int = 64,
                  n_regrades: int = 1, feature_dims: tuple[int, int] | None = (16, 16), feature_seed: int = 0,
                  embedder=None, **kwargs):
+        # SetGRPO's own arguments are checked before TRL builds anything, so a bad one costs no model set-up and
+        # never surfaces mid-training (the features are first computed after the first generation)
+        if setgrpo is not None and not isinstance(setgrpo, SetGRPOConfig):
+            raise ValueError(f"setgrpo must be a SetGRPOConfig, got {type(setgrpo).__name__}")
+        n_regrades = check_int(n_regrades, "n_regrades", minimum=1)
+        calibration_groups = check_int(calibration_groups, "calibration_groups", minimum=2)
+        if feature_dims is not None:
+            if isinstance(feature_dims, (str, bytes)) or not isinstance(feature_dims, (tuple, list)) \
+                    or len(feature_dims) != 2:
+                raise ValueError(f"feature_dims must be None (exact features) or a pair (k1, k2), got "
+                                 f"{feature_dims!r:.40}")
+            feature_dims = tuple(check_int(k, f"feature_dims[{i}]", minimum=1) for i, k in enumerate(feature_dims))
+        feature_seed = check_int(feature_seed, "feature_seed", minimum=0)
+        if embedder is not None and not callable(embedder):
+            raise ValueError(f"embedder must be callable (texts -> (N, d)), got {type(embedder).__name__}")
+        if (setgrpo or SetGRPOConfig()).lam > 0 and embedder is None:
+            raise ValueError("setgrpo.lam > 0 needs an embedder (texts -> (N, d)) for SetPO's diversity term")
         super().__init__(*args, **kwargs)
         if len(self.reward_funcs) != 2:
             raise ValueError(f"SetGRPOTrainer needs exactly two reward functions, the two graders; got "
                              f"{len(self.reward_funcs)}")
-        if n_regrades < 1 or calibration_groups < 2:
-            raise ValueError("need n_regrades >= 1 and calibration_groups >= 2")
         self.setgrpo = SetGRPO(setgrpo or SetGRPOConfig())
-        if self.setgrpo.config.lam > 0 and embedder is None:
-            raise ValueError("setgrpo.lam > 0 needs an embedder (texts -> (N, d)) for SetPO's diversity term")
         self.calibration_groups, self.n_regrades = calibration_groups, n_regrades
         self.feature_dims, self.feature_seed, self.embedder = feature_dims, feature_seed, embedder
         self._store: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
