@@ -80,3 +80,12 @@ def check_bisect(n_bisect) -> int:
     if n > MAX_BISECT:
         raise ValueError(f"n_bisect must be <= {MAX_BISECT} (float64 resolves [0, 1] in 1074 halvings), got {n}")
     return n
+
+
+def check_feature_dims(dims, name: str = "dims") -> tuple[int, int] | None:
+    """``lm_head_gradient_features``' projection size: None (exact features) or a pair (k1, k2) of ints >= 1."""
+    if dims is None:
+        return None
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, (tuple, list)) or len(dims) != 2:
+        raise ValueError(f"{name} must be None or a pair (k1, k2) of ints (None: exact features), got {dims!r:.40}")
+    return check_int(dims[0], f"{name}[0]", minimum=1), check_int(dims[1], f"{name}[1]", minimum=1)

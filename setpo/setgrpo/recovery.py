@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from setpo.groups import Groups, as_bool_rows, as_tensor, check_finite, check_int, check_real
-from setpo.setgrpo.inputs import check_bisect
+from setpo.setgrpo.inputs import check_bisect, check_feature_dims
 
 
 def gram_matrices(features, groups: Groups) -> torch.Tensor:
@@ -253,9 +253,7 @@ def lm_head_gradient_features(hidden, logits, tokens, mask, *, dims: tuple[int, 
     if dims is None:
         columns = vocab * width
     else:
-        if isinstance(dims, (str, bytes)) or not isinstance(dims, (tuple, list)) or len(dims) != 2:
-            raise ValueError(f"dims must be None or a pair (k1, k2), got {dims!r:.40}")
-        dims = (check_int(dims[0], "dims[0]", minimum=1), check_int(dims[1], "dims[1]", minimum=1))
+        dims = check_feature_dims(dims)
         columns = dims[0] * dims[1]
         if max(dims[0] * vocab, dims[1] * width) > _MAX_FEATURE_ENTRIES:
             raise ValueError(f"dims={dims} needs random projections of {dims[0]}×{vocab} and {dims[1]}×{width} "

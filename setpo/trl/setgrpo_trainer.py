@@ -8,6 +8,7 @@ from trl import GRPOTrainer
 
 from setpo.groups import check_int
 from setpo.setgrpo import SetGRPO, SetGRPOConfig, SetGRPOOutput, lm_head_gradient_features, reference_coefficients
+from setpo.setgrpo.inputs import check_feature_dims
 from setpo.trl.trainer import gather_embeddings
 
 
@@ -44,12 +45,7 @@ class SetGRPOTrainer(GRPOTrainer):
             raise ValueError(f"setgrpo must be a SetGRPOConfig, got {type(setgrpo).__name__}")
         n_regrades = check_int(n_regrades, "n_regrades", minimum=1)
         calibration_groups = check_int(calibration_groups, "calibration_groups", minimum=2)
-        if feature_dims is not None:
-            if isinstance(feature_dims, (str, bytes)) or not isinstance(feature_dims, (tuple, list)) \
-                    or len(feature_dims) != 2:
-                raise ValueError(f"feature_dims must be None (exact features) or a pair (k1, k2), got "
-                                 f"{feature_dims!r:.40}")
-            feature_dims = tuple(check_int(k, f"feature_dims[{i}]", minimum=1) for i, k in enumerate(feature_dims))
+        feature_dims = check_feature_dims(feature_dims, "feature_dims")
         feature_seed = check_int(feature_seed, "feature_seed", minimum=0)
         if embedder is not None and not callable(embedder):
             raise ValueError(f"embedder must be callable (texts -> (N, d)), got {type(embedder).__name__}")
