@@ -1,5 +1,5 @@
 """The tests the confirmatory short-answer study decides by (setpo_lab.studies.intervals): one-sided paired t, the
-exact sign-flip test, Holm's procedure and the t-test's power, each against a reference computed another way."""
+exact sign-flip test, Holm's procedure, the fixed sequence and the t-test's power, each against a reference computed another way."""
 
 import itertools
 import math
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from setpo_lab.studies.intervals import holm, paired_t_power, paired_t_test, sign_flip_p, t_interval
+from setpo_lab.studies.intervals import fixed_sequence, holm, paired_t_power, paired_t_test, sign_flip_p, t_interval
 
 EXPLORATORY = [0.17, 1.25, 3.50, 3.92, 1.50]  # gated key − GRPO, distinct right answers, seeds 0-4 (cure record)
 
@@ -57,6 +57,22 @@ def test_holm_rejects_step_down_and_controls_the_family():
     rng = random.Random(0)
     false = sum(any(v["reject"] for v in holm({k: rng.random() for k in "abcd"}).values()) for _ in range(4000))
     assert false / 4000 <= 0.06
+
+
+def test_fixed_sequence_tests_each_hypothesis_only_after_all_before_it_are_rejected():
+    r = fixed_sequence({"H1": 0.001, "H2": 0.04, "H3": 0.2, "H4": 0.0})
+    assert [r[h]["reject"] for h in ("H1", "H2", "H3", "H4")] == [True, True, False, False]
+    assert [r[h]["tested"] for h in ("H1", "H2", "H3", "H4")] == [True, True, True, False]  # H4's p = 0 untested
+    # not measured (None) or NaN stops the sequence; a p equal to alpha is not a rejection
+    r = fixed_sequence({"H1": None, "H2": 0.0})
+    assert r == {"H1": {"tested": False, "reject": False}, "H2": {"tested": False, "reject": False}}
+    assert not fixed_sequence({"H1": math.nan, "H2": 0.0})["H2"]["tested"]
+    assert not fixed_sequence({"H1": 0.05}, 0.05)["H1"]["reject"]
+    # the family-wise error under the global null: only H1's test can err, so at most alpha
+    rng = random.Random(0)
+    errors = sum(any(v["reject"] for v in fixed_sequence({h: rng.random() for h in "abcd"}).values())
+                 for _ in range(20000))
+    assert errors / 20000 == pytest.approx(0.05, abs=0.006)
 
 
 def test_power_matches_a_simulation_of_the_test():

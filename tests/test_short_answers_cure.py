@@ -12,8 +12,8 @@ import pytest
 from setpo.metrics import pass_at_k
 from setpo_lab.studies.short_answers_config import ARMS, CureStudyConfig, ShortAnswerStudyConfig
 from setpo_lab.studies.short_answers import run_study
-from setpo_lab.studies.short_answers_cure_results import (BOOTSTRAP_SEED, guessing_pass_at_k, paired_bootstrap, reading,
-                                                     prompt_metrics)
+from setpo_lab.studies.intervals import BOOTSTRAP_SEED, paired_bootstrap
+from setpo_lab.studies.short_answers_cure_results import guessing_pass_at_k, prompt_metrics, reading
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,19 @@
-"""Confidence intervals the studies share: the mean of a few paired differences (over seeds in the Countdown study,
-over problems in the math study) with its 95% Student t-interval."""
+"""The lab's one statistics module: every report's intervals and tests come from here.
+
+- Intervals: the mean of a few paired differences (over seeds in the Countdown and short-answer studies, over
+  problems in the math study) with its Student t-interval (``mean_ci``, ``paired_ci``, ``t_interval``), and the
+  paired bootstrap over seeds × prompts (``paired_bootstrap``), which the short-answer records keep as description.
+- Tests over units (the seed is the unit a user meets): the one-sided paired t (``paired_t_test``), the exact
+  sign-flip test beside it (``sign_flip_p``) and the paired t's power (``paired_t_power``).
+- Multiplicity: Holm's step-down procedure (``holm``) and the fixed sequence (``fixed_sequence``)."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 # two-sided 95% Student t quantiles by degrees of freedom (values - 1); a normal 1.96 beyond the table
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -55,6 +63,30 @@ def interval_text(d: Mapping, fmt: str = "{:+.3f}", *, scale: float = 1.0, unit:
     if d.get("lo") is None:
         return mean + alone
     return f"{mean} [{fmt.format(scale * d['lo'])}, {fmt.format(scale * d['hi'])}]"
+
+
+#: the paired bootstrap's resamples and seed
+RESAMPLES, BOOTSTRAP_SEED = 2000, 0
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, resamples: int = RESAMPLES, seed: int = BOOTSTRAP_SEED) -> dict:
+    """Mean of a − b and its 95% percentile interval, resampling seeds (rows) and prompts (columns) together for
+    both sides. a: (S, P) per seed and prompt; b: (S, P), or (1, P) for the base model (one model, no seeds).
+    Prompts where either side is None (NaN) are left out. Returns {"mean", "lo", "hi", "seeds", "prompts",
+    "per_seed"} (no interval, and no "per_seed", when no prompt is left)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    b = np.broadcast_to(b, a.shape)
+    keep = ~(np.isnan(a) | np.isnan(b)).any(axis=0)
+    d = (a - b)[:, keep]
+    s, p = d.shape
+    if p == 0:
+        return {"mean": None, "lo": None, "hi": None, "seeds": s, "prompts": 0}
+    rng = np.random.default_rng(seed)
+    rows, cols = rng.integers(0, s, size=(resamples, s)), rng.integers(0, p, size=(resamples, p))
+    means = np.array([d[r][:, c].mean() for r, c in zip(rows, cols)])
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"mean": float(d.mean()), "lo": float(lo), "hi": float(hi), "seeds": s, "prompts": p,
+            "per_seed": [float(x) for x in d.mean(axis=1)]}
 
 
 # ---- tests over units (the seed is the unit a user meets) and their multiplicity ------------------------------------
@@ -119,6 +151,18 @@ def holm(pvalues: Mapping[str, float], alpha: float = 0.05) -> dict:
         running = max(running, adjusted) if not math.isnan(adjusted) else float("nan")
         stopped = stopped or math.isnan(p) or p > alpha / (m - i)
         out[name] = {"p": p, "adjusted": running, "reject": not stopped}
+    return out
+
+
+def fixed_sequence(pvalues: Mapping[str, float | None], alpha: float = 0.05) -> dict:
+    """The fixed-sequence procedure over hypotheses in their given order: each is tested at the full alpha only if
+    every one before it was rejected; the first not rejected (p >= alpha, NaN, or None: not measured) stops the
+    sequence. Returns {name: {"tested", "reject"}}; the family-wise error rate is at most alpha."""
+    out, going = {}, True
+    for name, p in pvalues.items():
+        reject = going and p is not None and not math.isnan(p) and p < alpha
+        out[name] = {"tested": going and p is not None, "reject": reject}
+        going = reject
     return out
 
 

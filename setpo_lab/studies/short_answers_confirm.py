@@ -32,7 +32,7 @@ from pathlib import Path
 
 from setpo.envs.short_answers import sample_tasks, task_from_id, text_after_answer
 from setpo.records import read_json, write_json
-from setpo_lab.studies.intervals import holm, paired_t_test, sign_flip_p, t_interval
+from setpo_lab.studies.intervals import fixed_sequence, holm, paired_bootstrap, paired_t_test, sign_flip_p, t_interval
 from setpo_lab.studies.short_answers import (
     base_model_folder,
     evaluate_model,
@@ -53,7 +53,6 @@ from setpo_lab.studies.short_answers_cure_results import (
     distinct_near,
     modal_answer,
     near_miss_pass_at_k,
-    paired_bootstrap,
     rarefied_distinct,
     right_answer_hill,
 )
@@ -278,19 +277,18 @@ def confirm_reading(cfg: ConfirmStudyConfig, exploratory_record: str | Path | No
                   for s in seeds]
         return None if any(a is None or b is None for a, b in values) else [a - b for a, b in values]
 
-    primary, going = {}, True
+    primary = {}
     for name, (metric, margin) in SEQUENCE.items():
         d = diffs("key_gated", metric, cfg.seeds)
         if d is None:
             primary[name] = {"metric": metric, "verdict": "not measured (runs or evaluations missing)"}
-            going = False
             continue
         test = paired_t_test(d, margin=margin)
-        entry = {"metric": metric, "margin": margin, "differences": d, **test,
-                 **_described(cfg, "key_gated", metric, cfg.seeds, d, {**test, "margin": margin})}
-        entry["verdict"] = _verdict(name, test, going, entry["ci90"])
-        going = going and test["p"] < ALPHA
-        primary[name] = entry
+        primary[name] = {"metric": metric, "margin": margin, "differences": d, **test,
+                         **_described(cfg, "key_gated", metric, cfg.seeds, d, {**test, "margin": margin})}
+    for name, h in fixed_sequence({name: primary[name].get("p") for name in SEQUENCE}, ALPHA).items():
+        if "p" in primary[name]:
+            primary[name]["verdict"] = _verdict(name, primary[name], h["tested"], primary[name]["ci90"])
     secondary_p, secondary = {}, {}
     for name, (arm, metric, margin) in SECONDARY.items():
         if arm not in cfg.arms:

@@ -31,7 +31,7 @@ import numpy as np
 from setpo.envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
-from setpo_lab.studies.intervals import interval_side, interval_text
+from setpo_lab.studies.intervals import RESAMPLES, interval_side, interval_text, paired_bootstrap
 from setpo_lab.studies.short_answers_config import CureStudyConfig, eval_path, run_folder
 from setpo_lab.studies.short_answers_results import powers_of_two, training_series
 from setpo_lab.studies.stages import print_flushed
@@ -45,8 +45,6 @@ METRICS = {"distinct_right": ("distinct right answers / many-answer prompt", "ma
            "length": ("completion length (characters)", "all", "{:.1f}"),
            "similarity": ("within-prompt similarity, whole completions", "all", "{:.3f}"),
            "answer_similarity": ("within-prompt similarity, answer lines (MiniLM)", "all", "{:.3f}")}
-#: the bootstrap's resamples and seed
-RESAMPLES, BOOTSTRAP_SEED = 2000, 0
 
 
 def _entropy(values: Sequence) -> float:
@@ -153,25 +151,6 @@ def modal_answer(answers: Sequence) -> int | None:
 def distinct_near(answers: Sequence, target: int, within: int = 10) -> int:
     """Distinct numeric answers within ±``within`` of the target (what spraying near it produces)."""
     return len({a for a in answers if a is not None and abs(a - target) <= within})
-
-
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, resamples: int = RESAMPLES, seed: int = BOOTSTRAP_SEED) -> dict:
-    """Mean of a − b and its 95% percentile interval, resampling seeds (rows) and prompts (columns) together for
-    both sides. a: (S, P) per seed and prompt; b: (S, P), or (1, P) for the base model (one model, no seeds).
-    Prompts where either side is None (NaN) are left out."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    b = np.broadcast_to(b, a.shape)
-    keep = ~(np.isnan(a) | np.isnan(b)).any(axis=0)
-    d = (a - b)[:, keep]
-    s, p = d.shape
-    if p == 0:
-        return {"mean": None, "lo": None, "hi": None, "seeds": s, "prompts": 0}
-    rng = np.random.default_rng(seed)
-    rows, cols = rng.integers(0, s, size=(resamples, s)), rng.integers(0, p, size=(resamples, p))
-    means = np.array([d[r][:, c].mean() for r, c in zip(rows, cols)])
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return {"mean": float(d.mean()), "lo": float(lo), "hi": float(hi), "seeds": s, "prompts": p,
-            "per_seed": [float(x) for x in d.mean(axis=1)]}
 
 
 def _nanmean(x: np.ndarray) -> float:
