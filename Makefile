@@ -25,7 +25,7 @@ ADAPTER_TESTS := tests/test_trl.py tests/test_trl_baselines.py tests/test_resume
                  tests/test_trl_reads.py tests/test_fast_path_fallbacks.py tests/test_rollouts.py \
                  tests/test_setgrpo.py::test_trl_trainer_two_reward_functions_as_graders
 
-.PHONY: demo test test-newest test-trl-oldest chromium bench lab figures countdown real-model docs clean
+.PHONY: demo test lint test-newest test-trl-oldest chromium bench lab figures countdown real-model docs clean
 
 demo: $(VENV)/.deps-notebooks
 	$(PY) -m setpo_lab.cli demo
@@ -33,6 +33,10 @@ demo: $(VENV)/.deps-notebooks
 test: chromium $(VENV)/.deps-test $(VENV)/.real-model $(OLDEST_VENV)/.deps
 	$(PY) -m pytest -q -m "not newest"
 	$(OLDEST_PY) -m pytest -q $(ADAPTER_TESTS)
+
+# The lint rules alone (pyproject.toml [tool.ruff.lint]; tests/test_lint.py runs the same check inside `make test`).
+lint: $(VENV)/.deps-test
+	$(PY) -m ruff check .
 
 # The suite at the newest releases that pyproject.toml admits (fresh venvs beside the usual ones, no constraints),
 # plus the checks that ask today's package index what each documented install resolves to (marker `newest`). When

@@ -179,7 +179,9 @@ def _assert_same(a: Path, b: Path):
 def test_countdown_interrupted_at_every_kind_of_moment_resumes_bit_for_bit(countdown):
     cfg, data, sft, root, straight = countdown
     run_dir = root / "interrupted"
-    rl = lambda *cb: train_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None, callbacks=list(cb))
+
+    def rl(*cb):
+        return train_rl(cfg, RUN, data, sft, run_dir, log=lambda *_: None, callbacks=list(cb))
 
     # 1. stopped before the first checkpoint, and killed while appending to probes.jsonl
     with pytest.raises(KeyboardInterrupt):

@@ -209,12 +209,12 @@ def final_answer(completion: str) -> str | None:
         return normalize_answer(boxed)
     tail = completion[-UNBOXED_TAIL_CHARS:]
     stated = None
-    for stated in _STATED.finditer(tail):
+    for stated in _STATED.finditer(tail):  # noqa: B007 (the loop keeps the last match)
         pass
     if stated is not None:
         return normalize_answer(stated.group(1))
     span = None
-    for span in _LATEX_SPAN.finditer(tail):
+    for span in _LATEX_SPAN.finditer(tail):  # noqa: B007 (the loop keeps the last match)
         pass
     if span is not None:
         return normalize_answer(next(g for g in span.groups() if g is not None))

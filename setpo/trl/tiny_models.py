@@ -63,7 +63,7 @@ class ModelSize:
     max_position_embeddings: int = 64
 
 
-def build_model(tokenizer, size: ModelSize = ModelSize(), seed: int = 0):
+def build_model(tokenizer, size: ModelSize = ModelSize(), seed: int = 0):  # noqa: B008 (read, never changed)
     """A freshly initialised Qwen2ForCausalLM (float32, tied embeddings) for ``tokenizer``."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

@@ -110,8 +110,8 @@ def report(cfg: ShortAnswerStudyConfig, log=print_flushed) -> dict:
         for a, b in ((setpo, grpo), (grpo, "base"), (setpo, "base")):
             if b == "base" and key == "reward_rise":
                 continue
-            value = lambda m, s: (models["base"][key] if m == "base"  # noqa: E731
-                                  else _value(models, runs, _label(labels, m, s), key))
+            value = lambda m, s: (models["base"][key] if m == "base"  # noqa: E731, B023 (called in this iteration)
+                                  else _value(models, runs, _label(labels, m, s), key))  # noqa: B023
             paired.append({"metric": key, "a": a, "b": b,
                            **paired_ci([(value(a, s), value(b, s)) for s in cfg.seeds], differences="per_seed")})
     record = {"config": json.loads(json.dumps(asdict(cfg))),

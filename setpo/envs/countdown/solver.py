@@ -209,7 +209,7 @@ def generate_instances(
         numbers = tuple(int(v) for v in rng.integers(nlo, nhi + 1, size=k))
         key = tuple(sorted(numbers))
         if target_sampling == "expression":
-            target = _random_expression_target(numbers, rng, tlo, thi, lambda t: (key, t) not in taken)
+            target = _random_expression_target(numbers, rng, tlo, thi, lambda t: (key, t) not in taken)  # noqa: B023 (called here)
             candidates = [] if target is None else [target]
         else:
             reachable = sorted(_reachable_integers(numbers, tlo, thi))
