@@ -1,5 +1,8 @@
-"""`python -m setpo_lab.cli demo | sweep | figures | bench | countdown | link`: the lab's commands, behind `make demo`, `make figures`, `make bench`
-and `make countdown`.
+"""`python -m setpo_lab run STUDY ... | demo | sweep | figures | bench | countdown | link` (also `python -m
+setpo_lab.cli ...`): the lab's commands, behind `make demo`, `make figures`, `make bench` and `make countdown`.
+
+`run STUDY` is every study's one command line (``setpo_lab.studies.arguments.study_parser``: --preset, --out,
+--stages, --set and the study's options); STUDIES names them.
 
 Every argument is checked before any work starts; a bad one exits with status 2 and one line on stderr.
 Only `figures` writes the committed figures/ folder; `demo` writes to runs/demo/ unless told otherwise.
@@ -37,6 +40,12 @@ FIGURE_NOTEBOOKS = [
 PINNED_NOTEBOOKS = {"03_countdown_pass_at_k"}
 # Modules in benchmarks/ that the benchmarks import, not benchmarks themselves.
 BENCH_HELPERS = {"harness"}
+#: the studies of `python -m setpo_lab run STUDY`: name -> the module declaring its ``COMMAND`` (or "module:NAME")
+STUDIES = {"countdown": "setpo_lab.studies.countdown", "math": "setpo_lab.studies.math",
+           "short_answers": "setpo_lab.studies.short_answers",
+           "short_answers_base": "setpo_lab.studies.short_answers:BASE_COMMAND",
+           "short_answers_cure": "setpo_lab.studies.short_answers_cure",
+           "short_answers_confirm": "setpo_lab.studies.short_answers_confirm", "rubric": "setpo_lab.studies.rubric"}
 MAX_SEEDS = 1000                      # seeds per method or λ: more is a typo, not a study
 DEMO_DIR = ROOT / "runs" / "demo"     # scratch: smoke and interactive runs never touch figures/
 FIGURES_DIR = ROOT / "figures"        # committed: written only by `make figures`
@@ -149,11 +158,34 @@ def cmd_bench(args) -> None:
 
 
 def cmd_countdown(args) -> None:
-    """The Countdown study on the pinned floating-point path: this process becomes ``python -m
-    setpo_lab.studies.countdown ARGS`` with the pin in its environment, and the study parses its own arguments."""
+    """The Countdown study on the pinned floating-point path: this process becomes ``python -m setpo_lab run
+    countdown ARGS`` with the pin in its environment, and the study parses its own arguments."""
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "setpo_lab.studies.countdown", *args.study_args],
+    os.execve(sys.executable, [sys.executable, "-m", "setpo_lab", "run", "countdown", *args.study_args],
               pinned_environment())
+
+
+def study_command(study: str):
+    """The ``StudyCommand`` of a study named in STUDIES."""
+    import importlib
+
+    module, _, name = STUDIES[study].partition(":")
+    return getattr(importlib.import_module(module), name or "COMMAND")
+
+
+def cmd_run(args) -> int:
+    """``run STUDY ARGS``: the study's ``COMMAND`` (``arguments.run_command``); a preset the study runs on the pinned
+    floating-point path (``StudyCommand.pinned``) puts this process under the pin first."""
+    from setpo_lab.repro.arithmetic import pinned
+    from setpo_lab.studies.arguments import run_command, study_parser
+
+    command = study_command(args.study)
+    chosen = study_parser(command).parse_known_args(args.study_args)[0].preset or command.default_preset
+    if chosen in command.pinned and not pinned():
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "setpo_lab", "run", args.study, *args.study_args],
+                  pinned_environment())
+    return run_command(command, args.study_args)
 
 
 LAB_PTH = "setpo_lab.pth"  # in the interpreter's site-packages: puts this clone on its path
@@ -196,7 +228,11 @@ def build_parser() -> Parser:
                    help="tiny sizes (seconds each): check that every benchmark runs; reports go to runs/bench/smoke/")
     b.add_argument("--out", type=out_dir, default=None, help="folder for the reports (default runs/bench/)")
     b.set_defaults(fn=cmd_bench)
-    c = sub.add_parser("countdown", help="the Countdown study (python -m setpo_lab.studies.countdown ARGS) on the pinned "
+    r = sub.add_parser("run", help="a study: python -m setpo_lab run STUDY --preset NAME --out DIR --stages ... --set ...")
+    r.add_argument("study", choices=list(STUDIES))
+    r.add_argument("study_args", nargs="*", help="the study's arguments (python -m setpo_lab run STUDY --help)")
+    r.set_defaults(fn=cmd_run)
+    c = sub.add_parser("countdown", help="the Countdown study (python -m setpo_lab run countdown ARGS) on the pinned "
                                          "floating-point path, so that a study of several sittings is one experiment")
     c.add_argument("study_args", nargs="*", help="the study's own arguments, e.g. --full --out results/countdown "
                                                  "(passed on as they are: the study checks them)")
@@ -232,6 +268,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["countdown"]:  # everything after it is the study's, options included
         return argparse.Namespace(cmd="countdown", study_args=argv[1:], fn=cmd_countdown)
+    if argv[:1] == ["run"] and len(argv) > 1 and argv[1] in STUDIES:  # likewise after the study's name
+        return argparse.Namespace(cmd="run", study=argv[1], study_args=argv[2:], fn=cmd_run)
     if _negative_lams(argv):
         p.error(f"argument --lams: expected a finite number >= 0, got {_negative_lams(argv)[0]}")
     args = p.parse_args(argv)
@@ -261,8 +299,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    args.fn(args)
-    return 0
+    return args.fn(args) or 0
 
 
 if __name__ == "__main__":

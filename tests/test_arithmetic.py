@@ -14,6 +14,7 @@ import setpo_lab.cli as cli
 from setpo_lab.repro.arithmetic import (PINNED_ARITHMETIC, pinned, pinned_children, pinned_environment,
                               require_pinned)
 from setpo_lab import ROOT
+from setpo_lab.studies.arguments import run_command
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_setpo_countdown_becomes_the_study_under_the_pin(unpinned, monkeypatch):
     seen = {}
     monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: seen.update(path=path, argv=argv, env=env))
     cli.main(["countdown", "--full", "--out", "results/countdown"])
-    assert seen["argv"][1:] == ["-m", "setpo_lab.studies.countdown", "--full", "--out", "results/countdown"]
+    assert seen["argv"][1:] == ["-m", "setpo_lab", "run", "countdown", "--full", "--out", "results/countdown"]
     assert pinned(seen["env"])
 
 
@@ -82,7 +83,7 @@ def test_setpo_countdown_hands_its_arguments_to_the_study_which_checks_them():
     run = subprocess.run([sys.executable, "-m", "setpo_lab.cli", "countdown", "--full", "--no-such-option"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
-    assert "setpo_lab.studies.countdown" in run.stderr and "--no-such-option" in run.stderr
+    assert "python -m setpo_lab run countdown" in run.stderr and "--no-such-option" in run.stderr
 
 
 def test_setpo_figures_runs_notebook_03_pinned_and_the_others_as_they_are(unpinned, monkeypatch, tmp_path):
@@ -149,6 +150,6 @@ def test_the_full_study_refuses_to_start_off_the_pinned_path(unpinned, capsys, m
 
     monkeypatch.setattr(countdown, "run_study", lambda *a, **kw: pytest.fail("the study started unpinned"))
     with pytest.raises(SystemExit) as e:
-        countdown.main(["--full", "--out", "runs/never"])
+        run_command(countdown.COMMAND, ["--full", "--out", "runs/never"])
     assert e.value.code == 2
     assert "must run on the pinned floating-point path" in capsys.readouterr().err

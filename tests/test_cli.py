@@ -11,6 +11,7 @@ import setpo_lab.cli as cli
 import setpo_lab.studies.countdown as countdown
 import setpo_lab.studies.rubric as rubric
 from setpo_lab import ROOT
+from setpo_lab.studies.arguments import run_command
 
 
 def _refused(main, argv, capsys, match: str):
@@ -87,27 +88,28 @@ def test_setpo_cli_refuses_bad_arguments_up_front(argv, match, capsys, no_work):
     (["--smoke", "--full"], "not allowed"),
 ])
 def test_countdown_cli_refuses_bad_arguments_before_sft(argv, match, capsys, no_work):
-    _refused(countdown.main, argv, capsys, match)
+    _refused(lambda a: run_command(countdown.COMMAND, a), argv, capsys, match)
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["--steps", "-1"], "--steps"),
-    (["--steps", "0"], "--steps"),
-    (["--seeds", "0"], "--seeds"),
-    (["--reference", "oracle"], "--reference"),
+    (["--set", "steps=-1"], "steps"),
+    (["--set", "steps=0"], "steps"),
+    (["--set", "seeds=0"], "seeds"),
+    (["--set", "reference=oracle"], "reference"),
+    (["--out", "x"], "unrecognized arguments: --out"),  # the rubric study writes nothing
 ])
 def test_rubric_cli_refuses_bad_arguments(argv, match, capsys, no_work):
-    _refused(rubric.main, argv, capsys, match)
+    _refused(lambda a: run_command(rubric.COMMAND, a), argv, capsys, match)
 
 
 def test_good_arguments_reach_the_work(monkeypatch):
     seen = {}
     monkeypatch.setattr(countdown, "run_study", lambda cfg, stages, redo: seen.update(cfg=cfg, stages=stages, redo=redo))
-    assert countdown.main(["--smoke", "--out", "/tmp/x", "--stages", "rl,eval", "--set", "rl_steps=4",
+    assert run_command(countdown.COMMAND, ["--smoke", "--out", "/tmp/x", "--stages", "rl,eval", "--set", "rl_steps=4",
                            'paper_embedder="hash"']) == 0
     assert seen["cfg"].rl_steps == 4 and seen["cfg"].out == "/tmp/x" and seen["stages"] == ["rl", "eval"]
     assert seen["redo"] is False
-    assert countdown.main(["--smoke", "--redo"]) == 0 and seen["redo"] is True
+    assert run_command(countdown.COMMAND, ["--smoke", "--redo"]) == 0 and seen["redo"] is True
     args = cli.parse_args(["sweep", "--lams", "0", "0.5", "--seeds", "2"])
     assert args.lams == [0.0, 0.5] and args.seeds == 2
 

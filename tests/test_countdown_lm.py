@@ -250,7 +250,8 @@ def test_the_record_names_the_command_that_makes_its_config(monkeypatch):
     """The record's command, parsed back, is the study's config, headline seeds included (make countdown grows
     them with --set), so that running what the record says makes that study and not a smaller one."""
     from setpo_lab.repro.arithmetic import PINNED_ARITHMETIC
-    from setpo_lab.studies.countdown import parse_args
+    from setpo_lab.studies.arguments import parse_study_args
+    from setpo_lab.studies.countdown import COMMAND
     from setpo_lab.studies.countdown_results import study_command
 
     for name, value in PINNED_ARITHMETIC.items():
@@ -258,7 +259,7 @@ def test_the_record_names_the_command_that_makes_its_config(monkeypatch):
     for seeds in ((), (5, 6, 11)):
         command = study_command("runs/somewhere", smoke=False, headline_seeds=seeds)
         study = command.split(", then ")[0].replace("python -m setpo_lab.cli countdown ", "")
-        cfg, _, _ = parse_args([a.strip("'") for a in study.split()])
+        cfg, _, _ = parse_study_args(COMMAND, [a.strip("'") for a in study.split()])
         assert cfg == CountdownLMConfig(out="runs/somewhere", headline_seeds=seeds)
     from setpo_lab import ROOT
 

@@ -22,6 +22,7 @@ from setpo_lab.studies import judging
 from setpo_lab.studies import math as ml
 from setpo_lab.studies.countdown_config import CountdownLMConfig
 from setpo_lab.studies.countdown_results import results_markdown
+from setpo_lab.studies.arguments import parse_study_args, run_command
 
 SECRET = "sk-test-study-0c4e9a2fSECRET"
 
@@ -59,7 +60,7 @@ def test_math_study_judged_per_method_with_the_prompt_version(tmp_path, server, 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     run = tmp_path / "run"
     # 1. no judge: the study as before; its record and table know nothing of a judge
-    assert ml.main(["--smoke", "--run-dir", str(run)]) == 0
+    assert run_command(ml.COMMAND, ["--smoke", "--run-dir", str(run)]) == 0
     record = json.loads((run / "results.json").read_text())
     assert not {k for k in _keys(record) if "judge" in k}, "a record without a judge has judge keys"
     assert "judge" not in (run / "results.md").read_text().lower()
@@ -75,7 +76,7 @@ def test_math_study_judged_per_method_with_the_prompt_version(tmp_path, server, 
     judge = server([{"when": first, "reply": "I would rather not grade this."}])  # SCORE: 5 for every other set
     argv = ["--smoke", "--run-dir", str(run), "--stages", "judge", "--judge-url", judge.url, "--judge-model", "judge-m"]
     capsys.readouterr()
-    assert ml.main(argv) == 0
+    assert run_command(ml.COMMAND, argv) == 0
     shown = capsys.readouterr().out
     asked = judge.requests()
     assert asked and {r["model"] for r in asked} == {"judge-m"} and all(SECRET in r["auth"] for r in asked)
@@ -100,13 +101,13 @@ def test_math_study_judged_per_method_with_the_prompt_version(tmp_path, server, 
 
     # 3. a rerun asks the judge nothing: every verdict is in the cache beside the runs
     n = len(asked)
-    assert ml.main(argv) == 0 and len(judge.requests()) == n
+    assert run_command(ml.COMMAND, argv) == 0 and len(judge.requests()) == n
     assert json.loads((run / "results.json").read_text())["judged"]["methods"] == judged["methods"]
 
     # 4. a judge that is down: one line that ends with what to do, exit status 1, nothing else changed
     judge.stop()
     capsys.readouterr()
-    assert ml.main([*argv[:-1], "another-judge"]) == 1
+    assert run_command(ml.COMMAND, [*argv[:-1], "another-judge"]) == 1
     err = capsys.readouterr().err.strip()
     errors = [line for line in err.splitlines() if "error:" in line]  # the rest: the judging progress bar
     assert len(errors) == 1 and errors[0] == err.splitlines()[-1]
@@ -114,7 +115,7 @@ def test_math_study_judged_per_method_with_the_prompt_version(tmp_path, server, 
 
     # 5. a local judge model, in-process (the tiny model: its context cannot hold the prompt, so every score is
     # missing, counted with its reason, and none is made up)
-    assert ml.main(["--smoke", "--run-dir", str(run), "--stages", "judge", "--judge-path", str(run / "tiny_model")]) == 0
+    assert run_command(ml.COMMAND, ["--smoke", "--run-dir", str(run), "--stages", "judge", "--judge-path", str(run / "tiny_model")]) == 0
     judged = json.loads((run / "results.json").read_text())["judged"]
     assert judged["judge"]["backend"] == "transformers" and judged["prompt_version"] == PROMPT_VERSION
     for s in judged["methods"].values():
@@ -132,7 +133,7 @@ def test_countdown_study_judged_per_method_from_the_responses_its_evaluation_kep
     out = tmp_path / "study"
     argv = ["--smoke", "--out", str(out), "--set", "threads=1", "--judge-url", judge.url, "--judge-model", "judge-m",
             "--judge-samples", "4", "--judge-limit", "3"]
-    assert countdown.main(argv) == 0
+    assert run_command(countdown.COMMAND, argv) == 0
     summary = json.loads((out / "results.json").read_text())
     judged = summary["judged"]
     cfg = CountdownLMConfig.smoke()
@@ -171,7 +172,7 @@ def test_bad_judge_flags_are_refused_before_any_work(study, argv, match, capsys,
     module = ml if study == "math" else countdown
     monkeypatch.setattr(module, "run_study", lambda *a, **k: pytest.fail("the study started"))
     with pytest.raises(SystemExit) as e:
-        module.main(["--smoke", *argv])
+        run_command(module.COMMAND, ["--smoke", *argv])
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and match in err, err
 
@@ -181,7 +182,7 @@ def test_good_judge_flags_reach_the_config_and_stay_out_of_the_claims(monkeypatc
     monkeypatch.setattr(countdown, "run_study", lambda cfg, stages, redo: seen.update(cfg=cfg, stages=stages))
     argv = ["--smoke", "--out", str(tmp_path / "cd"), "--judge-url", "http://u:pw@127.0.0.1:9/v1/", "--judge-model",
             "m", "--judge-limit", "3", "--judge-samples", "4"]
-    assert countdown.main(argv) == 0
+    assert run_command(countdown.COMMAND, argv) == 0
     cfg = seen["cfg"]
     assert (cfg.judge_url, cfg.judge_model, cfg.judge_limit, cfg.judge_samples) == (
         "http://u:pw@127.0.0.1:9/v1/", "m", 3, 4) and seen["stages"] == list(countdown.STAGES)
@@ -195,15 +196,15 @@ def test_good_judge_flags_reach_the_config_and_stay_out_of_the_claims(monkeypatc
     model = tmp_path / "judge_model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    cfg, stages = ml.parse_args(["--smoke", "--judge-path", str(model), "--stages", "judge"])
+    cfg, stages, _ = parse_study_args(ml.COMMAND, ["--smoke", "--judge-path", str(model), "--stages", "judge"])
     assert cfg.judge_path == str(model) and stages == ["judge"] and judging.judge_configured(cfg)
-    assert ml.parse_args(["--smoke"])[0].judge_path is None
+    assert parse_study_args(ml.COMMAND, ["--smoke"])[0].judge_path is None
     # a finished run's own config (its run_config.json; run_dir: the folder above it), to judge it later
     run = tmp_path / "runs" / "qwen" / "GRPO"
     run.mkdir(parents=True)
     saved = ml.MathRunConfig.cpu_demo(smoke=True, run_dir="../elsewhere", eval_k=3)
     (run / "run_config.json").write_text(json.dumps({"label": "GRPO", "lambda": 0.0, "config": asdict(saved)}))
-    cfg, stages = ml.parse_args(["--config", str(run / "run_config.json"), "--stages", "judge", "--judge-url",
+    cfg, stages, _ = parse_study_args(ml.COMMAND, ["--config", str(run / "run_config.json"), "--stages", "judge", "--judge-url",
                                  "http://127.0.0.1:9/v1", "--judge-model", "m"])
     assert cfg.run_dir == str(run.parent) and cfg.eval_k == 3 and cfg.judge_model == "m"
     # judging a run that has no evaluation yet says which stage to run first (the judge is never asked)

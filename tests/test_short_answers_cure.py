@@ -96,14 +96,15 @@ def test_the_records_figures_draw_every_arm_and_the_guesser_from_its_numbers(cur
 def test_a_rerun_of_one_new_arms_run_reproduces_its_record(cure, tiny_model, capsys):
     """``--rerun LABEL`` trains a recorded run of the cure study again in a scratch folder: on one machine it
     comes back bit for bit (exit status 0), and a run the study does not have is refused by name."""
-    from setpo_lab.studies.short_answers_cure import main
+    from setpo_lab.studies.arguments import run_command
+    from setpo_lab.studies.short_answers_cure import COMMAND
 
     cfg, _, _ = cure
     args = ["--preset", "smoke", "--out", cfg.run_dir, "--model-path", tiny_model]
-    assert main([*args, "--rerun", "key_gated_s0"]) == 0
+    assert run_command(COMMAND, [*args, "--rerun", "key_gated_s0"]) == 0
     assert "weights identical (SHA-256)" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="unknown run 'key_s0'"):
-        main([*args, "--rerun", "key_s0"])
+    assert run_command(COMMAND, [*args, "--rerun", "key_s0"]) == 1
+    assert "unknown run 'key_s0'" in capsys.readouterr().err
 
 
 def test_paired_bootstrap_interval_holds_its_mean_and_stays_in_range():

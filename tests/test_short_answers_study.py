@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import scipy.stats
 
-from setpo_lab.studies.short_answers import STAGES, main, run_study
+from setpo_lab.studies.arguments import run_command
+from setpo_lab.studies.short_answers import COMMAND, STAGES, run_study
 from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
 from setpo_lab.studies.short_answers_results import model_metrics, powers_of_two, reading, results_markdown
 
@@ -154,7 +155,7 @@ def test_presets_and_stages_are_checked(tmp_path):
         run_study(ShortAnswerStudyConfig(run_dir=str(tmp_path)), ["plot"])
     assert STAGES == ("train", "evaluate", "report")
     with pytest.raises(FileNotFoundError, match="no model folder"):
-        main(["study", "--out", str(tmp_path / "x"), "--preset", "smoke", "--model-path", str(tmp_path / "none")])
+        run_command(COMMAND, ["--out", str(tmp_path / "x"), "--preset", "smoke", "--model-path", str(tmp_path / "none")])
 
 
 def test_a_run_whose_model_is_gone_is_trained_again_only_when_needed_and_must_match(study, tmp_path):

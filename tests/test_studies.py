@@ -14,6 +14,7 @@ from setpo_lab.studies import math as ml
 from setpo_lab.studies import stages
 from setpo_lab.studies.countdown import CountdownLMConfig, make_data, run_study, sft_examples
 from setpo_lab.studies.toy import ToyConfig, train
+from setpo_lab.studies.arguments import run_command
 
 SMALL_TOY = dict(steps=3, groups_per_step=4, snapshot_every=6, snapshot_samples=16)
 
@@ -110,7 +111,7 @@ def test_countdown_runs_exactly_the_stages_named(tmp_path):
     cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
     with pytest.raises(ValueError, match=r"stage 'sft' has not finished.*--stages sft"):
         run_study(cfg, log=lambda *_: None, stages=["rl"])
-    assert countdown.main(["--smoke", "--out", cfg.out, "--stages", "sft"]) == 0
+    assert run_command(countdown.COMMAND, ["--smoke", "--out", cfg.out, "--stages", "sft"]) == 0
     made = sorted(p.name for p in (tmp_path / "study").iterdir())
     assert made == ["config.json", "data.json", "identity.json", "sft"] and stages.stage_done(tmp_path / "study" / "sft" / "final")
     with pytest.raises(ValueError, match=r"stage 'rl' has not finished.*--stages rl"):
@@ -119,7 +120,7 @@ def test_countdown_runs_exactly_the_stages_named(tmp_path):
 
 def test_countdown_stage_typo_names_the_valid_stages(capsys):
     with pytest.raises(SystemExit) as e:
-        countdown.main(["--smoke", "--stages", "sft,rll"])
+        run_command(countdown.COMMAND, ["--smoke", "--stages", "sft,rll"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1
     assert "unknown stage(s) ['rll']" in err and "valid stages: sft, rl, eval, judge" in err

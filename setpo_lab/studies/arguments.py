@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Collection, Sequence
+import sys
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from setpo_lab.studies.stages import chosen_stages
 
@@ -15,7 +18,7 @@ def add_stage_and_set_arguments(p: argparse.ArgumentParser, stages: Sequence[str
     """A study command's ``--stages`` (comma-separated, of ``stages``) and ``--set FIELD=JSON ...`` options."""
     p.add_argument("--stages", default=",".join(stages),
                    help=f"comma-separated stages to run, of {','.join(stages)} ({stages_note})")
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON",
+    p.add_argument("--set", nargs="*", action="extend", default=[], metavar="FIELD=JSON",
                    help=f"override config fields, e.g. --set {set_example}")
 
 
@@ -45,3 +48,134 @@ def set_overrides(p: argparse.ArgumentParser, items: Sequence[str], known: Colle
         except json.JSONDecodeError:
             overrides[key] = value  # a bare string
     return overrides
+
+
+# ---- the one study command: python -m setpo_lab run STUDY --preset ... --out ... --stages ... --set ... ----------
+#: options a study may take beyond --preset, --out, --stages and --set: name -> (flags, argparse keywords)
+STUDY_OPTIONS = {
+    "model_path": (("--model-path",), {"default": None, "help": "a local model folder (default: the study's)"}),
+    "rerun": (("--rerun",), {"default": None, "metavar": "LABEL", "help": "train one recorded run again in a "
+                             "scratch folder and compare it with the record (weights and every logged step), "
+                             "instead of running the stages"}),
+    "redo": (("--redo",), {"action": "store_true", "help": "remake what was made at another thread count, code or "
+                           "package versions (refused otherwise)"}),
+    "figures": (("--figures",), {"default": None, "metavar": "DIR", "help": "also write the report's figures here"}),
+    "config": (("--config",), {"default": None, "metavar": "RUN_CONFIG", "help": "start from a finished run's "
+                               "saved config instead of a preset (e.g. to judge it)"}),
+}
+
+
+@dataclass(frozen=True)
+class StudyCommand:
+    """What a study's command line differs in; ``study_parser`` makes the one parser every study shares from it.
+
+    ``presets``: name -> config factory taking config fields as keywords (``--preset NAME``, or ``--NAME``);
+    ``folder``: the config field ``--out`` sets (None: the folder goes to ``run`` as ``args.out``); ``writes``
+    False: the study writes nothing (no ``--out``);
+    ``default_out``: a preset's folder when ``--out`` is not given (a preset not named here needs ``--out``);
+    ``fields``: the config fields ``--set`` may change; ``options``: of ``STUDY_OPTIONS``, plus "judge" (the
+    LLM judge's options, ``judging``); ``pinned``: presets that must run on the pinned floating-point path
+    (``setpo_lab.repro.arithmetic``: a study made across sittings); ``saved``: reads ``--config FILE`` into
+    config fields, which the first preset's factory builds; ``run(cfg, stages, args)``: the study, returning the
+    exit status (``args.out`` the folder, ``args.argv`` the command line as given)."""
+
+    name: str
+    presets: Mapping[str, Callable]
+    stages: Sequence[str]
+    run: Callable[..., int]
+    default_preset: str | None = None
+    folder: str | None = "run_dir"
+    default_out: Mapping[str, str] = field(default_factory=dict)
+    fields: Collection[str] = ()
+    options: Collection[str] = ()
+    pinned: Collection[str] = ()
+    saved: Callable[[Path], dict] | None = None
+    writes: bool = True
+    doc: str = ""
+
+    @property
+    def prog(self) -> str:
+        return f"python -m setpo_lab run {self.name}"
+
+
+def study_parser(command: StudyCommand) -> argparse.ArgumentParser:
+    """The one parser of the study commands: ``--preset`` (each preset also as ``--NAME``), ``--out``, ``--stages``,
+    ``--set FIELD=JSON`` and the study's ``options``."""
+    from setpo.envs.arguments import Parser
+
+    p = Parser(prog=command.prog, description=command.doc.split("\n\n")[0])
+    presets = p.add_mutually_exclusive_group()
+    presets.add_argument("--preset", choices=list(command.presets), default=None,
+                         help=f"default: {command.default_preset}" if command.default_preset else "required")
+    for name in command.presets:
+        presets.add_argument(f"--{name}", dest="preset", action="store_const", const=name, help=f"--preset {name}")
+    if command.writes:
+        p.add_argument("--out", "--run-dir", dest="out", default=None,
+                       help="the study's folder" + "".join(f"; {k}: {v}" for k, v in command.default_out.items()))
+    add_stage_and_set_arguments(p, command.stages, "FIELD=VALUE" if command.fields else "(this study has none)")
+    for option in command.options:
+        if option == "judge":
+            from setpo_lab.studies import judging
+
+            judging.add_judge_arguments(p)
+        else:
+            flags, kwargs = STUDY_OPTIONS[option]
+            p.add_argument(*flags, **kwargs)
+    return p
+
+
+def parse_study_args(command: StudyCommand, argv: Sequence[str] | None = None):
+    """(config, stages, args) from a command line, every value checked before any work starts (a bad one: one
+    line on stderr, exit status 2)."""
+    p = study_parser(command)
+    a = p.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)
+    stages = parsed_stages(p, a.stages, command.stages)
+    preset = a.preset or command.default_preset
+    overrides = {}
+    if getattr(a, "config", None):
+        if a.preset:
+            p.error("give either --config or a preset, not both")
+        try:
+            overrides = command.saved(Path(a.config))
+        except (OSError, ValueError) as e:
+            p.error(f"--config {a.config}: {e}")
+        preset = next(iter(command.presets))  # the first preset's factory builds a saved config
+    elif preset is None:
+        p.error(f"give a preset: --preset {{{','.join(command.presets)}}}")
+    reserved = {command.folder} if command.folder else set()
+    if "judge" in command.options:
+        from setpo_lab.studies import judging
+
+        reserved |= set(judging.JUDGE_FIELDS)
+    overrides.update(set_overrides(p, a.set, command.fields, reserved, " (it has its own option)"))
+    if "judge" in command.options:
+        overrides.update(judging.judge_overrides(a, p, stages))
+    if "model_path" in command.options and a.model_path is not None:
+        overrides["model_path"] = a.model_path
+    if command.writes:
+        a.out = a.out or overrides.get(command.folder) or command.default_out.get(preset)
+        if a.out is None:
+            p.error(f"--out is required with --preset {preset} (the study's folder)")
+        if command.folder:
+            overrides[command.folder] = a.out
+    try:
+        cfg = command.presets[preset](**overrides)
+        if preset in command.pinned:
+            from setpo_lab.repro.arithmetic import require_pinned
+
+            require_pinned(f"{command.prog} --preset {preset}")
+    except (TypeError, ValueError) as e:
+        p.error(str(e))
+    return cfg, stages, a
+
+
+def run_command(command: StudyCommand, argv: Sequence[str] | None = None) -> int:
+    """A study from its command line: the arguments parsed once, then ``command.run``. A refusal (another config's
+    folder, a stage not run, a judge down: a ValueError) is one line on stderr and exit status 1."""
+    cfg, stages, args = parse_study_args(command, argv)
+    try:
+        return command.run(cfg, stages, args)
+    except ValueError as err:
+        print(f"{command.prog}: error: {err}", file=sys.stderr)
+        return 1

@@ -84,14 +84,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from setpo.envs.arguments import Parser
 from setpo.envs.countdown import make_prompt
 from setpo.records import read_json, write_json, write_text
 from setpo.trl.training import DONE_FILE, quiet_libraries
-from setpo_lab.repro.arithmetic import require_pinned
 from setpo_lab.repro.provenance import run_identity
 from setpo_lab.studies import judging
-from setpo_lab.studies.arguments import add_stage_and_set_arguments, parsed_stages, set_overrides
+from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.countdown_config import (  # noqa: F401  (load_config: the study's public API)
     CountdownLMConfig,
     RLRun,
@@ -415,49 +413,18 @@ def _trained_runs(cfg: CountdownLMConfig):
     return cfg.final_runs(chosen), chosen, selection
 
 
-def parse_args(argv=None) -> tuple[CountdownLMConfig, list[str], bool]:
-    """The config and stages a command line asks for, every value checked before any work starts."""
-    p = Parser(prog="python -m setpo_lab.studies.countdown", description=__doc__.split("\n\n")[0])
-    mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--full", action="store_true", help="the study at its documented size")
-    mode.add_argument("--smoke", action="store_true", help="toy size, seconds")
-    p.add_argument("--out", default=None, help="output folder (default results/countdown, kept in git without its "
-                                               "models, or runs/countdown_smoke)")
-    add_stage_and_set_arguments(p, STAGES, "rl_steps=100 'rl_seeds=[0,1,2,3,4]' 'search_embedders=[\"hash\"]'")
-    judging.add_judge_arguments(p)
-    p.add_argument("--redo", action="store_true",
-                   help="remake what was made at another thread count, code or package versions (refused otherwise)")
-    a = p.parse_args(argv)
-    stages = parsed_stages(p, a.stages, STAGES)
-    overrides = set_overrides(p, a.set, {f.name for f in fields(CountdownLMConfig)})
-    overrides.update(judging.judge_overrides(a, p, stages))
-    try:
-        if a.smoke:
-            cfg = CountdownLMConfig.smoke(**({"out": a.out} if a.out else {}), **overrides)
-        else:
-            cfg = CountdownLMConfig(**({"out": a.out} if a.out else {}), **overrides)
-        if a.full:  # a study of several sittings, on whatever machine each gets: one floating-point path
-            require_pinned("python -m setpo_lab.studies.countdown --full")
-    except (TypeError, ValueError) as e:
-        p.error(str(e))
-    return cfg, stages, a.redo
-
-
-def run_command(cfg: CountdownLMConfig, stages: Sequence[str], redo: bool) -> int:
-    """``run_study`` for a command line already parsed (``parse_args``): exit status 0, or 1 with a refusal
-    (another config's folder, a stage not run, a judge down) as one line on stderr."""
-    try:
-        run_study(cfg, stages=stages, redo=redo)
-    except ValueError as err:
-        print(f"python -m setpo_lab.studies.countdown: error: {err}", file=sys.stderr)
-        return 1
+def _run(cfg: CountdownLMConfig, stages: Sequence[str], args) -> int:
+    run_study(cfg, stages=stages, redo=args.redo)
     return 0
 
 
-def main(argv=None) -> int:
-    """``python -m setpo_lab.studies.countdown ARGS``: the arguments parsed once, then the study."""
-    return run_command(*parse_args(argv))
-
+#: the study's command line (``arguments.study_parser``): ``python -m setpo_lab run countdown --full``; --full runs
+#: on the pinned floating-point path (a study of several sittings, on whatever machine each gets)
+COMMAND = StudyCommand(
+    "countdown", {"full": CountdownLMConfig, "smoke": CountdownLMConfig.smoke}, STAGES, _run, folder="out",
+    default_out={"full": "results/countdown", "smoke": "runs/countdown_smoke"},
+    fields=frozenset(f.name for f in fields(CountdownLMConfig)), options=("judge", "redo"), pinned=("full",),
+    doc=__doc__)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(COMMAND))

@@ -32,6 +32,7 @@ from setpo_lab.repro.at_commit import changed_since, commit_line, environment_at
 from setpo_lab.repro.provenance import ROOT, code_changes, identity_differences, module_file
 from setpo.records import read_json, write_json
 from setpo_lab.studies import countdown
+from setpo_lab.studies.arguments import parse_study_args
 from setpo_lab.studies.countdown_config import CountdownLMConfig
 from setpo_lab.studies.stages import IDENTITY_FILE
 
@@ -300,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m setpo_lab.studies.countdown_record ARGS`` (the study's own arguments, parsed once): ``restamp``
     the record in ``--out``; exit 0 when it was re-stamped, 1 when not (the reason printed)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    cfg, _, _ = countdown.parse_args(argv)
+    cfg, _, _ = parse_study_args(countdown.COMMAND, argv)
     try:
         return 0 if restamp(cfg, argv, log=lambda line: print(line, flush=True)) else 1
     except ValueError as err:

@@ -29,14 +29,13 @@ from pathlib import Path
 
 import torch
 
-from setpo.envs.arguments import Parser
 from setpo.envs.math import (MathProblem, gsm8k_file, load_math_problems, math_reward, qwen_math_messages,
                              smoke_problems, to_trl_records)
 from setpo.metrics import pass_at_k
 from setpo.records import append_record, read_json, read_records, write_json
 from setpo.refusals import loading
 from setpo_lab.studies import judging
-from setpo_lab.studies.arguments import add_stage_and_set_arguments, parsed_stages, set_overrides
+from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
 from setpo_lab.studies.math_results import write_results
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
@@ -449,75 +448,42 @@ def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=pr
     return StudyResult("math", Path(cfg.run_dir), finals, summary, time.time() - t0)
 
 
-def parse_args(argv=None) -> tuple[MathRunConfig, list[str]]:
-    """The config and stages a command line asks for, every value checked before any work starts."""
-    p = Parser(prog=PROG, description="GRPO vs SetPO+GRPO on math word problems with TRL (notebook 06).")
-    mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--full", action="store_true", help="the paper's settings (give --set model_path=DIR ...)")
-    mode.add_argument("--cpu-real", action="store_true", help="notebook 06's CPU setting: the packaged SmolLM2-135M-"
-                      "Instruct on GSM8K, GRPO and two SetPO+GRPO runs, pass@k to 256 (hours on 2 cores, resumable)")
-    mode.add_argument("--cpu-demo", action="store_true", help="the CPU demo: tiny random model, generated problems")
-    mode.add_argument("--smoke", action="store_true", help="the CPU demo at toy size (seconds)")
-    mode.add_argument("--config", metavar="RUN_CONFIG", help="a run's run_config.json: the config of a finished run "
-                      "(its run_dir: the folder above it), e.g. to judge it")
-    p.add_argument("--run-dir", help="models, checkpoints, evaluations (default runs/qwen_math, runs/qwen_math_cpu, "
-                   "runs/qwen_math_smoke)")
-    add_stage_and_set_arguments(p, STAGES, "model_path=/models/Qwen2.5-Math-1.5B eval_k=16",
-                                "default: all; judge only with a judge")
-    judging.add_judge_arguments(p)
-    a = p.parse_args(argv)
-    stages = parsed_stages(p, a.stages, STAGES)
+def saved_config(path: Path) -> dict:
+    """``--config RUN_CONFIG``: a finished run's config fields (its run_dir: the folder above the run's)."""
+    saved = read_json(path, "give a run's run_config.json")
+    saved = saved.get("config", saved) if isinstance(saved, dict) else None
+    if not isinstance(saved, dict):
+        raise ValueError("not a run_config.json (no config in it)")
     known = {f.name for f in fields(MathRunConfig)}
-    overrides = {}
-    if a.config:
-        path = Path(a.config)
-        try:
-            saved = read_json(path, "give a run's run_config.json")
-        except (OSError, ValueError) as e:
-            p.error(f"--config {path}: {e}")
-        saved = saved.get("config", saved) if isinstance(saved, dict) else None
-        if not isinstance(saved, dict):
-            p.error(f"--config {path}: not a run_config.json (no config in it)")
-        overrides = {k: v for k, v in saved.items() if k in known}
-        overrides["run_dir"] = str(path.resolve().parent.parent)
-    overrides.update(set_overrides(p, a.set, known, {"run_dir", *judging.JUDGE_FIELDS},
-                                   " (the judge and run_dir have their own options)"))
-    overrides.update(judging.judge_overrides(a, p, stages))
-    if a.run_dir:
-        overrides["run_dir"] = a.run_dir
-    try:
-        if a.cpu_real:
-            cfg = MathRunConfig.cpu_real(**{"run_dir": "runs/qwen_math_cpu", **overrides})
-        elif a.smoke or a.cpu_demo:
-            cfg = MathRunConfig.cpu_demo(smoke=a.smoke, **{"run_dir": f"runs/qwen_math{'_smoke' if a.smoke else ''}",
-                                                          **overrides})
-        else:
-            cfg = MathRunConfig(**overrides)
-    except (TypeError, ValueError) as e:
-        p.error(str(e))
-    return cfg, stages
+    return {**{k: v for k, v in saved.items() if k in known}, "run_dir": str(path.resolve().parent.parent)}
 
 
-def main(argv=None) -> int:
-    """``python -m setpo_lab.studies.math``: the study's stages, then ``run_dir/results.md`` and its record
-    ``results.json`` (``math_results.write_results``) when there are evaluations. A refusal (a folder made with
-    another config, a judge that cannot be reached) is one line on stderr and exit status 1."""
-    cfg, stages = parse_args(argv)
+def _run(cfg: MathRunConfig, stages: Sequence[str], args) -> int:
+    """The study's stages, then ``run_dir/results.md`` and its record ``results.json`` (``math_results.
+    write_results``) when there are evaluations."""
     from setpo.trl import quiet_libraries  # imports TRL: only once the arguments are known to be good
 
     quiet_libraries()
-    try:
-        summary = run_study(cfg, stages=stages).summary
-    except ValueError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 1
+    summary = run_study(cfg, stages=stages).summary
     if "results" in summary:
-        command = " ".join([PROG, *judging.redact_command(sys.argv[1:] if argv is None else argv)])
+        command = " ".join([COMMAND.prog, *judging.redact_command(args.argv)])
         table, path = write_results(cfg, summary, command)
         print(table)
         print(f"results: {path} (record: {path.with_suffix('.json')})")
     return 0
 
 
+#: the study's command line (``arguments.study_parser``): ``python -m setpo_lab run math --cpu-real``; --full is
+#: the paper's settings (give --set model_path=DIR ...), --cpu-real notebook 06's CPU setting (the packaged
+#: SmolLM2-135M-Instruct on GSM8K, hours on 2 cores, resumable), --cpu-demo a tiny random model on generated
+#: problems, --smoke the demo at toy size; --config a finished run's run_config.json (e.g. to judge it)
+COMMAND = StudyCommand(
+    "math", {"full": MathRunConfig, "cpu-real": MathRunConfig.cpu_real, "cpu-demo": MathRunConfig.cpu_demo,
+             "smoke": lambda **kw: MathRunConfig.cpu_demo(smoke=True, **kw)}, STAGES, _run,
+    default_out={"full": "runs/qwen_math", "cpu-real": "runs/qwen_math_cpu", "cpu-demo": "runs/qwen_math",
+                 "smoke": "runs/qwen_math_smoke"},
+    fields=frozenset(f.name for f in fields(MathRunConfig)), options=("judge", "config"), saved=saved_config,
+    doc="GRPO vs SetPO+GRPO on math word problems with TRL (notebook 06).")
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(COMMAND))

@@ -26,7 +26,6 @@ from dataclasses import asdict, replace
 
 import torch
 
-from setpo.envs.arguments import Parser, positive_int
 from setpo.envs.rubric import RubricTask, RubricToyConfig
 from setpo.advantages import group_advantages
 from setpo.groups import Groups
@@ -41,6 +40,7 @@ from setpo.setgrpo import (
     reversal_indicators,
     safe_recovery,
 )
+from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.rubric_config import RubricStudyConfig, TrainConfig
 from setpo_lab.studies.rubric_results import format_table
 from setpo_lab.studies.stages import StudyResult, chosen_stages, print_flushed
@@ -310,17 +310,24 @@ def run_study(cfg: RubricStudyConfig, stages: Sequence[str] | None = None, *, lo
                        seconds)
 
 
-def main(argv=None) -> int:
-    p = Parser(prog="python -m setpo_lab.studies.rubric",
-               description="GRPO vs SetGRPO on the rubric toy (true-quality reward at the end)")
-    p.add_argument("--seeds", type=positive_int, default=5, help="seeds (default 5)")
-    p.add_argument("--steps", type=positive_int, default=TrainConfig.steps, help="training steps per run")
-    p.add_argument("--reference", choices=("regrade", "expert"), default="regrade",
-                   help="SetGRPO's calibration reference: re-gradings by the same graders, or the expert")
-    args = p.parse_args(argv)
-    run_study(RubricStudyConfig(seeds=args.seeds, train=TrainConfig(steps=args.steps, reference=args.reference)))
+def rubric_config(seeds: int = 5, **train) -> RubricStudyConfig:
+    """``--set seeds=5 steps=200 reference=expert``: the seeds and any field of ``TrainConfig`` but SetGRPO's."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"seeds must be a whole number >= 1, got {seeds!r}")
+    return RubricStudyConfig(seeds=seeds, train=TrainConfig(**train))
+
+
+def _run(cfg: RubricStudyConfig, stages: Sequence[str], args) -> int:
+    run_study(cfg, stages)
     return 0
 
 
+#: ``python -m setpo_lab run rubric --set seeds=5 steps=200 reference=regrade``: GRPO vs SetGRPO on the rubric toy
+#: (true-quality reward at the end); reference: SetGRPO's calibration reference, re-gradings by the same graders
+#: ("regrade") or the expert
+COMMAND = StudyCommand("rubric", {"default": rubric_config}, STAGES, _run, default_preset="default", writes=False,
+                       fields=frozenset({"seeds", *TrainConfig.__dataclass_fields__} - {"setgrpo"}),
+                       doc="GRPO vs SetGRPO on the rubric toy (true-quality reward at the end).")
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(COMMAND))

@@ -50,13 +50,13 @@ committed record; ``--preset notebook`` is the size of notebook 04's own run and
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
+from functools import partial
 from pathlib import Path
 
 from setpo.envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer, sample_tasks,
@@ -65,6 +65,7 @@ from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import (PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, CureStudyConfig,
                                                     ShortAnswerStudyConfig, eval_path, run_folder)
+from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
 from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, check_restored, chosen_stages,
@@ -460,60 +461,60 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     return StudyResult(name, Path(cfg.run_dir), finals, summary, time.time() - t0)
 
 
-def study_parser(prog: str, doc: str, presets, default: str, example: str,
-                 stages: Sequence[str] = STAGES) -> argparse.ArgumentParser:
-    """The command line of an extended short-answer study (cure, confirm): --out, --preset, --model-path, --stages
-    (of ``stages``) and --rerun, one parser for both."""
-    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="the study's folder (its config.json claims it for one setting)")
-    ap.add_argument("--preset", default=default, help=f"{' | '.join(presets)} (default: {default})")
-    ap.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
-    ap.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(stages)} (default: all)")
-    ap.add_argument("--rerun", default=None, metavar="LABEL",
-                    help=f"train one recorded run (e.g. {example}) again in a scratch folder and compare it with "
-                         "the record (weights and every logged step), instead of running the stages")
-    return ap
+def base_config(**fields) -> BaseTableConfig:
+    """``--set`` fields of the base table; kinds and temperatures also as comma-separated text or one number."""
+    for name, kind in (("kinds", str), ("temperatures", float)):
+        value = fields.get(name)
+        if isinstance(value, (str, int, float)):
+            fields[name] = tuple(kind(v) for v in str(value).split(","))
+        elif isinstance(value, list):
+            fields[name] = tuple(value)
+    return BaseTableConfig(**fields)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    base = sub.add_parser("base", help="measure the base model on every task kind (base_model.json / .md)")
-    base.add_argument("--out", required=True, help="folder for base_model.json, base_model.md and the samples")
-    base.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
-    base.add_argument("--per-kind", type=int, default=BaseTableConfig.per_kind)
-    base.add_argument("--n", type=int, default=BaseTableConfig.n)
-    base.add_argument("--kinds", default=None, help="comma-separated task kinds (default: the study's six)")
-    base.add_argument("--temperatures", default=None, help="comma-separated (default: 0.7,1.0)")
-    st = sub.add_parser("study", help="GRPO vs SetPO+GRPO over paired seeds: train, evaluate, report")
-    st.add_argument("--out", required=True, help="the study's folder (its config.json claims it for one setting)")
-    st.add_argument("--preset", default="committed", help="committed | notebook | smoke (default: committed)")
-    st.add_argument("--model-path", default=None, help="a local model folder (default: the packaged SmolLM2)")
-    st.add_argument("--stages", default=None, help=f"comma-separated, of {', '.join(STAGES)} (default: all)")
-    st.add_argument("--figures", default=None, help="also write the report's figures under this folder")
-    st.add_argument("--rerun", default=None, metavar="LABEL",
-                    help="train one recorded run (e.g. grpo_s0) again in a scratch folder and compare it with the "
-                         "record (weights and every logged step), instead of running the stages")
-    args = ap.parse_args(argv)
-    if args.cmd == "base":
-        chosen = {"kinds": tuple(args.kinds.split(",")) if args.kinds else BaseTableConfig.kinds,
-                  "temperatures": tuple(float(t) for t in args.temperatures.split(","))
-                  if args.temperatures else BaseTableConfig.temperatures}
-        base_table(BaseTableConfig(model_path=args.model_path, per_kind=args.per_kind, n=args.n, **chosen), args.out)
-        return 0
-    cfg = ShortAnswerStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
-    if args.rerun:
-        return rerun_status(cfg, args.rerun)
-    result = run_study(cfg, args.stages)
-    if result.summary:
-        from setpo_lab.studies.short_answers_results import results_markdown, write_figures
-
-        print(results_markdown(result.summary), flush=True)
-        if args.figures:
-            command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
-            write_figures(cfg, result.summary, Path(args.figures), command=command)
+def _run_base(cfg: BaseTableConfig, stages: Sequence[str], args) -> int:
+    base_table(cfg, args.out)
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def run_extended(cfg: ShortAnswerStudyConfig, stages: Sequence[str], args) -> int:
+    """A short-answer study from its command line: ``--rerun LABEL`` (``rerun_status``), or the stages, then the
+    report's table (and, with ``--figures DIR``, its figures)."""
+    if args.rerun:
+        return rerun_status(cfg, args.rerun)
+    result = run_study(cfg, stages)
+    if result.summary:
+        if isinstance(cfg, CureStudyConfig):
+            from setpo_lab.studies.short_answers_cure_results import results_markdown
+        else:
+            from setpo_lab.studies.short_answers_results import results_markdown, write_figures
+
+        print(results_markdown(result.summary), flush=True)
+        if getattr(args, "figures", None):
+            write_figures(cfg, result.summary, Path(args.figures), command=" ".join([PROG, "study", *args.argv]))
+    return 0
+
+
+def presets_of(config_class) -> dict:
+    """A config class's ``PRESETS`` as ``StudyCommand`` factories (name -> config from fields)."""
+    return {name: partial(config_class.preset, name) for name in config_class.PRESETS}
+
+
+#: ``python -m setpo_lab run short_answers --preset committed --out DIR``: GRPO vs SetPO+GRPO over paired seeds
+COMMAND = StudyCommand("short_answers", presets_of(ShortAnswerStudyConfig), STAGES, run_extended,
+                       default_preset="committed", fields=frozenset(f.name for f in fields(ShortAnswerStudyConfig)),
+                       options=("model_path", "rerun", "figures"), doc=__doc__)
+BASE_FLAGS = ("--per-kind", "--n", "--kinds", "--temperatures")
+#: ``python -m setpo_lab run short_answers_base --out DIR --set n=64 kinds=add_3x2,times_2x1``: the base model on
+#: every task kind (base_model.json / .md)
+BASE_COMMAND = StudyCommand("short_answers_base", {"default": base_config}, ("measure",), _run_base,
+                            default_preset="default", folder=None,
+                            fields=frozenset(f.name for f in fields(BaseTableConfig)) - {"model_path"},
+                            options=("model_path",), doc="Measure the base model on every task kind.")
+
+if __name__ == "__main__":  # also the recorded forms `... short_answers study ARGS` and `... base --n 64 ...`
+    sub, rest = (sys.argv[1:2] or [""])[0], sys.argv[2:]
+    if sub == "base":  # the base table's --per-kind, --n, --kinds, --temperatures are --set fields now
+        rest = [x for flag, value in zip(rest[::2], rest[1::2]) for x in (
+            ("--set", f"{flag[2:].replace('-', '_')}={value}") if flag in BASE_FLAGS else (flag, value))]
+    sys.exit(run_command(BASE_COMMAND if sub == "base" else COMMAND, rest if sub in ("base", "study") else None))

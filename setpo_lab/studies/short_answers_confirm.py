@@ -32,17 +32,17 @@ from pathlib import Path
 
 from setpo.envs.short_answers import sample_tasks, task_from_id, text_after_answer
 from setpo.records import read_json, write_json
+from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.intervals import fixed_sequence, holm, paired_bootstrap, paired_t_test, sign_flip_p, t_interval
 from setpo_lab.studies.short_answers import (
     base_model_folder,
     evaluate_model,
     rerun_status,
     run_study,
-    study_parser,
+    presets_of,
     train_run,
 )
 from setpo_lab.studies.short_answers_config import (
-    CONFIRM_PRESETS,
     REUSE_NEUTRAL_FIELDS,
     ConfirmStudyConfig,
     CureStudyConfig,
@@ -470,18 +470,20 @@ def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = No
     return report(cfg, log, exploratory) if "report" in chosen else {}
 
 
-def main(argv=None) -> int:
-    ap = study_parser(PROG, __doc__, CONFIRM_PRESETS, "confirm", "key_gated_s100", STAGES)
-    args = ap.parse_args(argv)
-    cfg = ConfirmStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
+def _run(cfg: ConfirmStudyConfig, stages: Sequence[str], args) -> int:
     if args.rerun:
         return rerun_status(cfg, args.rerun)
     # the committed study evaluates the committed exploratory record's models; a smoke run evaluates none
-    record = run_confirm(cfg, args.stages, exploratory=EXPLORATORY_RECORD if args.preset == "confirm" else None)
+    record = run_confirm(cfg, stages, exploratory=EXPLORATORY_RECORD if args.preset in (None, "confirm") else None)
     if record:
         print(results_markdown(record), flush=True)
     return 0
 
 
+#: ``python -m setpo_lab run short_answers_confirm --preset confirm --out DIR``
+COMMAND = StudyCommand("short_answers_confirm", presets_of(ConfirmStudyConfig), STAGES, _run, default_preset="confirm",
+                       fields=frozenset(ConfirmStudyConfig.__dataclass_fields__), options=("model_path", "rerun"),
+                       doc=__doc__)
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(COMMAND))

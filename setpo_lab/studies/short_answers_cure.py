@@ -20,23 +20,16 @@ again in a scratch folder and says whether it came back bit for bit (exit status
 
 from __future__ import annotations
 
-from setpo_lab.studies.short_answers import rerun_status, run_study, study_parser
-from setpo_lab.studies.short_answers_config import CURE_PRESETS, CURE_PROG, CureStudyConfig
+import sys
 
+from setpo_lab.studies.arguments import StudyCommand, run_command
+from setpo_lab.studies.short_answers import STAGES, presets_of, run_extended
+from setpo_lab.studies.short_answers_config import CureStudyConfig
 
-def main(argv=None) -> int:
-    ap = study_parser(CURE_PROG, __doc__, CURE_PRESETS, "cure", "key_gated_s0")
-    args = ap.parse_args(argv)
-    cfg = CureStudyConfig.preset(args.preset, run_dir=args.out, model_path=args.model_path)
-    if args.rerun:
-        return rerun_status(cfg, args.rerun)
-    result = run_study(cfg, args.stages)
-    if result.summary:
-        from setpo_lab.studies.short_answers_cure_results import results_markdown
-
-        print(results_markdown(result.summary), flush=True)
-    return 0
-
+#: ``python -m setpo_lab run short_answers_cure --preset cure --out DIR``
+COMMAND = StudyCommand("short_answers_cure", presets_of(CureStudyConfig), STAGES, run_extended, default_preset="cure",
+                       fields=frozenset(CureStudyConfig.__dataclass_fields__), options=("model_path", "rerun"),
+                       doc=__doc__)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_command(COMMAND))

@@ -1,0 +1,89 @@
+"""The one command line of every study (``python -m setpo_lab run STUDY``, ``setpo_lab.studies.arguments``): one
+parser, one preset mechanism, every value checked before any work, and the old module commands forwarding to it."""
+
+import subprocess
+import sys
+
+import pytest
+
+import setpo_lab.cli as cli
+from setpo_lab import ROOT
+from setpo_lab.repro.arithmetic import pinned
+from setpo_lab.studies.arguments import parse_study_args, run_command, study_parser
+
+
+def _command(study: str):
+    return cli.study_command(study)
+
+
+@pytest.mark.parametrize("study", list(cli.STUDIES))
+def test_every_study_declares_its_command_and_answers_help(study, capsys):
+    command = _command(study)
+    assert command.name == study and command.stages and command.presets
+    assert command.default_preset is None or command.default_preset in command.presets
+    assert set(command.pinned) <= set(command.presets) and set(command.default_out) <= set(command.presets)
+    with pytest.raises(SystemExit) as e:
+        study_parser(command).parse_args(["--help"])
+    assert e.value.code == 0 and f"python -m setpo_lab run {study}" in capsys.readouterr().out
+
+
+def test_a_preset_flag_is_the_preset_and_set_accumulates():
+    from setpo_lab.studies.countdown import COMMAND
+
+    by_flag, stages, args = parse_study_args(COMMAND, ["--smoke", "--set", "rl_steps=4", "--set", "n_val=3"])
+    by_name, _, _ = parse_study_args(COMMAND, ["--preset", "smoke", "--set", "rl_steps=4", "n_val=3"])
+    assert by_flag == by_name and by_flag.rl_steps == 4 and by_flag.n_val == 3
+    assert stages == list(COMMAND.stages) and args.out == by_flag.out == "runs/countdown_smoke"
+
+
+@pytest.mark.parametrize("study, argv, match", [
+    ("countdown", [], "give a preset"),
+    ("countdown", ["--smoke", "--full"], "not allowed"),
+    ("countdown", ["--smoke", "--set", "out=x"], "it has its own option"),
+    ("short_answers", ["--preset", "smoke"], "--out is required"),
+    ("short_answers_cure", ["--preset", "huge", "--out", "x"], "invalid choice"),
+    ("short_answers_confirm", ["--out", "x", "--stages", "plot"], "--stages"),
+    ("math", ["--config", "no/such/run_config.json", "--smoke"], "either --config or a preset"),
+    ("math", ["--config", "no/such/run_config.json"], "--config no/such/run_config.json"),
+    ("rubric", ["--set", "seeds=two"], "seeds"),
+    ("short_answers_base", ["--out", "x", "--set", "kinds=no_such_kind"], "no_such_kind"),
+])
+def test_bad_arguments_are_one_line_and_exit_2_before_any_work(study, argv, match, capsys):
+    command = _command(study)
+    with pytest.raises(SystemExit) as e:
+        run_command(command, argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and match in err, err
+
+
+def test_a_pinned_preset_puts_the_run_under_the_pin_and_others_do_not(monkeypatch):
+    for name in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"):
+        monkeypatch.delenv(name, raising=False)
+    seen = {}
+
+    def execve(path, argv, env):  # the process is replaced: nothing after it runs
+        seen.update(argv=argv, env=env)
+        raise SystemExit("replaced")
+
+    monkeypatch.setattr(cli.os, "execve", execve)
+    from setpo_lab.studies import countdown
+
+    monkeypatch.setattr(countdown, "run_study", lambda cfg, stages, redo: seen.update(ran=cfg.out))
+    with pytest.raises(SystemExit, match="replaced"):
+        cli.main(["run", "countdown", "--full", "--out", "runs/never"])
+    assert seen["argv"][1:] == ["-m", "setpo_lab", "run", "countdown", "--full", "--out", "runs/never"]
+    assert pinned(seen["env"]) and "ran" not in seen
+    seen.clear()
+    assert cli.main(["run", "countdown", "--smoke", "--out", "runs/never_smoke"]) == 0
+    assert seen == {"ran": "runs/never_smoke"}
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["setpo_lab", "run", "rubric", "--set", "seeds=0"], "python -m setpo_lab run rubric: error: seeds"),
+    (["setpo_lab.studies.rubric", "--set", "steps=0"], "python -m setpo_lab run rubric: error: steps"),
+    # the form the committed base tables record: its options become --set fields
+    (["setpo_lab.studies.short_answers", "base", "--out", "x", "--kinds", "no_such_kind"], "no_such_kind"),
+])
+def test_python_m_forms_reach_the_one_parser(argv, match):
+    run = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and match in run.stderr, run.stderr
