@@ -16,7 +16,6 @@ import torch
 
 from setpo.envs.countdown import CountdownInstance, extract_answer, score_answer
 from setpo.records import write_json
-from setpo.refusals import loading
 from setpo.trl.rewards import countdown_reward
 from setpo.trl.tiny_models import build_model, build_tokenizer
 from setpo_lab.studies.countdown_config import STEPS_PER_GENERATION, CountdownLMConfig, RLRun
@@ -29,6 +28,7 @@ from setpo_lab.studies.countdown_data import (
     solution_key,
 )
 from setpo_lab.studies.sampling import sample_completions
+from setpo_lab.studies.toolkit import load_model
 from setpo_lab.studies.trainer_arguments import rl_trainer_args, run_arguments
 from setpo_lab.studies.stages import (
     Progress,
@@ -105,17 +105,13 @@ def train_stage(out_dir: Path, label: str, what: str, fit: Callable[[Path], None
 
 def load_trained(model_dir: Path):
     """(tokenizer, float32 model) of a finished stage; a damaged folder is a ValueError naming it."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # the engine, when a model is loaded
-
     if stage_done(model_dir) and not has_model(model_dir):
         raise refusal("recorded as trained, but its model is not here (a study folder keeps its records, not its "
                       "models)", model_dir, "rerun with the stage that trains it (--stages sft,rl,eval): it is "
                       "trained again and checked against the recorded weights")
-    with loading(model_dir, f"delete {Path(model_dir).parent.name} and rerun to train that stage again",
-                 expected="model folder", root=Path(model_dir).parents[1]):  # damaged weights, config: one message
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
-    return tokenizer, model
+    # damaged weights, config, tokenizer: one message
+    return load_model(model_dir, torch.float32, root=Path(model_dir).parents[1],
+                      remedy=f"delete {Path(model_dir).parent.name} and rerun to train that stage again")
 
 
 def probe_sampler(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], tokenizer):

@@ -33,12 +33,12 @@ from setpo.envs.math import (MathProblem, gsm8k_file, load_math_problems, math_r
                              smoke_problems, to_trl_records)
 from setpo.metrics import pass_at_k
 from setpo.records import append_record, read_json, read_records, write_json
-from setpo.refusals import loading
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
 from setpo_lab.studies.math_results import write_results
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
+from setpo_lab.studies import toolkit
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
 from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, chosen_stages, claim_folder,
@@ -58,28 +58,21 @@ PROG = "python -m setpo_lab.studies.math"
 MODEL_REMEDY = "give an intact model folder (MODEL_PATH; a trained one: delete its run folder and rerun)"
 
 
-def load_model(model_path: str | Path, dtype):
-    """The causal LM in the folder ``model_path``; one that cannot be loaded is refused, the folder and what to do
-    first, then a short cause in our words (``setpo.refusals``), never the library's text."""
-    from transformers import AutoModelForCausalLM  # the engine: imported when a model is loaded
-
-    with loading(model_path, MODEL_REMEDY, expected="model folder", root=Path(model_path).parent):
-        return AutoModelForCausalLM.from_pretrained(str(model_path), local_files_only=True, dtype=dtype)
-
-
 def load_tokenizer(model_path: str | Path):
-    """The model's tokenizer, left-padded for generation; it must have a chat template. A folder whose tokenizer
-    cannot be loaded is refused like ``load_model``'s."""
-    from transformers import AutoTokenizer  # the engine: imported when a model is loaded
-
-    with loading(model_path, MODEL_REMEDY, expected="model folder", root=Path(model_path).parent):
-        tok = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+    """The model's tokenizer (``toolkit.load_tokenizer``), left-padded for generation; it must have a chat
+    template."""
+    tok = toolkit.load_tokenizer(model_path, remedy=MODEL_REMEDY)
     if tok.chat_template is None:
         raise ValueError(f"the tokenizer at {model_path} has no chat template; the Qwen-Math prompt needs one")
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def load_model(model_path: str | Path, dtype):
+    """The causal LM in the folder ``model_path`` (``toolkit.load_model``), refused like ``load_tokenizer``."""
+    return toolkit.load_model(model_path, dtype, remedy=MODEL_REMEDY)[1]
 
 
 def in_fresh_process(fn, *args, **kwargs):

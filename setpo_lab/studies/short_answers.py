@@ -66,7 +66,7 @@ from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import (PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, CureStudyConfig,
                                                     ShortAnswerStudyConfig, eval_path, run_folder)
 from setpo_lab.studies.arguments import StudyCommand, run_command
-from setpo_lab.studies.toolkit import chat_prompts, model_folder
+from setpo_lab.studies.toolkit import chat_prompts, load_model, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
 from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, check_restored, chosen_stages,
                                       claim_folder, has_model, heartbeat, print_flushed, refusal, restore_model,
@@ -113,7 +113,7 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
     out = Path(out)
     claim_folder(out / "base_samples", asdict(cfg))
     model_dir = base_model_folder(cfg.model_path)
-    tok, model = load_model(model_dir, torch.float32)
+    tok, model = load_model(model_dir, torch.float32, remedy=MODEL_REMEDY)
     rows = []
     for temperature in cfg.temperatures:
         for kind in cfg.kinds:
@@ -226,18 +226,8 @@ def base_model_folder(model_path: str | None) -> Path:
                                            "smollm2-135m-instruct DIR` makes one)")
 
 
-def load_model(model_dir: Path, dtype):
-    """(tokenizer, model) of a local model folder; a folder that does not load is refused with the folder and
-    what to do first (``setpo.refusals``), never the library's own text."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # the engine, once a model is loaded
-
-    from setpo.refusals import loading
-
-    with loading(model_dir, "give an intact model folder (a trained run's: delete the run and rerun)",
-                 expected="model folder", root=Path(model_dir).parent):
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=dtype)
-    return tokenizer, model
+#: what to do with a model folder that does not load
+MODEL_REMEDY = "give an intact model folder (a trained run's: delete the run and rerun)"
 
 
 def sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg: ShortAnswerStudyConfig,
@@ -302,7 +292,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
     recorded = restore_model(final)
     kept = run_records(out) if recorded is not None else None
     base = base_model_folder(cfg.model_path)
-    tokenizer, model = load_model(base, torch.float32)
+    tokenizer, model = load_model(base, torch.float32, remedy=MODEL_REMEDY)
     probes = probe_tasks(cfg)
 
     def sample(model, step: int) -> list[dict]:
@@ -351,7 +341,7 @@ def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, emb
         chosen = test_tasks(cfg) if tasks is None else list(tasks)
         require_bf16_units(cfg, f"evaluating {label}")
         # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
-        tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32)
+        tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32, remedy=MODEL_REMEDY)
         started = time.perf_counter()
         progress = Progress(log, f"[eval {label}] prompts", len(chosen))
         with heartbeat(log, f"[eval {label}]"):

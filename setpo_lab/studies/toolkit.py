@@ -1,7 +1,7 @@
 """Steps every study that runs a real model shares, written once: which model folder a study runs
-(``model_folder``) and how its prompts are rendered for a chat model (``chat_prompts``).
+(``model_folder``), loading it (``load_tokenizer``, ``load_model``) and how its prompts are rendered for a chat
+model (``chat_prompts``).
 
-Not part of the Countdown study's code (its identity): no module that study imports imports this one.
 Heavy packages (transformers, setpo.models) are imported inside the functions."""
 
 from __future__ import annotations
@@ -25,6 +25,29 @@ def model_folder(path: str | Path | None, *, remedy: str, packaged: str | None =
 
         return prepared_folder(packaged or DEFAULT_MODEL, log=lambda *_: None)
     return otherwise()
+
+
+def load_tokenizer(folder: str | Path, *, remedy: str, root: str | Path | None = None):
+    """The tokenizer of a local model folder, read offline. A folder that does not load is refused with the folder
+    and ``remedy`` first, then a short cause in our words (``setpo.refusals.loading``), never the library's own
+    text; the refusal names the folder from ``root`` (default: the folder's parent)."""
+    from transformers import AutoTokenizer  # the engine: imported when a model is loaded
+
+    from setpo.refusals import loading
+
+    with loading(folder, remedy, expected="model folder", root=Path(folder).parent if root is None else root):
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
+def load_model(folder: str | Path, dtype, *, remedy: str, root: str | Path | None = None):
+    """(tokenizer, causal LM in ``dtype``) of a local model folder, read offline; refused like ``load_tokenizer``."""
+    from transformers import AutoModelForCausalLM  # the engine: imported when a model is loaded
+
+    from setpo.refusals import loading
+
+    tokenizer = load_tokenizer(folder, remedy=remedy, root=root)
+    with loading(folder, remedy, expected="model folder", root=Path(folder).parent if root is None else root):
+        return tokenizer, AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
 
 
 def chat_prompts(tokenizer, items: Sequence, messages: Callable[[object], list[dict]]) -> list[str]:
