@@ -313,3 +313,20 @@ def test_trl_checkpoint_files(tmp_path):
         messages[fault] = refused(lambda p: check_checkpoint(ckpt), ckpt / "trainer_state.json", data)
     check_refusals(messages, "checkpoint-2/trainer_state.json", "delete checkpoint-2 to resume from an earlier "
                    "checkpoint")
+
+
+def test_a_tiny_models_tokenizer_is_read_as_saved_not_as_its_model_configs(tiny_model):
+    """``toolkit.load_model(tiny=True)``, which the Countdown study reads its trained models with, gives the saved
+    tokenizer's tokens; AutoTokenizer follows the folder's qwen2 config to another tokenizer that splits the same
+    text differently (a run trained on it would be another run)."""
+    from transformers import AutoTokenizer
+
+    from setpo.trl.tiny_models import build_chat_tokenizer
+    from setpo_lab.studies.toolkit import load_model, load_tokenizer
+
+    text = "1 2 + 3 = 6"
+    saved = build_chat_tokenizer()(text).input_ids
+    tokenizer, model = load_model(tiny_model, torch.float32, remedy="r", tiny=True)
+    assert tokenizer(text).input_ids == saved and model.dtype == torch.float32
+    assert load_tokenizer(tiny_model, remedy="r", tiny=True)(text).input_ids == saved
+    assert AutoTokenizer.from_pretrained(str(tiny_model), local_files_only=True)(text).input_ids != saved

@@ -110,7 +110,7 @@ def load_trained(model_dir: Path):
                       "models)", model_dir, "rerun with the stage that trains it (--stages sft,rl,eval): it is "
                       "trained again and checked against the recorded weights")
     # damaged weights, config, tokenizer: one message
-    return load_model(model_dir, torch.float32, root=Path(model_dir).parents[1],
+    return load_model(model_dir, torch.float32, root=Path(model_dir).parents[1], tiny=True,
                       remedy=f"delete {Path(model_dir).parent.name} and rerun to train that stage again")
 
 

@@ -27,25 +27,29 @@ def model_folder(path: str | Path | None, *, remedy: str, packaged: str | None =
     return otherwise()
 
 
-def load_tokenizer(folder: str | Path, *, remedy: str, root: str | Path | None = None):
+def load_tokenizer(folder: str | Path, *, remedy: str, root: str | Path | None = None, tiny: bool = False):
     """The tokenizer of a local model folder, read offline. A folder that does not load is refused with the folder
     and ``remedy`` first, then a short cause in our words (``setpo.refusals.loading``), never the library's own
-    text; the refusal names the folder from ``root`` (default: the folder's parent)."""
-    from transformers import AutoTokenizer  # the engine: imported when a model is loaded
+    text; the refusal names the folder from ``root`` (default: the folder's parent).
+
+    ``tiny``: a tiny model's tokenizer (``setpo.trl.tiny_models``), read as the PreTrainedTokenizerFast it was saved
+    as. AutoTokenizer would follow the folder's model config (qwen2) to Qwen2Tokenizer, which splits the same text
+    into other tokens ("1 2 + 3 =" loses its spaces), so a run trained on it is another run."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # the engine: imported when a model is loaded
 
     from setpo.refusals import loading
 
     with loading(folder, remedy, expected="model folder", root=Path(folder).parent if root is None else root):
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        return (PreTrainedTokenizerFast if tiny else AutoTokenizer).from_pretrained(str(folder), local_files_only=True)
 
 
-def load_model(folder: str | Path, dtype, *, remedy: str, root: str | Path | None = None):
+def load_model(folder: str | Path, dtype, *, remedy: str, root: str | Path | None = None, tiny: bool = False):
     """(tokenizer, causal LM in ``dtype``) of a local model folder, read offline; refused like ``load_tokenizer``."""
     from transformers import AutoModelForCausalLM  # the engine: imported when a model is loaded
 
     from setpo.refusals import loading
 
-    tokenizer = load_tokenizer(folder, remedy=remedy, root=root)
+    tokenizer = load_tokenizer(folder, remedy=remedy, root=root, tiny=tiny)
     with loading(folder, remedy, expected="model folder", root=Path(folder).parent if root is None else root):
         return tokenizer, AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
 
