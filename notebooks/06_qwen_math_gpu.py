@@ -110,7 +110,7 @@ if MATH:
     train, val = ml.load_study_problems(cfg)
     probes = val[:cfg.n_probe]
     model_path = ml.resolve_model_path(cfg)
-    tokenizer = ml.load_tokenizer(model_path)
+    tokenizer = ml.load_tokenizer(model_path, tiny=cfg.tiny)
     print(f"{len(train)} training and {len(val)} validation problems; model: {model_path}")
     print(chat_prompts(tokenizer, [train[0].question], qwen_math_messages)[0] + "…", "\nreference answer:",
           train[0].answer)

@@ -58,10 +58,10 @@ PROG = "python -m setpo_lab.studies.math"
 MODEL_REMEDY = "give an intact model folder (MODEL_PATH; a trained one: delete its run folder and rerun)"
 
 
-def load_tokenizer(model_path: str | Path):
-    """The model's tokenizer (``toolkit.load_tokenizer``), left-padded for generation; it must have a chat
-    template."""
-    tok = toolkit.load_tokenizer(model_path, remedy=MODEL_REMEDY)
+def load_tokenizer(model_path: str | Path, tiny: bool = False):
+    """The model's tokenizer (``toolkit.load_tokenizer``; ``tiny``: the tiny random model's, read as saved),
+    left-padded for generation; it must have a chat template."""
+    tok = toolkit.load_tokenizer(model_path, remedy=MODEL_REMEDY, tiny=tiny)
     if tok.chat_template is None:
         raise ValueError(f"the tokenizer at {model_path} has no chat template; the Qwen-Math prompt needs one")
     tok.padding_side = "left"
@@ -177,7 +177,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     if stage_done(final):
         return final
     model_path = resolve_model_path(cfg)
-    tokenizer = load_tokenizer(model_path)
+    tokenizer = load_tokenizer(model_path, tiny=cfg.tiny)
     # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
     model = load_model(model_path, torch.float32)
     args = trl_args(cfg, lam, out, units)
@@ -249,7 +249,7 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     model once for all its samples (``share_prompt``) and top-p takes no sort of the vocabulary (``fast_nucleus``).
     With ``log``, a line at most
     every 10 s (sequences sampled so far, and a heartbeat inside a long batch)."""
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(model_dir, tiny=cfg.tiny)
     if uses_vllm(cfg):
         prompts = chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages)
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
