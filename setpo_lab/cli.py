@@ -41,7 +41,7 @@ PINNED_NOTEBOOKS = {"03_countdown_pass_at_k"}
 # Modules in benchmarks/ that the benchmarks import, not benchmarks themselves.
 BENCH_HELPERS = {"harness"}
 #: the studies of `python -m setpo_lab run STUDY`: name -> the module declaring its ``COMMAND`` (or "module:NAME")
-STUDIES = {"countdown": "setpo_lab.studies.countdown", "math": "setpo_lab.studies.math",
+STUDIES = {"toy": "setpo_lab.studies.toy", "countdown": "setpo_lab.studies.countdown", "math": "setpo_lab.studies.math",
            "short_answers": "setpo_lab.studies.short_answers",
            "short_answers_base": "setpo_lab.studies.short_answers:BASE_COMMAND",
            "short_answers_cure": "setpo_lab.studies.short_answers_cure",

@@ -46,6 +46,8 @@ def test_a_preset_flag_is_the_preset_and_set_accumulates():
     ("math", ["--config", "no/such/run_config.json", "--smoke"], "either --config or a preset"),
     ("math", ["--config", "no/such/run_config.json"], "--config no/such/run_config.json"),
     ("rubric", ["--set", "seeds=two"], "seeds"),
+    ("toy", ["--set", "seeds=0"], "seeds must be a whole number from 1 to 1000"),
+    ("toy", ["--smoke", "--set", "projection=tsne"], "projection"),
     ("short_answers_base", ["--out", "x", "--set", "kinds=no_such_kind"], "no_such_kind"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2_before_any_work(study, argv, match, capsys):

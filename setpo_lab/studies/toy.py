@@ -30,6 +30,7 @@ from setpo.losses import policy_loss
 from setpo.metrics import mean_pairwise_similarity
 from setpo.presets import get_preset
 from setpo.records import markdown_table, progress_bar, write_json
+from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.stages import StudyResult, check_same_config, chosen_stages, print_flushed, refusal, unreadable
 from setpo_lab.studies.toy_config import REUSE_NEUTRAL_FIELDS, ToyConfig, ToyStudyConfig
 from setpo_lab.studies.toy_results import coverage_rows, summary_rows, write_figure1
@@ -305,3 +306,18 @@ def lambda_sweep(base: ToyConfig, lams, seeds, threshold: float = 0.05) -> list[
     results = compare(base, {lam: {"setpo": lam > 0, "lam": lam} for lam in lams}, seeds)
     return [{"lambda": row.pop("method"), **{k: v for k, v in row.items() if k != "seeds"}}
             for row in summary_rows(results, threshold)]
+
+
+def _run(cfg: ToyStudyConfig, stages: Sequence[str], args) -> int:
+    run_study(cfg, stages)
+    return 0
+
+
+#: ``python -m setpo_lab run toy --preset demo --out runs/demo --set seeds=5`` (``make demo`` runs the same study)
+COMMAND = StudyCommand(
+    "toy", {"demo": ToyStudyConfig, "smoke": lambda **kw: ToyStudyConfig(smoke=True, **kw)}, STAGES, _run,
+    default_preset="demo", folder="out", default_out={"demo": "runs/demo", "smoke": "runs/demo"},
+    fields=frozenset({"seeds", "projection"}), doc="GRPO vs SetPO+GRPO on the multi-modal bandit (Figure 1).")
+
+if __name__ == "__main__":
+    raise SystemExit(run_command(COMMAND))

@@ -61,6 +61,12 @@ class ToyStudyConfig:
     projection: str | None = None
     command: str = "make demo"
 
+    def __post_init__(self):
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or not 1 <= self.seeds <= 1000:
+            raise ValueError(f"seeds must be a whole number from 1 to 1000, got {self.seeds!r}")
+        if self.projection not in (None, "umap", "pca"):
+            raise ValueError(f"projection must be 'umap', 'pca' or None, got {self.projection!r}")
+
     def base(self) -> ToyConfig:
         """The training config every run of the study shares (the variants change setpo only)."""
         return ToyConfig(steps=12, snapshot_every=4) if self.smoke else ToyConfig()
