@@ -49,6 +49,9 @@ def test_a_preset_flag_is_the_preset_and_set_accumulates():
     ("toy", ["--set", "seeds=0"], "seeds must be a whole number from 1 to 1000"),
     ("toy", ["--smoke", "--set", "projection=tsne"], "projection"),
     ("short_answers_base", ["--out", "x", "--set", "kinds=no_such_kind"], "no_such_kind"),
+    ("short_answers_base", ["--out", "x", "--set", "n=0"], "n must be a whole number >= 1"),
+    ("short_answers_base", ["--out", "x", "--set", "temperatures=hot"], "temperatures: expected comma-separated"),
+    ("short_answers_base", ["--out", "x", "--set", "temperatures=0,1"], "temperatures must be finite numbers > 0"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2_before_any_work(study, argv, match, capsys):
     command = _command(study)

@@ -451,15 +451,18 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     return StudyResult(name, Path(cfg.run_dir), finals, summary, time.time() - t0)
 
 
-def base_config(**fields) -> BaseTableConfig:
+def base_config(**values) -> BaseTableConfig:
     """``--set`` fields of the base table; kinds and temperatures also as comma-separated text or one number."""
     for name, kind in (("kinds", str), ("temperatures", float)):
-        value = fields.get(name)
+        value = values.get(name)
         if isinstance(value, (str, int, float)):
-            fields[name] = tuple(kind(v) for v in str(value).split(","))
+            try:
+                values[name] = tuple(kind(v) for v in str(value).split(","))
+            except ValueError:
+                raise ValueError(f"{name}: expected comma-separated {kind.__name__} values, got {value!r}") from None
         elif isinstance(value, list):
-            fields[name] = tuple(value)
-    return BaseTableConfig(**fields)
+            values[name] = tuple(value)
+    return BaseTableConfig(**values)
 
 
 def _run_base(cfg: BaseTableConfig, stages: Sequence[str], args) -> int:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import ClassVar
@@ -36,6 +38,13 @@ class BaseTableConfig:
 
     def __post_init__(self):
         check_kinds(self.kinds)
+        for name in ("per_kind", "n", "max_new_tokens", "group_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not self.temperatures or not all(isinstance(t, (int, float)) and not isinstance(t, bool)
+                                            and math.isfinite(t) and t > 0 for t in self.temperatures):
+            raise ValueError(f"temperatures must be finite numbers > 0, got {self.temperatures!r}")
 
 
 def check_kinds(kinds) -> None:
