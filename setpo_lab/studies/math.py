@@ -71,8 +71,8 @@ def load_tokenizer(model_path: str | Path, tiny: bool = False):
 
 
 def load_model(model_path: str | Path, dtype):
-    """The causal LM in the folder ``model_path`` (``toolkit.load_model``), refused like ``load_tokenizer``."""
-    return toolkit.load_model(model_path, dtype, remedy=MODEL_REMEDY)[1]
+    """The causal LM in the folder ``model_path`` (``toolkit.load_causal_lm``), refused like ``load_tokenizer``."""
+    return toolkit.load_causal_lm(model_path, dtype, remedy=MODEL_REMEDY)
 
 
 def in_fresh_process(fn, *args, **kwargs):

@@ -1,5 +1,5 @@
 """Steps every study that runs a real model shares, written once: which model folder a study runs
-(``model_folder``), loading it (``load_tokenizer``, ``load_model``) and how its prompts are rendered for a chat
+(``model_folder``), loading it (``load_tokenizer``, ``load_causal_lm``, both: ``load_model``) and how its prompts are rendered for a chat
 model (``chat_prompts``).
 
 Heavy packages (transformers, setpo.models) are imported inside the functions."""
@@ -43,15 +43,20 @@ def load_tokenizer(folder: str | Path, *, remedy: str, root: str | Path | None =
         return (PreTrainedTokenizerFast if tiny else AutoTokenizer).from_pretrained(str(folder), local_files_only=True)
 
 
-def load_model(folder: str | Path, dtype, *, remedy: str, root: str | Path | None = None, tiny: bool = False):
-    """(tokenizer, causal LM in ``dtype``) of a local model folder, read offline; refused like ``load_tokenizer``."""
+def load_causal_lm(folder: str | Path, dtype, *, remedy: str, root: str | Path | None = None):
+    """The causal LM in ``dtype`` of a local model folder, read offline; refused like ``load_tokenizer``."""
     from transformers import AutoModelForCausalLM  # the engine: imported when a model is loaded
 
     from setpo.refusals import loading
 
-    tokenizer = load_tokenizer(folder, remedy=remedy, root=root, tiny=tiny)
     with loading(folder, remedy, expected="model folder", root=Path(folder).parent if root is None else root):
-        return tokenizer, AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype)
+
+
+def load_model(folder: str | Path, dtype, *, remedy: str, root: str | Path | None = None, tiny: bool = False):
+    """(tokenizer, causal LM in ``dtype``) of a local model folder (``load_tokenizer``, ``load_causal_lm``)."""
+    return (load_tokenizer(folder, remedy=remedy, root=root, tiny=tiny),
+            load_causal_lm(folder, dtype, remedy=remedy, root=root))
 
 
 def chat_prompts(tokenizer, items: Sequence, messages: Callable[[object], list[dict]]) -> list[str]:
