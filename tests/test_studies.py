@@ -10,6 +10,7 @@ import pytest
 import setpo_lab.studies.countdown as countdown
 import setpo_lab.studies.countdown_data as countdown_data
 from setpo.presets import PAPER_RUN
+from setpo.trl.training import WEIGHT_FILES
 from setpo_lab.studies import math as ml
 from setpo_lab.studies import stages
 from setpo_lab.studies.countdown import CountdownLMConfig, make_data, run_study, sft_examples
@@ -68,10 +69,12 @@ def test_toy_refusal_of_another_config_ends_with_the_file_and_what_to_do(tmp_pat
 
 
 def _math_folder(tmp_path, cfg, label="SetPO+GRPO", lam=0.05):
-    """A finished math run folder as train_rl leaves it (its run_config.json and final/done.json)."""
+    """A finished math run folder as train_rl leaves it (its run_config.json, final/done.json and weights: one
+    recorded as done without its model is trained again, ``engine.train_stage``)."""
     run = tmp_path / "run" / label.replace("+", "_")
     (run / "final").mkdir(parents=True)
     (run / "final" / "done.json").write_text("{}")
+    (run / "final" / WEIGHT_FILES[0]).write_bytes(b"")
     (run / "run_config.json").write_text(json.dumps({"label": label, "lambda": lam, "config": asdict(cfg)}))
     return run
 

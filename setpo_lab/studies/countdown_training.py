@@ -1,12 +1,12 @@
 """The Countdown study's training drivers: the warm start (``train_sft``), one RL run (``train_rl``), and the test
 and validation evaluations (``sample_eval``, ``evaluate_model``), each resumable and made at the study's identity
-(``setpo_lab.studies.countdown`` runs them)."""
+(``setpo_lab.studies.countdown`` runs them). The frame of each training stage and the RL run itself are the
+engine's (``setpo_lab.studies.engine``)."""
 
 
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -27,19 +27,16 @@ from setpo_lab.studies.countdown_data import (
     sft_examples,
     solution_key,
 )
+from setpo_lab.studies.engine import probe_sampler, train_setpo, train_stage
 from setpo_lab.studies.sampling import sample_completions
 from setpo_lab.studies.toolkit import load_model
 from setpo_lab.studies.trainer_arguments import rl_trainer_args, run_arguments
 from setpo_lab.studies.stages import (
     Progress,
     cached_evaluation,
-    check_restored,
-    claim_identity,
     has_model,
     print_flushed,
     refusal,
-    restore_model,
-    run_records,
     stage_done,
 )
 
@@ -79,30 +76,6 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=pr
     return train_stage(out_dir, "[sft] the warm start", "the warm start", fit_warm_start, log, identity, redo)
 
 
-def train_stage(out_dir: Path, label: str, what: str, fit: Callable[[Path], None], log, identity: dict | None,
-                redo: bool) -> Path:
-    """The frame of every training stage (the warm start, each RL run), around ``fit(final)``, which trains
-    into ``final = out_dir/final``: claim the folder at ``identity`` (``redo``: remake what was made at
-    another); a stage already done is returned untrained; one recorded as done whose model is not here
-    (``restore_model``: a study kept in git without its models) is trained again, its records kept, and its
-    new weights checked against the recorded ones (``check_restored``). The one place a stage's folder is claimed
-    at the identity. label: the log's prefix; what: the stage, in refusals. Returns the final model's folder."""
-    final = out_dir / "final"
-    claim_identity(out_dir, identity, redo)
-    recorded = restore_model(final)
-    if stage_done(final):
-        return final
-    kept = run_records(out_dir) if recorded is not None else {}
-    if recorded is not None:
-        log(f"{label}: its model is not here (a study folder keeps its records, not its models): "
-            "training it again, to the recorded weights")
-    fit(final)
-    for ckpt in out_dir.glob("checkpoint-*"):
-        shutil.rmtree(ckpt, ignore_errors=True)
-    check_restored(final, recorded, what, kept)
-    return final
-
-
 def load_trained(model_dir: Path):
     """(tokenizer, float32 model) of a finished stage; a damaged folder is a ValueError naming it."""
     if stage_done(model_dir) and not has_model(model_dir):
@@ -114,21 +87,17 @@ def load_trained(model_dir: Path):
                       remedy=f"delete {Path(model_dir).parent.name} and rerun to train that stage again")
 
 
-def probe_sampler(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], tokenizer):
-    """``sample(model, step)`` for ``setpo.trl.probe_callback``: ``cfg.probe_samples`` completions at T = 1 per
+def countdown_probes(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], tokenizer):
+    """What a run samples at its probes (``engine.probe_sampler``): ``cfg.probe_samples`` completions at T = 1 per
     fixed probe problem, as {"problem", "numbers", "target", "text", "expression", "reward", "canonical"}
     records."""
-    probes = list(probes)
+    def record(j: int, inst: CountdownInstance, text: str) -> dict:
+        return {"problem": j, "numbers": list(inst.numbers), "target": inst.target, "text": text,
+                "expression": extract_answer(text), "reward": score_answer(text, inst.numbers, inst.target),
+                "canonical": solution_key(text)}
 
-    def sample(model, step: int) -> list[dict]:
-        samples = sample_completions(model, tokenizer, [prompt_text(p) for p in probes], cfg.probe_samples,
-                                     temperature=1.0, seed=cfg.seed + step)
-        return [{"problem": j, "numbers": list(inst.numbers), "target": inst.target, "text": t,
-                 "expression": extract_answer(t), "reward": score_answer(t, inst.numbers, inst.target),
-                 "canonical": solution_key(t)}
-                for j, (inst, texts) in enumerate(zip(probes, samples)) for t in texts]
-
-    return sample
+    return probe_sampler(tokenizer, probes, [prompt_text(p) for p in probes], cfg.probe_samples, record,
+                         seed=cfg.seed, temperature=1.0)
 
 
 def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: Path | Callable[[], Path],
@@ -148,9 +117,6 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
     ``resumed`` says whether earlier ones did part of the run).
     """
     def fit_rl_run(final: Path) -> None:
-        from datasets import Dataset  # the engine, imported when a run trains (see train_sft)
-
-        from setpo.trl import SetPOTrainer, probe_callback, train_resumable
         from setpo.trl.training import last_checkpoint
 
         warm_start = init_dir() if callable(init_dir) else init_dir
@@ -168,14 +134,13 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
             steps_per_generation=STEPS_PER_GENERATION, max_steps=cfg.rl_steps,
             max_completion_length=cfg.rl_max_completion_length, temperature=cfg.rl_temperature,
             gradient_checkpointing=False)
-        probes = probe_callback(probe_sampler(cfg, data.val[:cfg.n_probe], tokenizer), out_dir / "probes.jsonl",
-                                cfg.probe_every)
-        trainer = SetPOTrainer(model=model, reward_funcs=countdown_reward, args=args,
-                               train_dataset=Dataset.from_list(rl_rows(data.train)), processing_class=tokenizer,
-                               embedder=run_embedder, solution_key=solution_key, callbacks=[probes, *callbacks])
         t0 = time.time()
-        train_resumable(trainer, tokenizer, out_dir, final, {"run": asdict(run)}, log,
-                        f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
+        trainer = train_setpo(
+            out_dir, final, model=model, tokenizer=tokenizer, args=args, reward=countdown_reward,
+            rows=rl_rows(data.train), embedder=run_embedder, solution_key=solution_key,
+            probes=countdown_probes(cfg, data.val[:cfg.n_probe], tokenizer), probe_every=cfg.probe_every,
+            callbacks=callbacks, record={"run": asdict(run)}, log=log,
+            describe=f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
         write_json(out_dir / "timings.json",
                    {**trainer.setpo_seconds, "seconds": time.time() - t0, "resumed": resumed})
 

@@ -35,6 +35,7 @@ from setpo.metrics import pass_at_k
 from setpo.records import append_record, read_json, read_records, write_json
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import StudyCommand, run_command
+from setpo_lab.studies.engine import probe_sampler, train_setpo, train_stage
 from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
 from setpo_lab.studies.math_results import write_results
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
@@ -42,7 +43,7 @@ from setpo_lab.studies import toolkit
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
 from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, chosen_stages, claim_folder,
-                                      heartbeat, print_flushed, sittings_seconds, stage_done)
+                                      heartbeat, print_flushed, sittings_seconds)
 from setpo.trl.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
 
@@ -138,18 +139,16 @@ def sample_responses(model, tokenizer, questions: Sequence[str], n: int, tempera
                               fast_nucleus=fast_nucleus)
 
 
-def probe_sampler(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
-    """``sample(model, step)`` for ``setpo.trl.probe_callback``: responses to fixed probe questions, as
+def math_probes(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
+    """What a run samples at its probes (``engine.probe_sampler``): responses to fixed probe questions, as
     {"probe", "question", "answer", "text", "reward"} records."""
+    def record(j: int, prob: MathProblem, text: str) -> dict:
+        return {"probe": j, "question": prob.question, "answer": prob.answer, "text": text,
+                "reward": math_reward(text, prob.answer)}
 
-    def sample(model, step: int) -> list[dict]:
-        texts = sample_responses(model, tokenizer, [p.question for p in probes], cfg.probe_samples,
-                                 cfg.temperature, 1.0, cfg.max_completion_length, seed=cfg.seed + step)
-        return [{"probe": j, "question": prob.question, "answer": prob.answer, "text": t,
-                 "reward": math_reward(t, prob.answer)}
-                for j, (prob, samples) in enumerate(zip(probes, texts, strict=True)) for t in samples]
-
-    return sample
+    return probe_sampler(tokenizer, probes, chat_prompts(tokenizer, [p.question for p in probes], qwen_math_messages),
+                         cfg.probe_samples, record, seed=cfg.seed, temperature=cfg.temperature, top_p=1.0,
+                         max_new_tokens=cfg.max_completion_length, batch_sequences=64, add_special_tokens=False)
 
 
 def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathProblem],
@@ -163,37 +162,30 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     tokenizer + done.json), ``log_history.json`` and ``probes.jsonl``. A finished run is not retrained.
     Returns ``final/``.
     """
-    from datasets import Dataset  # the engine (datasets, transformers, TRL): imported when a run trains
-
-    from setpo.trl import SetPOTrainer, probe_callback, train_resumable
-
     out = Path(cfg.run_dir) / run_folder(label)
-    final = out / "final"
     # λ's units are named only when they are not the paper's, so folders made before units existed stay valid
     claim_folder(out, {"label": label, "lambda": lam, **({"units": units} if units != "absolute" else {}), "config": judging.without_judge(asdict(cfg))},
                  [f"config.{name}" for name in REUSE_NEUTRAL_FIELDS], record="run_config.json",
                  results=("final", "checkpoint-*", "log_history.json", "probes.jsonl"),
                  remedy="use another run_dir, or delete that folder and rerun")
-    if stage_done(final):
-        return final
-    model_path = resolve_model_path(cfg)
-    tokenizer = load_tokenizer(model_path, tiny=cfg.tiny)
-    # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
-    model = load_model(model_path, torch.float32)
-    args = trl_args(cfg, lam, out, units)
-    trainer = SetPOTrainer(model=model, reward_funcs=math_reward_func, args=args,
-                           train_dataset=Dataset.from_list(to_trl_records(train)), processing_class=tokenizer,
-                           embedder=embedder,
-                           callbacks=[probe_callback(probe_sampler(cfg, probes, tokenizer), out / "probes.jsonl",
-                                                     cfg.probe_every, at_end=True), *callbacks])
-    with heartbeat(log, f"[{label}]", clock=out / CLOCK_FILE):
-        train_resumable(trainer, tokenizer, out, final, {"label": label, "lam": lam, "units": units}, log,
-                        f"[{label}] λ={lam_text(lam, units)}, G={cfg.num_generations}, {cfg.prompts_per_step} "
-                        f"prompts/step, vLLM={args.use_vllm}")
-    del trainer, model
-    if cuda():
-        torch.cuda.empty_cache()  # the next run in this process starts with the memory free
-    return final
+
+    def fit(final: Path) -> None:
+        model_path = resolve_model_path(cfg)
+        tokenizer = load_tokenizer(model_path, tiny=cfg.tiny)
+        # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
+        model = load_model(model_path, torch.float32)
+        args = trl_args(cfg, lam, out, units)
+        train_setpo(out, final, model=model, tokenizer=tokenizer, args=args, reward=math_reward_func,
+                    rows=to_trl_records(train), embedder=embedder, probes=math_probes(cfg, probes, tokenizer),
+                    probe_every=cfg.probe_every, probes_at_end=True, callbacks=callbacks,
+                    record={"label": label, "lam": lam, "units": units}, log=log,
+                    describe=f"[{label}] λ={lam_text(lam, units)}, G={cfg.num_generations}, {cfg.prompts_per_step} "
+                             f"prompts/step, vLLM={args.use_vllm}", heartbeat_label=f"[{label}]", clock=out / CLOCK_FILE)
+        del model
+        if cuda():
+            torch.cuda.empty_cache()  # the next run in this process starts with the memory free
+
+    return train_stage(out, f"[{label}]", f"run {label}", fit, log)
 
 
 def _generate_vllm(model_dir: str, prompts: list[str], k: int, temperature: float, top_p: float,

@@ -66,11 +66,11 @@ from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import (PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, CureStudyConfig,
                                                     ShortAnswerStudyConfig, eval_path, run_folder)
 from setpo_lab.studies.arguments import StudyCommand, run_command
+from setpo_lab.studies.engine import probe_sampler, train_setpo, train_stage
 from setpo_lab.studies.toolkit import chat_prompts, load_model, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
-from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, check_restored, chosen_stages,
-                                      claim_folder, has_model, heartbeat, print_flushed, refusal, restore_model,
-                                      run_records, stage_done)
+from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, chosen_stages,
+                                      claim_folder, heartbeat, print_flushed, refusal, stage_done)
 from setpo.trl.rewards import short_answer_reward
 
 
@@ -230,16 +230,21 @@ def base_model_folder(model_path: str | None) -> Path:
 MODEL_REMEDY = "give an intact model folder (a trained run's: delete the run and rerun)"
 
 
+def sampling_settings(cfg: ShortAnswerStudyConfig) -> dict:
+    """How the study samples a prompt's completions, in training's probes and in every evaluation
+    (``setpo_lab.studies.sampling.sample_completions``): at the training temperature, each prompt run once and its
+    samples continued from copies of its cache."""
+    return dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, batch_sequences=256,
+                add_special_tokens=False, share_prompt=True)
+
+
 def sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg: ShortAnswerStudyConfig,
                        seed: int, progress=None) -> list[list[str]]:
-    """n completions per task at the training temperature (``setpo_lab.studies.sampling.sample_completions``, each
-    prompt run once and its samples continued from copies of its cache)."""
-    from setpo_lab.studies.sampling import sample_completions
+    """n completions per task as the study samples them (``sampling_settings``)."""
+    from setpo_lab.studies.sampling import sample_completions  # imports torch: only when a model samples
 
-    return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), n=n,
-                              temperature=cfg.temperature,
-                              max_new_tokens=cfg.max_new_tokens, seed=seed, batch_sequences=256,
-                              add_special_tokens=False, share_prompt=True, progress=progress)
+    return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), n=n, seed=seed,
+                              progress=progress, **sampling_settings(cfg))
 
 
 def trainer_args(cfg: ShortAnswerStudyConfig, settings: dict, seed: int, output_dir: Path):
@@ -271,59 +276,37 @@ def require_bf16_units(cfg: ShortAnswerStudyConfig, what: str) -> None:
 
 def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_flushed,
               need_model: bool = True) -> Path:
-    """Train one run of ``cfg.run_labels()`` (resumable); returns its ``final/`` folder.
+    """Train one run of ``cfg.run_labels()`` (resumable; ``engine.train_stage``); returns its ``final/`` folder.
 
     A run recorded as done whose model is not here (git keeps a study's records, not its models) is trained
     again only when ``need_model`` (its evaluation is still to do), and must then give the recorded weights bit
     for bit (``stages.restore_model`` / ``check_restored``), or it is refused and nothing is made from it."""
-    import torch
-    from datasets import Dataset  # the engine: imported when a run trains
-
-    from setpo.trl import SetPOTrainer, probe_callback, train_resumable
-
     method, seed = cfg.run_labels()[label]
     settings = cfg.trainer_settings(method)
-    lam = settings["setpo_lambda"]
     out = run_folder(cfg, label)
-    final = out / "final"
-    if stage_done(final) and (has_model(final) or not need_model):
-        return final
-    require_bf16_units(cfg, f"training run {label}")
-    recorded = restore_model(final)
-    kept = run_records(out) if recorded is not None else None
-    base = base_model_folder(cfg.model_path)
-    tokenizer, model = load_model(base, torch.float32, remedy=MODEL_REMEDY)
-    probes = probe_tasks(cfg)
 
-    def sample(model, step: int) -> list[dict]:
-        texts = sample_tasks_texts(model, tokenizer, probes, cfg.probe_samples, cfg, seed=cfg.eval_seed + step)
-        return [{"probe": j, "question": t.question, "task_id": t.task_id, "text": x,
-                 "answer": parse_answer(x), "reward": float(t.is_right(parse_answer(x)))}
-                for j, (t, xs) in enumerate(zip(probes, texts)) for x in xs]
+    def fit(final: Path) -> None:
+        import torch
 
-    args = trainer_args(cfg, settings, seed, out)
-    trainer = SetPOTrainer(model=model, reward_funcs=short_answer_reward, args=args,
-                           train_dataset=Dataset.from_list(to_trl_records(train_tasks(cfg))),
-                           processing_class=tokenizer, embedder=embedder if args.embedder == cfg.embedder else None,
-                           callbacks=[probe_callback(sample, out / "probes.jsonl", cfg.probe_every, at_end=True)])
-    with heartbeat(log, f"[{label}]"):
-        train_resumable(trainer, tokenizer, out, final, {"label": label, "method": method, "seed": seed, "lam": lam},
-                        log, f"[{label}] {method}, seed {seed}, {cfg.steps} steps of {cfg.prompts_per_step} "
-                             f"prompts × G={cfg.group_size}")
-    check_restored(final, recorded, f"run {label}", kept)
-    prune_checkpoints(out)
-    return final
+        tokenizer, model = load_model(base_model_folder(cfg.model_path), torch.float32, remedy=MODEL_REMEDY)
+        probes = probe_tasks(cfg)
 
+        def record(j: int, task: TaskSpec, text: str) -> dict:
+            return {"probe": j, "question": task.question, "task_id": task.task_id, "text": text,
+                    "answer": parse_answer(text), "reward": float(task.is_right(parse_answer(text)))}
 
-def prune_checkpoints(out: Path) -> None:
-    """Delete a finished run's ``checkpoint-*`` folders: they exist to resume an interrupted run, and once
-    ``final/`` is done nothing reads them (each holds the weights and the optimiser's state, 1.6 GB for the
-    packaged SmolLM2: the cure study's 25 runs would otherwise need ~50 GB of disk)."""
-    import shutil
+        args = trainer_args(cfg, settings, seed, out)
+        train_setpo(out, final, model=model, tokenizer=tokenizer, args=args, reward=short_answer_reward,
+                    rows=to_trl_records(train_tasks(cfg)), embedder=embedder if args.embedder == cfg.embedder else None,
+                    probes=probe_sampler(tokenizer, probes, chat_prompts(tokenizer, probes, task_messages),
+                                         cfg.probe_samples, record, seed=cfg.eval_seed, **sampling_settings(cfg)),
+                    probe_every=cfg.probe_every, probes_at_end=True,
+                    record={"label": label, "method": method, "seed": seed, "lam": settings["setpo_lambda"]}, log=log,
+                    describe=f"[{label}] {method}, seed {seed}, {cfg.steps} steps of {cfg.prompts_per_step} "
+                             f"prompts × G={cfg.group_size}", heartbeat_label=f"[{label}]")
 
-    if stage_done(out / "final"):
-        for checkpoint in out.glob("checkpoint-*"):
-            shutil.rmtree(checkpoint)
+    return train_stage(out, f"[{label}]", f"run {label}", fit, log, need_model=need_model,
+                       can_train=lambda: require_bf16_units(cfg, f"training run {label}"))
 
 
 def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed, *,

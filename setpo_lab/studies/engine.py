@@ -1,0 +1,92 @@
+"""What every language-model study does the same way around one RL run, written once: the frame of a training stage
+(``train_stage``: claim the folder, skip a finished stage, train again a recorded one whose model is not here and
+check its weights), one RL run through the TRL adapter (``train_setpo``: SetPO's trainer, the probes and the
+resumable loop) and what a run samples at fixed prompts while it trains (``probe_sampler``).
+
+A study brings only what is its own: its trainer arguments (``trainer_arguments.rl_trainer_args``), reward,
+training rows, prompts and the record of one probe sample. The Countdown, math and short-answer studies run their
+RL runs through these three. torch, transformers, TRL and datasets are imported when a run trains."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from setpo_lab.studies.stages import (check_restored, claim_identity, has_model, heartbeat, restore_model,
+                                      run_records, stage_done)
+
+
+def train_stage(out_dir: Path, label: str, what: str, fit: Callable[[Path], None], log, identity: dict | None = None,
+                redo: bool = False, *, need_model: bool = True, can_train: Callable[[], None] | None = None) -> Path:
+    """The frame of every training stage (a warm start, an RL run), around ``fit(final)``, which trains into
+    ``final = out_dir/final``. Returns ``final``.
+
+    - ``out_dir`` is claimed at ``identity`` (``stages.claim_identity``; None: not checked; ``redo``: remake what
+      was made at another);
+    - a stage already done is returned untrained, also without its model when ``need_model`` is false (nothing
+      will load it);
+    - ``can_train()``, when given, is called before anything is trained and may refuse (a machine that cannot);
+    - one recorded as done whose model is not here (``restore_model``: a study kept in git without its models) is
+      trained again, its records kept, and its new weights checked against the recorded ones (``check_restored``);
+    - the ``checkpoint-*`` folders that let an interrupted run resume are deleted once ``final`` is made: nothing
+      reads them then, and each holds weights and optimiser state (1.6 GB for the packaged SmolLM2).
+
+    label: the log's prefix; what: the stage, in refusals."""
+    final = out_dir / "final"
+    claim_identity(out_dir, identity, redo)
+    if stage_done(final) and (has_model(final) or not need_model):
+        return final
+    if can_train is not None:
+        can_train()
+    recorded = restore_model(final)
+    kept = run_records(out_dir) if recorded is not None else {}
+    if recorded is not None:
+        log(f"{label}: its model is not here (a study folder keeps its records, not its models): "
+            "training it again, to the recorded weights")
+    fit(final)
+    for ckpt in out_dir.glob("checkpoint-*"):
+        shutil.rmtree(ckpt, ignore_errors=True)
+    check_restored(final, recorded, what, kept)
+    return final
+
+
+def probe_sampler(tokenizer, items: Sequence, prompts: Sequence[str], n: int, record: Callable[[int, object, str], dict],
+                  *, seed: int, **sampling) -> Callable[[object, int], list[dict]]:
+    """``sample(model, step)`` for ``setpo.trl.probe_callback``: ``n`` completions of each fixed probe prompt
+    (``sampling.sample_completions`` with ``sampling``, seeded ``seed + step``), one ``record(j, item, text)`` per
+    sample, j the probe's position and item the study's own probe (``items[j]``, rendered as ``prompts[j]``)."""
+    from setpo_lab.studies.sampling import sample_completions  # imports torch: only when a run trains
+
+    items, prompts = list(items), list(prompts)
+
+    def sample(model, step: int) -> list[dict]:
+        texts = sample_completions(model, tokenizer, prompts, n, seed=seed + step, **sampling)
+        return [record(j, item, text) for j, (item, samples) in enumerate(zip(items, texts, strict=True))
+                for text in samples]
+
+    return sample
+
+
+def train_setpo(out_dir: Path, final: Path, *, model, tokenizer, args, reward, rows: Sequence[dict], embedder,
+                probes: Callable[[object, int], list[dict]], probe_every: int, probes_at_end: bool = False,
+                callbacks: Sequence = (), record: dict, log, describe: str, heartbeat_label: str | None = None,
+                clock: Path | None = None, **trainer_options):
+    """One RL run: SetPO's TRL trainer (``setpo.trl.SetPOTrainer``) with ``args`` on the training ``rows``, ``reward``
+    and ``embedder``, recording ``probes`` (``probe_sampler``) to ``out_dir/probes.jsonl`` every ``probe_every``
+    steps (and at the last with ``probes_at_end``), trained to the end from its last checkpoint
+    (``setpo.trl.train_resumable``: ``final`` gets the model, ``done.json`` with ``record``, and ``describe`` opens
+    the log). With ``heartbeat_label`` a line every 10 s shows a long step is alive (``clock``: where the sittings'
+    seconds add up). trainer_options: the trainer's own (``solution_key``). Returns the trainer (its
+    ``setpo_seconds``)."""
+    from datasets import Dataset  # the engine: imported when a run trains
+
+    from setpo.trl import SetPOTrainer, probe_callback, train_resumable
+
+    trainer = SetPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(list(rows)),
+                           processing_class=tokenizer, embedder=embedder,
+                           callbacks=[probe_callback(probes, out_dir / "probes.jsonl", probe_every, at_end=probes_at_end),
+                                      *callbacks], **trainer_options)
+    with heartbeat(log if heartbeat_label else None, heartbeat_label or "", clock=clock):
+        train_resumable(trainer, tokenizer, out_dir, final, record, log, describe)
+    return trainer
