@@ -105,9 +105,9 @@ def test_rubric_cli_refuses_bad_arguments(argv, match, capsys, no_work):
 def test_good_arguments_reach_the_work(monkeypatch):
     seen = {}
     monkeypatch.setattr(countdown, "run_study", lambda cfg, stages, redo: seen.update(cfg=cfg, stages=stages, redo=redo))
-    assert run_command(countdown.COMMAND, ["--smoke", "--out", "/tmp/x", "--stages", "rl,eval", "--set", "rl_steps=4",
+    assert run_command(countdown.COMMAND, ["--smoke", "--out", "/tmp/x", "--stages", "train,evaluate", "--set", "rl_steps=4",
                            'paper_embedder="hash"']) == 0
-    assert seen["cfg"].rl_steps == 4 and seen["cfg"].out == "/tmp/x" and seen["stages"] == ["rl", "eval"]
+    assert seen["cfg"].rl_steps == 4 and seen["cfg"].out == "/tmp/x" and seen["stages"] == ["train", "evaluate"]
     assert seen["redo"] is False
     assert run_command(countdown.COMMAND, ["--smoke", "--redo"]) == 0 and seen["redo"] is True
     args = cli.parse_args(["sweep", "--lams", "0", "0.5", "--seeds", "2"])

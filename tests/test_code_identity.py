@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from setpo_lab.repro.at_commit import changed_since, environment_at, has_commit, temporary_worktree
-from setpo_lab.repro.provenance import (CODE_HASH, code_changes, code_fingerprint, code_identity, identity_differences,
+from setpo_lab.repro.provenance import (ROOT, CODE_HASH, code_changes, code_fingerprint, code_identity, identity_differences,
                                     import_closure, recorded_code)
-from setpo_lab.studies.countdown_record import (commit_arguments, record_identities, recorded_time, restamped_code,
-                                            summary_agreement)
+from setpo_lab.studies import countdown
+from setpo_lab.studies.countdown_record import (commit_arguments, read_back_stage, record_identities, recorded_time,
+                                            restamped_code, summary_agreement)
 
 MODULE = '''"""A module."""
 
@@ -137,9 +138,19 @@ def test_the_temporary_worktree_holds_the_commits_code_and_is_removed_even_on_er
 def test_the_commits_study_reads_a_copy_back_at_the_same_size_and_settings_and_trains_nothing(tmp_path):
     argv = ["--full", "--set", "headline_seeds=[5,6]", "threads=2", "--out", "results/countdown", "--stages",
             "rl", "--redo", "--judge-url", "http://x"]
-    assert commit_arguments(argv, tmp_path) == ["--full", "--set", "headline_seeds=[5,6]", "threads=2", "--out",
-                                                str(tmp_path), "--stages", "eval"]
-    assert commit_arguments(["--smoke"], tmp_path)[:2] == ["--smoke", "--out"]
+    assert commit_arguments(argv, tmp_path, "evaluate") == ["--full", "--set", "headline_seeds=[5,6]", "threads=2",
+                                                            "--out", str(tmp_path), "--stages", "evaluate"]
+    assert commit_arguments(["--smoke"], tmp_path, "eval")[:2] == ["--smoke", "--out"]
+
+
+def test_a_commits_study_is_asked_for_its_own_name_of_the_evaluating_stage(tmp_path):
+    """Since every study names its stages alike the Countdown study evaluates with "evaluate"; a commit from before
+    (whose record the re-stamp reads back with that commit's code) knew it as "eval"."""
+    assert read_back_stage(ROOT) == "evaluate" and "evaluate" in countdown.STAGES
+    module = tmp_path / "setpo_lab" / "studies" / "countdown.py"
+    module.parent.mkdir(parents=True)
+    module.write_text('STAGES = ("sft", "rl", "eval", "judge")\n')
+    assert read_back_stage(tmp_path) == "eval"
 
 
 def test_summaries_agree_on_what_both_carry_except_seconds_and_folder():

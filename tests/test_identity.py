@@ -114,9 +114,10 @@ def test_the_study_refuses_another_thread_count_or_code_and_remakes_on_redo(two_
     run = next(rl.iterdir())
     assert json.loads((run / "identity.json").read_text()) == json.loads((Path(cfg.out) / "identity.json").read_text())
     logs = []
-    run_study(cfg, log=logs.append, stages=["sft"], redo=True)  # redo: the study's outputs go, the warm start is remade
-    assert any(line.startswith("[sft]") for line in logs) and not rl.exists()
+    run_study(cfg, log=logs.append, stages=["train"], redo=True)  # redo: the study's outputs go, every model is remade
+    assert any(line.startswith("[sft]") for line in logs) and any(line.startswith("[rl]") for line in logs)
     assert json.loads((Path(cfg.out) / "identity.json").read_text()) == changed
+    assert all(json.loads((r / "identity.json").read_text()) == changed for r in rl.iterdir())
 
 
 def test_the_replication_is_the_whole_study_again_at_another_thread_count(tmp_path):

@@ -208,7 +208,7 @@ def test_good_judge_flags_reach_the_config_and_stay_out_of_the_claims(monkeypatc
                                  "http://127.0.0.1:9/v1", "--judge-model", "m"])
     assert cfg.run_dir == str(run.parent) and cfg.eval_k == 3 and cfg.judge_model == "m"
     # judging a run that has no evaluation yet says which stage to run first (the judge is never asked)
-    with pytest.raises(ValueError, match=r"no evaluation of 'GRPO' to judge: .*eval_GRPO.json; run stage 'eval' first"):
+    with pytest.raises(ValueError, match=r"no evaluation of 'GRPO' to judge: .*eval_GRPO.json; run stage 'evaluate' first"):
         ml.run_study(cfg, log=lambda *_: None, stages=["judge"])
 
 

@@ -109,27 +109,27 @@ def test_math_defaults_are_the_papers_run_settings():
 
 
 def test_countdown_runs_exactly_the_stages_named(tmp_path):
-    """``--stages sft`` trains the warm start and stops; a stage whose input is missing says
-    which stage to run first; a typo names the valid stages."""
+    """``--stages train`` trains the warm start and the RL runs and evaluates nothing; a stage whose input is
+    missing says which stage to run first; a typo names the valid stages."""
     cfg = CountdownLMConfig.smoke(out=str(tmp_path / "study"))
-    with pytest.raises(ValueError, match=r"stage 'sft' has not finished.*--stages sft"):
-        run_study(cfg, log=lambda *_: None, stages=["rl"])
-    assert run_command(countdown.COMMAND, ["--smoke", "--out", cfg.out, "--stages", "sft"]) == 0
+    with pytest.raises(ValueError, match=r"stage 'train' has not finished.*--stages train"):
+        run_study(cfg, log=lambda *_: None, stages=["evaluate"])
+    assert run_command(countdown.COMMAND, ["--smoke", "--out", cfg.out, "--stages", "train"]) == 0
     made = sorted(p.name for p in (tmp_path / "study").iterdir())
-    assert made == ["config.json", "data.json", "identity.json", "sft"] and stages.stage_done(tmp_path / "study" / "sft" / "final")
-    with pytest.raises(ValueError, match=r"stage 'rl' has not finished.*--stages rl"):
-        run_study(cfg, log=lambda *_: None, stages=["eval"])
+    assert {"sft", "rl", "selection.json"} <= set(made) and not {"eval", "results.json"} & set(made)
+    assert stages.stage_done(tmp_path / "study" / "sft" / "final")
+    assert all(stages.stage_done(run / "final") for run in (tmp_path / "study" / "rl").iterdir())
 
 
 def test_countdown_stage_typo_names_the_valid_stages(capsys):
     with pytest.raises(SystemExit) as e:
-        run_command(countdown.COMMAND, ["--smoke", "--stages", "sft,rll"])
+        run_command(countdown.COMMAND, ["--smoke", "--stages", "train,evaluat"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1
-    assert "unknown stage(s) ['rll']" in err and "valid stages: sft, rl, eval, judge" in err
-    with pytest.raises(ValueError, match="valid stages: sft, rl, eval, judge"):
-        run_study(CountdownLMConfig.smoke(), stages=["sft", "evaluate"])
-    assert stages.chosen_stages("eval,sft", countdown.STAGES) == ["sft", "eval"]
+    assert "unknown stage(s) ['evaluat']" in err and "valid stages: train, evaluate, judge" in err
+    with pytest.raises(ValueError, match="valid stages: train, evaluate, judge"):
+        run_study(CountdownLMConfig.smoke(), stages=["sft", "evaluate"])  # the stage names before they were shared
+    assert stages.chosen_stages("judge,train", countdown.STAGES) == ["train", "judge"]
 
 
 def test_countdown_data_building_prints_progress_at_least_every_10_s(tmp_path, monkeypatch):
@@ -159,8 +159,8 @@ def test_countdown_data_building_prints_progress_at_least_every_10_s(tmp_path, m
 
 
 def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
-    """run_study's stages: "base" samples the base model's pass@k first, "rl" trains every run, "eval" evaluates
-    what the run folders hold (their pass@k, then avg@k), each cached beside the runs."""
+    """run_study's stages: "train" trains every run, "evaluate" samples the base model's pass@k first (before any
+    training) and evaluates what the run folders hold (their pass@k, then avg@k), each cached beside the runs."""
     calls = []
     monkeypatch.setattr(ml, "train_runs", lambda cfg, train, probes, log=print:
                         calls.append(("train", len(probes))) or {"GRPO": "g", "SetPO+GRPO": "s"})
@@ -170,20 +170,17 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
                         calls.append(("passk", list(models))) or {})
     monkeypatch.setattr(ml, "resolve_model_path", lambda cfg: "base")
     cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path))
-    out = ml.run_study(cfg, log=lambda *_: None, stages=["rl"])
+    out = ml.run_study(cfg, log=lambda *_: None, stages=["train"])
     assert calls == [("train", cfg.n_probe)] and out.runs == {"GRPO": "g", "SetPO+GRPO": "s"} and out.summary == {}
     assert out.study == "math" and out.out == tmp_path
     calls.clear()
-    out = ml.run_study(cfg, log=lambda *_: None, stages=["base"])
-    assert calls == [("passk", ["base model"])] and set(out.summary) == {"pass_at_k"}
-    assert set(out.runs) == {"GRPO", "SetPO+GRPO"}  # their final folders, whether or not trained yet
-    calls.clear()
-    out = ml.run_study(cfg, log=lambda *_: None, stages=["eval"])
+    out = ml.run_study(cfg, log=lambda *_: None, stages=["evaluate"])
+    assert set(out.runs) == {"GRPO", "SetPO+GRPO"}  # their final folders
     assert calls == [("passk", ["base model"]), ("passk", ["GRPO", "SetPO+GRPO"]),
                      ("eval", tmp_path / "GRPO" / "final", "eval_GRPO.json", None),  # no judge: no texts kept
                      ("eval", tmp_path / "SetPO_GRPO" / "final", "eval_SetPO_GRPO.json", None)]
-    with pytest.raises(ValueError, match="valid stages: base, rl, eval, judge"):
-        ml.run_study(cfg, stages=["train"])
+    with pytest.raises(ValueError, match="valid stages: train, evaluate, judge"):
+        ml.run_study(cfg, stages=["eval"])
     with pytest.raises(ValueError, match="stage 'judge' needs a judge"):
         ml.run_study(cfg, stages=["judge"])
     calls.clear()

@@ -9,7 +9,7 @@ import pytest
 import setpo_lab.cli as cli
 from setpo_lab import ROOT
 from setpo_lab.repro.arithmetic import pinned
-from setpo_lab.studies.arguments import parse_study_args, run_command, study_parser
+from setpo_lab.studies.arguments import StudyCommand, parse_study_args, run_command, study_parser
 
 
 def _command(study: str):
@@ -92,3 +92,16 @@ def test_a_pinned_preset_puts_the_run_under_the_pin_and_others_do_not(monkeypatc
 def test_python_m_forms_reach_the_one_parser(argv, match):
     run = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and match in run.stderr, run.stderr
+
+
+def test_every_study_names_its_stages_from_one_vocabulary():
+    """train, evaluate, judge, report (``stages.STAGE_NAMES``), in that order, whatever the study; a command that
+    names another stage, or puts them out of order, is refused when it is declared."""
+    from setpo_lab.studies.stages import STAGE_NAMES
+
+    for name in cli.STUDIES:
+        stages = list(cli.study_command(name).stages)
+        assert stages and stages == [s for s in STAGE_NAMES if s in stages], name
+    for bad in (("sft", "rl"), ("evaluate", "train"), ()):
+        with pytest.raises(ValueError, match="must be some of"):
+            StudyCommand("x", {"default": dict}, bad, lambda cfg, stages, args: 0)

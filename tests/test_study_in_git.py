@@ -142,8 +142,8 @@ def test_redo_makes_a_run_that_cannot_be_restored_again_here_with_its_evaluation
 def test_evaluating_without_training_a_missing_model_says_how_to_get_it(study, tmp_path):
     cfg = _copy(study, tmp_path / "checkout")
     (Path(cfg.out) / "eval" / "sft_T1.json").unlink()
-    with pytest.raises(ValueError, match=r"its model is not here.*--stages sft,rl,eval"):
-        run_study(cfg, log=lambda *_: None, stages=["eval"])
+    with pytest.raises(ValueError, match=r"its model is not here.*--stages train,evaluate"):
+        run_study(cfg, log=lambda *_: None, stages=["evaluate"])
 
 
 def test_git_keeps_the_records_and_leaves_the_models_out():

@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from setpo_lab.studies.stages import chosen_stages
+from setpo_lab.studies.stages import STAGE_NAMES, chosen_stages
 
 
 def add_stage_and_set_arguments(p: argparse.ArgumentParser, stages: Sequence[str], set_example: str,
@@ -77,7 +77,8 @@ class StudyCommand:
     LLM judge's options, ``judging``); ``pinned``: presets that must run on the pinned floating-point path
     (``setpo_lab.repro.arithmetic``: a study made across sittings); ``saved``: reads ``--config FILE`` into
     config fields, which the first preset's factory builds; ``run(cfg, stages, args)``: the study, returning the
-    exit status (``args.out`` the folder, ``args.argv`` the command line as given)."""
+    exit status (``args.out`` the folder, ``args.argv`` the command line as given). ``stages``: those of
+    ``stages.STAGE_NAMES`` the study has, in that order (every study names its stages alike)."""
 
     name: str
     presets: Mapping[str, Callable]
@@ -92,6 +93,11 @@ class StudyCommand:
     saved: Callable[[Path], dict] | None = None
     writes: bool = True
     doc: str = ""
+
+    def __post_init__(self):
+        if not self.stages or list(self.stages) != [s for s in STAGE_NAMES if s in self.stages]:
+            raise ValueError(f"study {self.name!r}: stages {tuple(self.stages)} must be some of {STAGE_NAMES}, in that "
+                             "order (every study names its stages alike)")
 
     @property
     def prog(self) -> str:

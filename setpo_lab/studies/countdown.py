@@ -122,7 +122,7 @@ from setpo_lab.studies.stages import (
 # --------------------------------------------------------------------------------------------------
 
 
-STAGES = ("sft", "rl", "eval", "judge")
+STAGES = ("train", "evaluate", "judge")  # train: the warm start, then the RL runs
 SEARCHES = ("setpo", "pairwise", "dra", "passk", "ceiling")  # the validation searches, in the order they run
 STUDY_OUTPUTS = ("sft", "rl", "val", "eval", "diagnostics.json", "selection.json", "results.json", "results.md",
                  "replication")
@@ -180,14 +180,14 @@ def select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
 
 def run_study(cfg: CountdownLMConfig, stages: Sequence[str] | None = None, *, log=print_flushed,
               redo: bool = False) -> StudyResult:
-    """The whole study, resumable: data, warm start (stage "sft"), embedder diagnostics, the validation searches
-    and every RL run (seeds, cells; stage "rl"), the test split (each model once, after every search is settled)
-    and the record (stage "eval"); then
+    """The whole study, resumable: data, warm start and (stage "train") embedder diagnostics, the validation
+    searches and every RL run (seeds, cells), the test split (each model once, after every search is settled)
+    and the record (stage "evaluate"); then
     the same again as the replication (``replication_config``). Runs exactly the ``stages`` named (None: all); a
     stage whose input another stage makes refuses to start until that one has finished. Every output is made at the
     study's identity (``study_identity``): one made at another is refused naming what differs, or with ``redo``
     made again. Returns (``StudyResult``) the summary (``results.json``, the replication's inside; {} without
-    "eval") and its rows by run name."""
+    "evaluate") and its rows by run name."""
     t0 = time.time()
     summary = _run_one(cfg, log, stages, redo)
     replica = replication_config(cfg)
@@ -219,16 +219,14 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bo
     # one solver pass per invocation: the warm start's examples and the "centered:" embedders' reference
     examples = functools.cache(lambda: sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log))
     sft_final = out / "sft" / "final"
-    # The warm start, trained when stage "sft" runs and not done; a done one whose model is not here (a new
+    # The warm start, trained when stage "train" runs and not done; a done one whose model is not here (a new
     # checkout of a study kept in git) is trained again only when a run or an evaluation needs it.
     warm_start = (functools.cache(lambda: train_sft(cfg, data, out / "sft", log=log, examples=examples,
                                                      identity=identity, redo=redo))
-                  if "sft" in stages else lambda: sft_final)
-    if "sft" in stages and not stage_done(sft_final):
+                  if "train" in stages else lambda: sft_final)
+    if "train" in stages and not stage_done(sft_final):
         warm_start()
-    if stages == ["sft"]:
-        return {}
-    _require(sft_final, "sft")
+    _require(sft_final, "train")
     reference = lambda: [e["completion"] for e in examples()]  # noqa: E731
     judge = "judge" in stages and judging.judge_configured(cfg)
     results = {}
@@ -250,22 +248,22 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bo
                     f"width {r['diversity_width']}, modes {r['average_modes']:.2f} ({time.time() - t:.0f}s)")
             results[f"{name}_T{temp:g}"] = r
 
-    if "rl" in stages:
+    if "train" in stages:
         runs, chosen, selection = _train_everything(cfg, data, warm_start, log, t0, reference, identity, redo,
-                                                    test_split if "eval" in stages else None)
+                                                    test_split if "evaluate" in stages else None)
     else:
         runs, chosen, selection = _trained_runs(cfg)
-    if "eval" not in stages:
+    if "evaluate" not in stages:
         if not judge:
             return {}
-        summary = read_json(_require(out / "results.json", "eval"), "delete it and rerun --stages eval")
+        summary = read_json(_require(out / "results.json", "evaluate"), "delete it and rerun --stages evaluate")
         return _write_summary(out, {**summary, "judged": judge_runs(cfg, data, runs, log)}, log)
     # the test split: each model once, only after every validation search is settled (made as each final run
-    # finishes when stage "rl" runs too, so that a resumed study needs no model it has already evaluated)
+    # finishes when stage "train" runs too, so that a resumed study needs no model it has already evaluated)
     test_split("sft", None, warm_start, chosen)
     for run in runs:
-        test_split(run.name, run, _require(out / "rl" / run.name / "final", "rl"), chosen)
-    diagnostics = read_json(out / "diagnostics.json", "delete it and rerun --stages rl to diagnose again")
+        test_split(run.name, run, _require(out / "rl" / run.name / "final", "train"), chosen)
+    diagnostics = read_json(out / "diagnostics.json", "delete it and rerun --stages train to diagnose again")
     summary = summarize(cfg, runs, chosen, results, selection, diagnostics, stage_timings(cfg, runs))
     if judge:
         summary["judged"] = judge_runs(cfg, data, runs, log)
@@ -331,7 +329,7 @@ def _require(final: Path, stage: str) -> Path:
 def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: Callable[[], Path], log, t0: float,
                       reference: Callable[[], Sequence[str]], identity: dict | None = None, redo: bool = False,
                       test_split: Callable[[str, RLRun | None, Path, dict], None] | None = None):
-    """Stage "rl": embedder diagnostics, the validation searches (GRPO, the SetPO candidates, then with the
+    """Stage "train", after the warm start: embedder diagnostics, the validation searches (GRPO, the SetPO candidates, then with the
     embedder SetPO chose the pairwise penalty, DRA-GRPO, Pass@k training and the perfect-kernel ceiling; each
     candidate over the search seeds), then every run the test split evaluates, each from ``warm_start()`` (the
     warm start's folder, trained again if its model is not here). Returns (those runs, the run
@@ -399,12 +397,12 @@ def forget_run(out: Path, name: str) -> None:
 
 
 def _trained_runs(cfg: CountdownLMConfig):
-    """What stage "rl" chose, read back from ``selection.json``, for an "eval" without "rl"."""
+    """What stage "train" chose, read back from ``selection.json``, for an "evaluate" without "train"."""
     path = Path(cfg.out) / "selection.json"
     if not path.exists():
-        raise refusal("stage 'rl' has not finished (no validation search recorded)", path,
-                      "run that stage first (--stages rl), then rerun")
-    selection = read_json(path, "delete it and rerun --stages rl to search again")
+        raise refusal("stage 'train' has not finished (no validation search recorded)", path,
+                      "run that stage first (--stages train), then rerun")
+    selection = read_json(path, "delete it and rerun --stages train to search again")
     setpo = next(r for r in cfg.search_runs() if r.name == selection["chosen"])
     chosen = {"setpo": setpo}
     for key, candidates in cfg.searches(setpo.embedder).items():

@@ -10,8 +10,8 @@ study's own arguments:
         --full --set 'headline_seeds=[5,6,7,8,9,10,11]' --out results/countdown
 
 ``restamp`` says what it checks before it rewrites anything: the record at the code it names
-(``check_at_commit``: that commit's study, in a temporary git worktree, reads a copy back with ``--stages eval``,
-nothing trained, and remakes the committed summary), the two codes' smoke studies bit for bit
+(``check_at_commit``: that commit's study, in a temporary git worktree, reads a copy back with its evaluating stage
+(``read_back_stage``), nothing trained, and remakes the committed summary), the two codes' smoke studies bit for bit
 (``same_study_at``), and the re-stamped copy at the new code. Only the ``code`` of each identity changes.
 
 No module of the study imports this one, so it is not part of the study's code identity.
@@ -57,16 +57,26 @@ def record_at_other_code(cfg: CountdownLMConfig, root: Path = ROOT) -> tuple[dic
     return saved, code_changes(saved.get("code", {}), now["code"])
 
 
-def commit_arguments(argv: Sequence[str], out: Path) -> list[str]:
+def commit_arguments(argv: Sequence[str], out: Path, stage: str) -> list[str]:
     """The study's arguments for the commit's own code: the same size (``--full``/``--smoke``) and ``--set``
-    fields, the copy ``out``, and only stage "eval" (read back and summarise; never train, never judge)."""
+    fields, the copy ``out``, and only the ``stage`` that evaluates (``read_back_stage``: read back and summarise;
+    never train, never judge)."""
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--full", action="store_true")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--set", nargs="*", default=[])
     known = p.parse_known_args(list(argv))[0]
     return (["--full"] if known.full else ["--smoke"]) + (["--set", *known.set] if known.set else []) + [
-        "--out", str(out), "--stages", "eval"]
+        "--out", str(out), "--stages", stage]
+
+
+def read_back_stage(tree: Path) -> str:
+    """The name of the stage that reads a record back in the study of ``tree`` (a checkout or a worktree of any
+    commit with a record): "evaluate" since every study names its stages alike, "eval" before (its stages were
+    sft, rl, eval, judge)."""
+    stages = [line for line in module_file(study_module(tree), tree).read_text().splitlines()
+              if line.startswith("STAGES =")]
+    return "evaluate" if stages and '"evaluate"' in stages[0] else "eval"
 
 
 def _leaves(value, prefix: str = "") -> dict[str, object]:
@@ -131,7 +141,7 @@ def check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping,
         with tempfile.TemporaryDirectory(prefix="setpo-record-") as tmp, temporary_worktree(commit, root) as tree:
             copy = Path(tmp) / out.name
             shutil.copytree(out, copy)
-            failed = _run_study_at(tree, commit_arguments(argv, copy), timeout)
+            failed = _run_study_at(tree, commit_arguments(argv, copy, read_back_stage(tree)), timeout)
             made = read_json(copy / "results.json", "that commit's study wrote it; rerun the check") \
                 if not failed else {}
         seconds = time.time() - t0
@@ -239,7 +249,7 @@ def restamp(cfg: CountdownLMConfig, argv: Sequence[str], log: Callable[[str], ob
     (``check_at_commit``); (2) that code and this checkout's make the same smoke study bit for bit
     (``same_study_at``); (3) every identity the record holds names the same code; (4) re-stamped in a copy (the
     ``code`` of each identity, ``record_identities``, becomes ``restamped_code``; nothing else changes), the
-    record is accepted by this checkout's study, which reads it back (``--stages eval``) and remakes the same
+    record is accepted by this checkout's study, which reads it back (``--stages evaluate``) and remakes the same
     summary. Only then is the record itself re-stamped. True when it was."""
     out = Path(cfg.out)
     now = countdown.study_identity(cfg)["code"]
@@ -270,7 +280,7 @@ def restamp(cfg: CountdownLMConfig, argv: Sequence[str], log: Callable[[str], ob
         copy = Path(tmp) / out.name
         shutil.copytree(out, copy)
         _write_stamps(copy, [copy / p.relative_to(out) for p in identities], now)
-        failed = _run_study_at(root, commit_arguments(argv, copy), CHECK_TIMEOUT_S)
+        failed = _run_study_at(root, commit_arguments(argv, copy, read_back_stage(root)), CHECK_TIMEOUT_S)
         made = read_json(copy / "results.json") if not failed else {}
     shared, differ = summary_agreement(made, read_json(out / "results.json", "restore it from git")) \
         if not failed else (0, [])

@@ -80,7 +80,7 @@ def load_trained(model_dir: Path):
     """(tokenizer, float32 model) of a finished stage; a damaged folder is a ValueError naming it."""
     if stage_done(model_dir) and not has_model(model_dir):
         raise refusal("recorded as trained, but its model is not here (a study folder keeps its records, not its "
-                      "models)", model_dir, "rerun with the stage that trains it (--stages sft,rl,eval): it is "
+                      "models)", model_dir, "rerun with the stage that trains it (--stages train,evaluate): it is "
                       "trained again and checked against the recorded weights")
     # damaged weights, config, tokenizer: one message
     return load_model(model_dir, torch.float32, root=Path(model_dir).parents[1], tiny=True,

@@ -178,7 +178,7 @@ def eval_responses(eval_file: Path, n_problems: int, n_samples: int, sample: Cal
     to the texts file. ``correct(texts)`` gives the per-problem correct counts, checked against the
     evaluation's either way. Returns (texts, how they were had)."""
     path = texts_path(eval_file)
-    result = read_json(eval_file, "delete it and rerun --stages eval to evaluate again")
+    result = read_json(eval_file, "delete it and rerun --stages evaluate to evaluate again")
     if path.is_file():
         texts = read_json(path, "delete it and rerun the judge stage to sample them again")
         if _shaped(texts, n_problems, n_samples) and list(correct(texts)) == list(result["correct"]):
@@ -212,7 +212,7 @@ def judge_evaluations(cfg, problems: Sequence[str], members: Sequence[tuple[str,
     for method, path, model_dir in members:
         if not Path(path).is_file():
             raise refusal(f"no evaluation of {method!r} to judge", path,
-                          "run stage 'eval' first (--stages eval,judge), then rerun")
+                          "run stage 'evaluate' first (--stages evaluate,judge), then rerun")
         texts, sources[Path(path).stem] = eval_responses(Path(path), len(problems), n_samples,
                                                           lambda d=model_dir: sample(d), correct, log)
         sets.setdefault(method, []).append(texts)

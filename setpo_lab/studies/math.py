@@ -6,8 +6,8 @@ initialised Qwen2 model with a character-level ChatML tokenizer on a CPU, where 
 but every code path runs. Data, template and reward come from ``setpo.envs.math``.
 
 Laid out like the other studies: the config in ``math_config`` (``MathRunConfig``, the paper's run settings
-as defaults), the stages here (data: ``load_study_problems``; "rl": ``train_rl`` per run, ``train_runs`` for
-both; "eval": ``evaluate_model``, avg@k, and ``evaluate_pass_at_k``; "judge", only with a judge configured:
+as defaults), the stages here (data: ``load_study_problems``; "train": ``train_rl`` per run, ``train_runs`` for
+both; "evaluate": ``evaluate_model``, avg@k, and ``evaluate_pass_at_k``; "judge", only with a judge configured:
 ``judge_runs``, the LLM-judged diversity of each run's evaluation responses; ``run_study`` runs them, ``main``
 is ``python -m setpo_lab.studies.math``), the figures and tables in ``math_results``.
 Each run folder is claimed for one configuration (``run_config.json``, ``setpo_lab.studies.stages.claim_folder``):
@@ -47,7 +47,7 @@ from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, 
 from setpo.trl.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
 
-STAGES = ("base", "rl", "eval", "judge")
+STAGES = ("train", "evaluate", "judge")
 #: a run folder's record of the seconds each training sitting took (``stages.heartbeat``)
 CLOCK_FILE = "sittings.json"
 #: sequences per generation batch when an evaluation samples with ``generate`` (one prompt's n when n is larger)
@@ -222,13 +222,13 @@ def evaluated_problems(cfg: MathRunConfig, problems: Sequence[MathProblem]) -> l
 
 
 def eval_file(cfg: MathRunConfig, label: str) -> Path:
-    """Where stage "eval" caches a run's avg@k evaluation: its pass@k file when the two are the same samples
+    """Where stage "evaluate" caches a run's avg@k evaluation: its pass@k file when the two are the same samples
     (``MathRunConfig.shares_samples``), so they are sampled once."""
     return passk_file(cfg, label) if cfg.shares_samples() else Path(cfg.run_dir) / f"eval_{run_folder(label)}.json"
 
 
 def passk_file(cfg: MathRunConfig, label: str) -> Path:
-    """Where stage "eval" caches a model's pass@k evaluation (label: a run's, or "base model")."""
+    """Where stage "evaluate" caches a model's pass@k evaluation (label: a run's, or "base model")."""
     return Path(cfg.run_dir) / f"passk_{run_folder(label)}.json"
 
 
@@ -374,7 +374,7 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
 
 def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem],
                   keep_texts: bool | None = None, log=print) -> dict[str, dict]:
-    """Stage "eval"'s avg@k of every run (label -> final model folder), each cached in ``eval_file``.
+    """Stage "evaluate"'s avg@k of every run (label -> final model folder), each cached in ``eval_file``.
     keep_texts: keep the sampled responses beside each evaluation for the judge (None: when a judge is set)."""
     keep = judging.judge_configured(cfg) if keep_texts is None else keep_texts
     return {label: evaluate_model(cfg, final, problems, cache=eval_file(cfg, label),
@@ -400,12 +400,13 @@ def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: S
 
 def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> StudyResult:
     """The whole study, resumable, as notebook 06 runs it: data; the base model's large-budget pass@k (stage
-    "base", first, so that the "base model at large budgets" reading exists before any training); the RL runs
-    (stage "rl"); avg@k on the validation problems and pass@k of the trained runs (stage "eval"; everything
+    "evaluate", first, before any training, so that the "base model at large budgets" reading exists before a
+    run is trained); the RL runs (stage "train"); avg@k on the validation problems and pass@k of the trained runs
+    (stage "evaluate"; everything
     cached beside the runs in ``run_dir``); then, only with a judge configured, the judged diversity of the avg@k
     responses (stage "judge", ``judge_runs``). Returns (``StudyResult``) each run's final folder by label as
     ``runs``, and as ``summary`` {"results", "pass_at_k", "judged"}, those of the stages run ("pass_at_k" holds
-    the base model from stage "base" and the runs from stage "eval"; "judge" reads the cached evaluations into
+    the base model and the runs from stage "evaluate"; "judge" reads the cached evaluations into
     "results")."""
     t0 = time.time()
     stages = chosen_stages(stages, STAGES)
@@ -416,19 +417,19 @@ def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=pr
     log(f"[data] {len(train)} training and {len(val)} validation problems")
     finals = {label: Path(cfg.run_dir) / run_folder(label) / "final" for label in cfg.runs()}
     summary: dict = {}
-    if "base" in stages or "eval" in stages:
+    if "evaluate" in stages:
         passk_problems = load_passk_problems(cfg)
         summary["pass_at_k"] = evaluate_pass_at_k(cfg, {"base model": resolve_model_path(cfg)}, passk_problems,
                                                   cache_dir=cfg.run_dir, log=log)
-    if "rl" in stages:
+    if "train" in stages:
         finals = train_runs(cfg, train, val[:cfg.n_probe], log=log)
-    if "eval" in stages:
+    if "evaluate" in stages:
         summary["pass_at_k"].update(evaluate_pass_at_k(cfg, finals, passk_problems, cache_dir=cfg.run_dir, log=log))
         summary["results"] = evaluate_runs(cfg, finals, val, keep_texts=judge and "judge" in stages, log=log)
     if "judge" in stages and judge:
         summary["judged"] = judge_runs(cfg, finals, val, log)
         if "results" not in summary:
-            summary["results"] = {label: read_json(eval_file(cfg, label), "delete it and rerun --stages eval")
+            summary["results"] = {label: read_json(eval_file(cfg, label), "delete it and rerun --stages evaluate")
                                   for label in finals}
     return StudyResult("math", Path(cfg.run_dir), finals, summary, time.time() - t0)
 

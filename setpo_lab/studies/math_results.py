@@ -310,7 +310,7 @@ def results_record(record: Mapping, results: Mapping[str, dict], judged: Mapping
 
 def write_results(cfg: MathRunConfig, out: Mapping, command: str) -> tuple[str, Path]:
     """``run_dir/results.md`` (``results_table``) and ``run_dir/results.json`` (its record, ``results_record``,
-    with the pass@k curves when stage "eval" ran) from ``math.run_study``'s summary. Returns (table, path)."""
+    with the pass@k curves when stage "evaluate" ran) from ``math.run_study``'s summary. Returns (table, path)."""
     tiny = cfg.tiny
     table = results_table(out["results"], cfg.eval_k, judged=out.get("judged"),
                           note="Tiny random model: these numbers mean nothing." if tiny else "")

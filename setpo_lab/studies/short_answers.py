@@ -483,7 +483,7 @@ COMMAND = StudyCommand("short_answers", presets_of(ShortAnswerStudyConfig), STAG
 BASE_FLAGS = ("--per-kind", "--n", "--kinds", "--temperatures")
 #: ``python -m setpo_lab run short_answers_base --out DIR --set n=64 kinds=add_3x2,times_2x1``: the base model on
 #: every task kind (base_model.json / .md)
-BASE_COMMAND = StudyCommand("short_answers_base", {"default": base_config}, ("measure",), _run_base,
+BASE_COMMAND = StudyCommand("short_answers_base", {"default": base_config}, ("evaluate",), _run_base,
                             default_preset="default", folder=None,
                             fields=frozenset(f.name for f in fields(BaseTableConfig)) - {"model_path"},
                             options=("model_path",), doc="Measure the base model on every task kind.")

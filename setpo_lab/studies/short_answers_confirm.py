@@ -10,7 +10,7 @@ The stages, in order, each resumable (a finished piece is never redone):
   (``heldout_selection/``), and the kinds the plan's rule keeps (``heldout_kinds.json``), before any training;
 - the cure study's ``train`` and ``evaluate`` (``short_answers.run_study``): every (arm, seed) run, each model on the
   test prompts (``eval/``), the pass@k set (``eval_hard/``) and the kept held-out kinds (``eval_heldout/``);
-- ``exploratory``: every model of the exploratory record (``EXPLORATORY_RECORD``, the cure study, the runs it reuses
+- ``evaluate``, after the study's own evaluations: every model of the exploratory record (``EXPLORATORY_RECORD``, the cure study, the runs it reuses
   included) on the held-out kinds too, as the plan says (evaluation only): a model git keeps only as records is
   trained again first and must give its recorded weights bit for bit (``short_answers.train_run``), else it is
   refused and left out; ``eval_heldout/exploratory_<label>.json``;
@@ -72,8 +72,9 @@ SMALLEST_EFFECT = 0.5
 RAREFY_TO = 8
 #: the exploratory record whose models the plan evaluates on the held-out kinds too
 EXPLORATORY_RECORD = "results/short_answers/cure"
-#: the stages, in order (the short-answer study's, then the exploratory models' held-out evaluation)
-STAGES = ("train", "evaluate", "exploratory", "report")
+#: the stages, in order: the short-answer study's (its evaluate also evaluates the exploratory models on the held-out
+#: kinds)
+STAGES = ("train", "evaluate", "report")
 
 
 # ---- the plan, pinned ---------------------------------------------------------------------------------------------
@@ -270,7 +271,7 @@ def confirm_reading(cfg: ConfirmStudyConfig, exploratory_record: str | Path | No
     exploratory = {}
     for path in sorted((Path(cfg.run_dir) / "eval_heldout").glob("exploratory_*.json")):
         exploratory[path.stem.removeprefix("exploratory_")] = _distinct_right(
-            read_json(path, f"delete {path} and rerun --stages exploratory"))
+            read_json(path, f"delete {path} and rerun --stages evaluate"))
 
     def diffs(arm: str, metric: str, seeds: Sequence[int]) -> list[float] | None:
         values = [(per_seed.get(f"{arm}_s{s}", {}).get(metric), per_seed.get(f"grpo_s{s}", {}).get(metric))
@@ -349,7 +350,7 @@ def results_markdown(record: Mapping) -> str:
     missing = record.get("exploratory_not_evaluated")
     if missing:
         lines += ["", f"Not evaluated yet: {len(missing)} of the exploratory record's {len(missing) + len(exploratory)} "
-                  f"models ({', '.join(missing)}); the stage `exploratory` resumes with the record's command."]
+                  f"models ({', '.join(missing)}); the stage `evaluate` resumes with the record's command."]
     return "\n".join(lines) + "\n"
 
 
@@ -459,13 +460,13 @@ def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = No
     claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json", results=cfg.RESULTS,
                  remedy="use another --out, or delete that folder and rerun")
     check_plan(cfg)
-    embedder = load_embedder(cfg.embedder) if cfg.heldout_candidates or "exploratory" in chosen else None
+    embedder = load_embedder(cfg.embedder) if cfg.heldout_candidates or "evaluate" in chosen else None
     if cfg.heldout_candidates:
         select_heldout(cfg, embedder, log)
     study = [s for s in chosen if s in ("train", "evaluate")]
     if study:
         run_study(cfg, study, log=log)
-    if "exploratory" in chosen and exploratory is not None:
+    if "evaluate" in chosen and exploratory is not None:
         evaluate_exploratory(cfg, exploratory, embedder, log)
     return report(cfg, log, exploratory) if "report" in chosen else {}
 

@@ -43,6 +43,13 @@ RECORDED_FILE = "done.recorded.json"  # a done stage's record, set aside while i
 IDENTITY_FILE = "identity.json"
 REDO = "rerun with --redo to make it again at this identity, or go back to the threads and code that made it"
 
+#: the stages every study names alike, in the order they run; a study has those it needs (``StudyCommand.stages``):
+#: train (every model it trains: a warm start, the RL runs), evaluate (sample and score every model, the base model
+#: too, cached), judge (an LLM judge over the evaluations' texts, only with a judge configured), report (tables and
+#: figures from what is recorded)
+STAGE_NAMES = ("train", "evaluate", "judge", "report")
+
+
 def stage_done(final: str | Path) -> bool:
     """Whether a training stage whose final folder is ``final`` finished: the trainer answers
     (``setpo.trl.training.is_done``, its own marker), so no study guesses the file."""
