@@ -140,7 +140,7 @@ def study_identity(cfg: CountdownLMConfig) -> dict:
     return run_identity(cfg.threads, IDENTITY_MODULES, NOT_IN_IDENTITY)
 
 
-def replication_config(cfg: CountdownLMConfig) -> CountdownLMConfig | None:
+def _replication_config(cfg: CountdownLMConfig) -> CountdownLMConfig | None:
     """The replication: the same study at ``cfg.replication_threads`` threads in ``<out>/replication``, its grid
     over ``cfg.replication_grid_seeds`` seeds (None: none)."""
     if not cfg.replication_threads:
@@ -183,14 +183,14 @@ def run_study(cfg: CountdownLMConfig, stages: Sequence[str] | None = None, *, lo
     """The whole study, resumable: data, warm start and (stage "train") embedder diagnostics, the validation
     searches and every RL run (seeds, cells), the test split (each model once, after every search is settled)
     and the record (stage "evaluate"); then
-    the same again as the replication (``replication_config``). Runs exactly the ``stages`` named (None: all); a
+    the same again as the replication (``_replication_config``). Runs exactly the ``stages`` named (None: all); a
     stage whose input another stage makes refuses to start until that one has finished. Every output is made at the
     study's identity (``study_identity``): one made at another is refused naming what differs, or with ``redo``
     made again. Returns (``StudyResult``) the summary (``results.json``, the replication's inside; {} without
     "evaluate") and its rows by run name."""
     t0 = time.time()
     summary = _run_one(cfg, log, stages, redo)
-    replica = replication_config(cfg)
+    replica = _replication_config(cfg)
     if replica is not None:
         log(f"[replication] the whole study again at {replica.threads} thread(s) in {replica.out}")
         replicated = _run_one(replica, log, stages, redo)
@@ -354,7 +354,7 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: C
                 raise
             log(f"[rl] {run.name}: its model cannot be restored on this machine; --redo: made again here, with "
                 "its evaluations")
-            forget_run(out, run.name)
+            _forget_run(out, run.name)
             final = make()
         log(f"[rl] {run.name} ready ({time.time() - t:.0f}s, study {time.time() - t0:.0f}s)")
         return final
@@ -387,7 +387,7 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: C
     return runs, chosen, selection
 
 
-def forget_run(out: Path, name: str) -> None:
+def _forget_run(out: Path, name: str) -> None:
     """Delete run ``name`` of the study in ``out``: its folder and its evaluations (validation and test), so that
     it is made again as a new run (``--redo`` after a model that cannot be restored bit for bit)."""
     shutil.rmtree(out / "rl" / name, ignore_errors=True)

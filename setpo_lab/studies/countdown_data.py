@@ -46,7 +46,7 @@ def solution_key(text: str) -> str | None:
     return None if answer is None else canonical_form(answer)
 
 
-def parse_prompt(prompt: str) -> tuple[tuple[int, ...], int]:
+def _parse_prompt(prompt: str) -> tuple[tuple[int, ...], int]:
     """(numbers, target) of a compact prompt ``"3 7 25 50 = 82\\n"`` (``prompt_text``'s inverse)."""
     left, sep, right = prompt.partition("=")
     try:
@@ -61,7 +61,7 @@ def verifier_key(prompt: str, completion: str) -> tuple[str, str]:
     """The perfect kernel's solution identity (the ceiling, ``CEILING_EMBEDDER``): a correct answer is its
     solution's canonical form (``setpo.envs.countdown.canonical_form``), anything else its whitespace-normalised text,
     so that two responses are "the same" exactly when the verifier cannot tell them apart."""
-    numbers, target = parse_prompt(prompt)
+    numbers, target = _parse_prompt(prompt)
     if score_answer(completion, numbers, target) == 1.0:
         return "solution", canonical_form(extract_answer(completion))
     return "text", " ".join(completion.split())
@@ -165,7 +165,7 @@ def resolve_embedder(spec: str, reference_texts: Sequence[str] | Callable[[], Se
     return cache[spec]
 
 
-def surface_variants(expression: str, n: int, rng: random.Random) -> list[str]:
+def _surface_variants(expression: str, n: int, rng: random.Random) -> list[str]:
     """n texts of one solution written differently: operands of + and * swapped at random, spacing varied.
     The same solution for ``canonical_form``; what an embedder should put close together."""
     def swap(node):
@@ -192,7 +192,7 @@ def diagnose_embedders(cfg: CountdownLMConfig, data: CountdownData, embedders: d
         sols = solve(inst.numbers, inst.target)
         if len(sols) >= 4:
             picked = rng.sample(sols, min(6, len(sols)))
-            problems.append([(answer_text(v), s) for s in picked for v in surface_variants(s, 3, rng)])
+            problems.append([(answer_text(v), s) for s in picked for v in _surface_variants(s, 3, rng)])
         if len(problems) >= max_problems:
             break
     specs = dict.fromkeys((cfg.paper_embedder, *cfg.search_embedders))

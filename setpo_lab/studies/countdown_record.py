@@ -10,9 +10,9 @@ study's own arguments:
         --full --set 'headline_seeds=[5,6,7,8,9,10,11]' --out results/countdown
 
 ``restamp`` says what it checks before it rewrites anything: the record at the code it names
-(``check_at_commit``: that commit's study, in a temporary git worktree, reads a copy back with its evaluating stage
+(``_check_at_commit``: that commit's study, in a temporary git worktree, reads a copy back with its evaluating stage
 (``read_back_stage``), nothing trained, and remakes the committed summary), the two codes' smoke studies bit for bit
-(``same_study_at``), and the re-stamped copy at the new code. Only the ``code`` of each identity changes.
+(``_same_study_at``), and the re-stamped copy at the new code. Only the ``code`` of each identity changes.
 
 No module of the study imports this one, so it is not part of the study's code identity.
 """
@@ -44,7 +44,7 @@ CHECK_TIMEOUT_S = 1800  # reading a finished record back takes seconds; a stuck 
 NOT_COMPARED = ("seconds", "timings", "out")
 
 
-def record_at_other_code(cfg: CountdownLMConfig, root: Path = ROOT) -> tuple[dict, list[str]] | None:
+def _record_at_other_code(cfg: CountdownLMConfig, root: Path = ROOT) -> tuple[dict, list[str]] | None:
     """(the record's identity, the files of the study's code that differ) when ``cfg.out`` holds a record made at
     other code and at the same threads, versions and arithmetic as now; None otherwise."""
     path = Path(cfg.out) / IDENTITY_FILE
@@ -74,7 +74,7 @@ def read_back_stage(tree: Path) -> str:
     """The name of the stage that reads a record back in the study of ``tree`` (a checkout or a worktree of any
     commit with a record): "evaluate" since every study names its stages alike, "eval" before (its stages were
     sft, rl, eval, judge)."""
-    stages = [line for line in module_file(study_module(tree), tree).read_text().splitlines()
+    stages = [line for line in module_file(_study_module(tree), tree).read_text().splitlines()
               if line.startswith("STAGES =")]
     return "evaluate" if stages and '"evaluate"' in stages[0] else "eval"
 
@@ -112,7 +112,7 @@ def recorded_time(summary: Mapping) -> str:
            "loading not counted)"
 
 
-def check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping, changed: Sequence[str],
+def _check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping, changed: Sequence[str],
                     log: Callable[[str], object] = print, root: Path = ROOT, timeout: float = CHECK_TIMEOUT_S) -> bool:
     """Check the record in ``cfg.out``, made at other code (``saved``: its identity, whose ``code.commit`` is the
     commit to check it with; ``changed``: the study's files that differ), with the code of that commit, and
@@ -160,7 +160,7 @@ def check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping,
     return ok
 
 
-def study_module(tree: Path) -> str:
+def _study_module(tree: Path) -> str:
     """The module that runs the Countdown study in ``tree`` (a checkout or a worktree of any commit with a record)."""
     found = [m for m in STUDY_MODULES if module_file(m, tree) is not None]
     if not found:
@@ -169,10 +169,10 @@ def study_module(tree: Path) -> str:
 
 
 def _run_study_at(tree: Path, args: Sequence[str], timeout: float) -> str | None:
-    """Run the study (``python -m <study_module(tree)> ARGS``) with the code of ``tree`` (a worktree or this
+    """Run the study (``python -m <_study_module(tree)> ARGS``) with the code of ``tree`` (a worktree or this
     checkout); None when it finished, else why not (its last line)."""
     try:
-        run = subprocess.run([sys.executable, "-m", study_module(tree), *args], cwd=tree, env=environment_at(tree),
+        run = subprocess.run([sys.executable, "-m", _study_module(tree), *args], cwd=tree, env=environment_at(tree),
                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"still running after {timeout:.0f} s"
@@ -181,7 +181,7 @@ def _run_study_at(tree: Path, args: Sequence[str], timeout: float) -> str | None
     return None
 
 
-def same_study_at(commit: str, threads: int, log: Callable[[str], object] = print, root: Path = ROOT,
+def _same_study_at(commit: str, threads: int, log: Callable[[str], object] = print, root: Path = ROOT,
                   timeout: float = CHECK_TIMEOUT_S) -> bool:
     """Whether the code of ``commit`` and the code of this checkout make the same study: each makes the smoke
     study (``--smoke``: every stage, every kind of run, at toy size) at ``threads`` threads in a folder of its
@@ -246,8 +246,8 @@ def restamp(cfg: CountdownLMConfig, argv: Sequence[str], log: Callable[[str], ob
             root: Path = ROOT) -> bool:
     """Re-stamp the record in ``cfg.out``, made at other code, with this checkout's code identity, once three
     checks pass: (1) the code the record is stamped with accepts it and remakes its summary
-    (``check_at_commit``); (2) that code and this checkout's make the same smoke study bit for bit
-    (``same_study_at``); (3) every identity the record holds names the same code; (4) re-stamped in a copy (the
+    (``_check_at_commit``); (2) that code and this checkout's make the same smoke study bit for bit
+    (``_same_study_at``); (3) every identity the record holds names the same code; (4) re-stamped in a copy (the
     ``code`` of each identity, ``record_identities``, becomes ``restamped_code``; nothing else changes), the
     record is accepted by this checkout's study, which reads it back (``--stages evaluate``) and remakes the same
     summary. Only then is the record itself re-stamped. True when it was."""
@@ -257,16 +257,16 @@ def restamp(cfg: CountdownLMConfig, argv: Sequence[str], log: Callable[[str], ob
         log("cannot re-stamp from a tree with uncommitted changes (the stamp names the commit whose code it is): "
             "commit first")
         return False
-    found = record_at_other_code(cfg, root)
+    found = _record_at_other_code(cfg, root)
     if found is None:
         log(f"nothing to re-stamp: {out} holds no record, or one at this code, or one that differs in more than "
             "the code (`python -m setpo_lab.cli countdown ...` names what)")
         return False
     saved, changed = found
     stamped_at = saved["code"].get("restamped_at") or saved["code"].get("commit")
-    if not check_at_commit(cfg, argv, {**saved, "code": {**saved["code"], "commit": stamped_at}}, changed, log, root):
+    if not _check_at_commit(cfg, argv, {**saved, "code": {**saved["code"], "commit": stamped_at}}, changed, log, root):
         return False
-    if not same_study_at(stamped_at, cfg.threads, log, root):
+    if not _same_study_at(stamped_at, cfg.threads, log, root):
         return False
     identities = record_identities(out)
     others = sorted(str(p.relative_to(out)) for p, ident in identities.items()

@@ -51,7 +51,7 @@ from setpo_lab.studies.intervals import mean_ci, paired_ci, t975
 from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 
 
-def embedder_label(spec: str) -> str:
+def _embedder_label(spec: str) -> str:
     """An embedder spec by its real name ("centered:<spec>": that model, centred on the warm-start completions)."""
     if spec.startswith("centered:"):
         return f"{embedder_name(spec.partition(':')[2])}, centred on the warm-start completions"
@@ -84,7 +84,7 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str
             rows.append({"name": name, "method": "warm start (SFT)" if run is None else run.method,
                          "variant": "warm start (SFT)" if run is None else run.variant,
                          "G": d.get("group_size"), "beta": d.get("beta"), "lam": d.get("lam"),
-                         "embedder": embedder_label(run.embedder) if run is not None and run.needs_embeddings else None,
+                         "embedder": _embedder_label(run.embedder) if run is not None and run.needs_embeddings else None,
                          "units": d.get("units"), "term": d.get("term"), "seed": d.get("seed"), "T": temp,
                          "primary": run is not None and run.with_seed(primary.seed) == primary,
                          "role": _role(run, chosen), "threads": cfg.threads, "replication": 0,
@@ -94,8 +94,8 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str
                          **fingerprints(Path(cfg.out), name, r)})
     summary = {"config": json.loads(json.dumps(without_judge(asdict(cfg)))), "chosen": primary.variant,
                "chosen_by_search": {k: r.variant for k, r in chosen.items()}, "runs": rows,
-               "paired": paired_differences(cfg, rows), "versus": versus_baselines(cfg, rows),
-               "grid": grid_differences(cfg, rows), "noise": headline_noise(cfg, rows, results),
+               "paired": paired_differences(cfg, rows), "versus": _versus_baselines(cfg, rows),
+               "grid": _grid_differences(cfg, rows), "noise": headline_noise(cfg, rows, results),
                "selection": selection, "diagnostics": diagnostics, "machines": machines_used(rows)}
     if timings is not None:
         summary["timings"] = timings
@@ -147,7 +147,7 @@ def finished_summary(out: str | Path) -> dict | None:
     return summary
 
 
-def every_row(summary: dict) -> list[dict]:
+def _every_row(summary: dict) -> list[dict]:
     """The primary's rows and the replication's (if any): every run of the record."""
     return summary["runs"] + summary.get("replication", {}).get("runs", [])
 
@@ -185,7 +185,7 @@ def paired_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dic
     return out
 
 
-def versus_baselines(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
+def _versus_baselines(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
     """Main cell, T = 1: the chosen SetPO+GRPO minus each other variant (the baselines at their chosen settings,
     the paper-faithful run, the perfect-kernel ceiling) of the same seed, with 95% t-intervals."""
     n = str(cfg.eval_samples)
@@ -199,7 +199,7 @@ def versus_baselines(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]
     return out
 
 
-def grid_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
+def _grid_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
     """Every cell of the grid (G, β) at every evaluated T: the chosen SetPO+GRPO minus GRPO of the same seed,
     with the two methods' means beside it (the paper's Table 3, with intervals)."""
     n = str(cfg.eval_samples)
@@ -258,7 +258,7 @@ def headline_noise(cfg: CountdownLMConfig, rows: Sequence[dict], results: Mappin
             "half_width": headline["hi"] - headline["mean"], "target": 0.03, "projection": projection}
 
 
-def machines_markdown(summary: dict) -> list[str]:
+def _machines_markdown(summary: dict) -> list[str]:
     """One line naming the processors that trained and evaluated the record's rows (none before the record kept
     them)."""
     used = summary.get("machines")
@@ -279,7 +279,7 @@ def results_markdown(summary: dict) -> str:
     judged = summary.get("judged")
     lines = [f"Countdown test split: {cfg['n_test']} problems, n = {n} samples each, top-p {cfg['eval_top_p']}, "
              f"{cfg['threads']} thread(s). Chosen on validation: {summary['chosen']}.", "",
-             *machines_markdown(summary), *verdict_markdown(summary),
+             *_machines_markdown(summary), *verdict_markdown(summary),
              f"Main cell (G = {cfg['main_group_size']}, β = {cfg['main_beta']:g}), T = 1, mean over seeds:", "",
              f"| method | seeds | pass@1 | pass@{n} | avg modes | width |" + (f" {JUDGED_COLUMN} |" if judged else ""),
              "|---|---|---|---|---|---|" + ("---|" if judged else "")]
@@ -351,7 +351,7 @@ def results_markdown(summary: dict) -> str:
               "spread: max s - min s in a group of 4 copies + 3 other solutions):", "",
               "| embedder | cos same | cos different (mean / 5%) | AUC | spread of s |", "|---|---|---|---|---|"]
     for spec, d in summary["diagnostics"].items():
-        lines.append(f"| {embedder_label(spec)} | {d['same_mean']:.3f} | {d['different_mean']:.3f} / "
+        lines.append(f"| {_embedder_label(spec)} | {d['same_mean']:.3f} | {d['different_mean']:.3f} / "
                      f"{d['different_p5']:.3f} | {d['auc']:.3f} | {d['collapsed_spread']:.4f} |")
     totals = summary.get("timings", {}).get("totals")
     if totals:
@@ -387,7 +387,7 @@ def training_curves(out: str | Path, runs: Sequence[RLRun]):
     return pd.DataFrame(rows)
 
 
-def probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int = 0, method: str = "pca",
+def _probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int = 0, method: str = "pca",
                 seed: int = 0):
     """Probe samples of the given runs on one validation problem, embedded and projected to 2-D together.
 
@@ -483,11 +483,11 @@ def main_cell_runs(summary: dict, seed: int | None = None) -> list[RLRun]:
         if r["seed"] is None or r["T"] != 1.0 or not in_main_cell(r, cfg):
             continue
         if seed is None or r["seed"] == seed:
-            out.append(run_of(r))
+            out.append(_run_of(r))
     return list(dict.fromkeys(out))
 
 
-def run_of(row: dict) -> RLRun:
+def _run_of(row: dict) -> RLRun:
     """The RLRun a record row came from."""
     return RLRun(**row["run"])
 
@@ -521,18 +521,18 @@ def trajectory_runs(summary: dict) -> tuple[RLRun, RLRun]:
 
 def trajectory_figure(summary: dict, embedder, runs: Sequence[RLRun] | None = None, problem: int = 0,
                       method: str = "pca", seed: int = 0, out: str | Path | None = None):
-    """Where one validation problem's probe samples go over training (``probe_frame``), drawn by the shared
+    """Where one validation problem's probe samples go over training (``_probe_frame``), drawn by the shared
     ``setpo_lab.studies.figures.trajectory_figure``: a panel per run, colour = step, filled = correct, size = number
     of identical samples. embedder: the one the chosen run used (what its kernel saw). out: the study's folder
     as seen from here (default: the one the record names, relative to where the study ran). Returns (figure,
     frame)."""
     runs = list(runs or trajectory_runs(summary))
-    df = probe_frame(out or summary["config"]["out"], runs, embedder, problem=problem, method=method, seed=seed)
+    df = _probe_frame(out or summary["config"]["out"], runs, embedder, problem=problem, method=method, seed=seed)
     frame = df.assign(panel=df["method"], group=problem,
                       hover=[f"{e}<br>×{c}, reward {r:g}" for e, c, r in zip(df.expression, df["count"], df.reward)])
     inst = df.iloc[0]
     title = (f"Samples for {' '.join(map(str, inst.numbers))} → {inst.target} over training "
-             f"(G={runs[-1].group_size}, β={runs[-1].beta:g}; {method.upper()} of {embedder_label(runs[-1].embedder)} "
+             f"(G={runs[-1].group_size}, β={runs[-1].beta:g}; {method.upper()} of {_embedder_label(runs[-1].embedder)} "
              "embeddings; size: identical samples)")
     return shared_trajectory_figure(frame, title=title, group_name="problem"), frame
 
@@ -543,7 +543,7 @@ def figure_record(summary: dict, command: str, folder: str | Path | None = None,
     the study's, default its recorded ``out``), and the record's rows (so the docs' numbers trace back here)."""
     cfg = summary["config"]
     chosen = next((r for r in summary["runs"] if r["primary"]), None)
-    uses = {"paper-faithful embedder": embedder_label(cfg["paper_embedder"]),
+    uses = {"paper-faithful embedder": _embedder_label(cfg["paper_embedder"]),
             "chosen embedder": chosen["embedder"] if chosen else None, "study folder": cfg["out"]}
     identity = Path(folder if folder is not None else cfg["out"]) / "identity.json"
     code = read_json(identity, "restore it from git").get("code", {}) if identity.exists() else {}
@@ -571,7 +571,7 @@ def write_results(summary: dict, out_dir: str | Path, record: dict) -> tuple[str
     diagnostics and the timings. Returns (markdown, path of the .md)."""
     table = results_markdown(summary)
     path = save_table(table, Path(out_dir) / "fig3_countdown_results",
-                      {**record, "runs": every_row(summary), "verdict": verdict(summary),
+                      {**record, "runs": _every_row(summary), "verdict": verdict(summary),
                        **{k: summary[k] for k in ("chosen", "chosen_by_search", "paired", "versus", "grid", "noise",
                                                   "agreement", "selection", "diagnostics", "timings", "judged")
                           if k in summary}},

@@ -87,7 +87,7 @@ def load_trained(model_dir: Path):
                       remedy=f"delete {Path(model_dir).parent.name} and rerun to train that stage again")
 
 
-def countdown_probes(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], tokenizer):
+def _countdown_probes(cfg: CountdownLMConfig, probes: Sequence[CountdownInstance], tokenizer):
     """What a run samples at its probes (``engine.probe_sampler``): ``cfg.probe_samples`` completions at T = 1 per
     fixed probe problem, as {"problem", "numbers", "target", "text", "expression", "reward", "canonical"}
     records."""
@@ -138,7 +138,7 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
         trainer = train_setpo(
             out_dir, final, model=model, tokenizer=tokenizer, args=args, reward=countdown_reward,
             rows=rl_rows(data.train), embedder=run_embedder, solution_key=solution_key,
-            probes=countdown_probes(cfg, data.val[:cfg.n_probe], tokenizer), probe_every=cfg.probe_every,
+            probes=_countdown_probes(cfg, data.val[:cfg.n_probe], tokenizer), probe_every=cfg.probe_every,
             callbacks=callbacks, record={"run": asdict(run)}, log=log,
             describe=f"[rl] {run.name}: {run.variant}, G={g}, beta={run.beta}, seed={run.seed}")
         write_json(out_dir / "timings.json",

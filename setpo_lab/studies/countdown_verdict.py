@@ -44,12 +44,12 @@ def made_on(out: Path, name: str, evaluation: Mapping) -> dict:
 def fingerprints(out: Path, name: str, evaluation: Mapping) -> dict:
     """What the run and its evaluation came to, as digests to compare two studies bit for bit:
     ``weights_sha256`` (its final weights, from ``final/done.json``; None if unrecorded) and ``counts_sha256``
-    (``counts_digest`` of the evaluation)."""
+    (``_counts_digest`` of the evaluation)."""
     return {"weights_sha256": _weights_digest(_run_folder(out, name)),
-            "counts_sha256": counts_digest(evaluation)}
+            "counts_sha256": _counts_digest(evaluation)}
 
 
-def counts_digest(evaluation: Mapping) -> str:
+def _counts_digest(evaluation: Mapping) -> str:
     """SHA-256 of an evaluation's per-problem correct and distinct counts: what it measured, not when or how fast."""
     counts = json.dumps([list(evaluation["correct"]), list(evaluation.get("distinct") or [])])
     return hashlib.sha256(counts.encode()).hexdigest()
@@ -76,14 +76,14 @@ def machines_used(rows: Sequence[Mapping]) -> dict[str, dict[str, int]]:
 def bitwise_agreement(out: str | Path, other: str | Path) -> dict:
     """Of everything two study folders both made: the models (the warm start, every search and final run, by
     name) and the evaluations (validation and test, by name): how many are shared, and how many identical (the
-    same final-weights SHA-256; the same ``counts_digest``). A model without a recorded digest counts as shared,
+    same final-weights SHA-256; the same ``_counts_digest``). A model without a recorded digest counts as shared,
     not identical."""
     def models(root: Path) -> dict[str, str | None]:
         return {p.name: _weights_digest(p) for p in [root / "sft", *sorted((root / "rl").glob("*"))]
                 if (p / "final" / "done.json").exists()}
 
     def evaluations(root: Path) -> dict[str, str]:
-        return {f"{split}/{p.stem}": counts_digest(read_json(p, "delete it and rerun to evaluate again"))
+        return {f"{split}/{p.stem}": _counts_digest(read_json(p, "delete it and rerun to evaluate again"))
                 for split in ("val", "eval") for p in sorted((root / split).glob("*.json"))
                 if not p.name.endswith(".texts.json")}  # the judge's responses, not an evaluation
 

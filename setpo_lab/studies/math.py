@@ -98,16 +98,16 @@ def resolve_model_path(cfg: MathRunConfig) -> Path:
                                "random model")
 
 
-def data_file(name: str) -> Path | str:
+def _data_file(name: str) -> Path | str:
     """A data file setting: ``"gsm8k:train"`` / ``"gsm8k:test"`` name the repository's GSM8K; anything else is a path."""
     return gsm8k_file(name.split(":", 1)[1]) if name.startswith("gsm8k:") else name
 
 
 def load_study_problems(cfg: MathRunConfig) -> tuple[list[MathProblem], list[MathProblem]]:
     """(train, validation) problems from TRAIN_FILE / VAL_FILE, or generated ones."""
-    train = (load_math_problems(data_file(cfg.train_file), limit=cfg.train_limit) if cfg.train_file
+    train = (load_math_problems(_data_file(cfg.train_file), limit=cfg.train_limit) if cfg.train_file
              else smoke_problems(cfg.train_limit or 256, seed=cfg.seed))
-    val = (load_math_problems(data_file(cfg.val_file), limit=cfg.val_limit) if cfg.val_file
+    val = (load_math_problems(_data_file(cfg.val_file), limit=cfg.val_limit) if cfg.val_file
            else smoke_problems(cfg.val_limit or 64, seed=cfg.seed + 1))
     return train, val
 
@@ -139,7 +139,7 @@ def sample_responses(model, tokenizer, questions: Sequence[str], n: int, tempera
                               fast_nucleus=fast_nucleus)
 
 
-def math_probes(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
+def _math_probes(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
     """What a run samples at its probes (``engine.probe_sampler``): responses to fixed probe questions, as
     {"probe", "question", "answer", "text", "reward"} records."""
     def record(j: int, prob: MathProblem, text: str) -> dict:
@@ -176,7 +176,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
         model = load_model(model_path, torch.float32)
         args = trl_args(cfg, lam, out, units)
         train_setpo(out, final, model=model, tokenizer=tokenizer, args=args, reward=math_reward_func,
-                    rows=to_trl_records(train), embedder=embedder, probes=math_probes(cfg, probes, tokenizer),
+                    rows=to_trl_records(train), embedder=embedder, probes=_math_probes(cfg, probes, tokenizer),
                     probe_every=cfg.probe_every, probes_at_end=True, callbacks=callbacks,
                     record={"label": label, "lam": lam, "units": units}, log=log,
                     describe=f"[{label}] λ={lam_text(lam, units)}, G={cfg.num_generations}, {cfg.prompts_per_step} "
@@ -274,7 +274,7 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     return [texts for first in sorted(done) for texts in done[first]]
 
 
-def sampling_record(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem]) -> dict:
+def _sampling_record(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem]) -> dict:
     """Everything an evaluation's samples depend on (``sample_eval_texts``): the model (``model_identity``;
     None for a folder without weight files), the questions, and the settings, batch size and seed included."""
     questions = json.dumps([p.question for p in problems]).encode()
@@ -284,8 +284,8 @@ def sampling_record(cfg: MathRunConfig, model_dir: str | Path, problems: Sequenc
             "engine": "vllm" if uses_vllm(cfg) else "generate", "batch_sequences": EVAL_BATCH_SEQUENCES}
 
 
-def evaluation_of_same_model(cache: Path, sampled: Mapping) -> dict | None:
-    """A finished evaluation kept beside ``cache`` that sampled what ``sampled`` (``sampling_record``) says this
+def _evaluation_of_same_model(cache: Path, sampled: Mapping) -> dict | None:
+    """A finished evaluation kept beside ``cache`` that sampled what ``sampled`` (``_sampling_record``) says this
     one would: the same model, questions and settings, so the same responses (seeds follow each problem's
     position). A run that never changed its model (with rewards all 0, GRPO's advantages are all 0 and so is
     its update) is then not sampled again. None when there is none, or the model has no identity."""
@@ -308,17 +308,17 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
     Also the unbiased pass@j curve for j = 1..k (``setpo.pass_at_k``) and avg@k per data source
     (``sample_eval_texts`` samples; ``log``/``label``: its progress lines). Cached as JSON in ``cache`` when given;
     texts_file: a JSON file that keeps the sampled responses (for the judge, ``judging.texts_path``; None keeps none).
-    A model that an evaluation kept beside ``cache`` already sampled alike (``evaluation_of_same_model``) gets that
+    A model that an evaluation kept beside ``cache`` already sampled alike (``_evaluation_of_same_model``) gets that
     evaluation, marked ``same_model_as`` its label, with 0 s of sampling.
     Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds", "label",
-    "sampled"} (``sampling_record``).
+    "sampled"} (``_sampling_record``).
     """
     problems = evaluated_problems(cfg, problems)
     partial = None if cache is None else Path(cache).with_suffix(".partial.jsonl")
 
     def evaluate() -> dict:
-        sampled = sampling_record(cfg, model_dir, problems)
-        same = None if cache is None or texts_file is not None else evaluation_of_same_model(Path(cache), sampled)
+        sampled = _sampling_record(cfg, model_dir, problems)
+        same = None if cache is None or texts_file is not None else _evaluation_of_same_model(Path(cache), sampled)
         if same is not None:
             if log:
                 log(f"[{label}] the same model as {same['label']!r} (weights, tokenizer and stop ids), sampled "
@@ -352,7 +352,7 @@ def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence
 def load_passk_problems(cfg: MathRunConfig) -> list[MathProblem]:
     """The pass@k problems: PASSK_FILE (an AIME-style file), or generated ones (seeded apart from train/val)."""
     if cfg.passk_file:
-        return load_math_problems(data_file(cfg.passk_file), limit=cfg.passk_limit)
+        return load_math_problems(_data_file(cfg.passk_file), limit=cfg.passk_limit)
     return smoke_problems(cfg.passk_limit or 30, seed=cfg.seed + 2)
 
 
@@ -434,7 +434,7 @@ def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=pr
     return StudyResult("math", Path(cfg.run_dir), finals, summary, time.time() - t0)
 
 
-def saved_config(path: Path) -> dict:
+def _saved_config(path: Path) -> dict:
     """``--config RUN_CONFIG``: a finished run's config fields (its run_dir: the folder above the run's)."""
     saved = read_json(path, "give a run's run_config.json")
     saved = saved.get("config", saved) if isinstance(saved, dict) else None
@@ -468,7 +468,7 @@ COMMAND = StudyCommand(
              "smoke": lambda **kw: MathRunConfig.cpu_demo(smoke=True, **kw)}, STAGES, _run,
     default_out={"full": "runs/qwen_math", "cpu-real": "runs/qwen_math_cpu", "cpu-demo": "runs/qwen_math",
                  "smoke": "runs/qwen_math_smoke"},
-    fields=frozenset(f.name for f in fields(MathRunConfig)), options=("judge", "config"), saved=saved_config,
+    fields=frozenset(f.name for f in fields(MathRunConfig)), options=("judge", "config"), saved=_saved_config,
     doc="GRPO vs SetPO+GRPO on math word problems with TRL (notebook 06).")
 
 if __name__ == "__main__":

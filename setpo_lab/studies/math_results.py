@@ -177,7 +177,7 @@ def similarity_table(similarity: Mapping[str, Mapping[int, float]]) -> str:
     return markdown_table(rows)
 
 
-def torch_threads() -> int:
+def _torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
@@ -260,7 +260,7 @@ def reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[dict]
     evals = sum(r.get("seconds", 0.0) for r in passk.values()) / 60
     lines.append(f"- **Cost:** training {', '.join(f'{k} {v:.0f} min' for k, v in train_minutes.items())}; "
                  f"sampling the {len(passk)} evaluations {evals:.0f} min "
-                 f"({'GPU' if cuda() else f'CPU, {torch_threads()} threads'}).")
+                 f"({'GPU' if cuda() else f'CPU, {_torch_threads()} threads'}).")
     return "\n".join(lines)
 
 

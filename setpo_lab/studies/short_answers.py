@@ -134,13 +134,13 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
             log(f"T={temperature} {kind}: reward {row['reward']:.2f}, mixed groups {row['mixed_groups']:.2f}, "
                 f"distinct right {row['distinct_right']:.1f}, truncated {row['truncated']:.2f}")
             rows.append(row)
-    record = {"config": asdict(cfg), **model_record(model_dir), "rows": rows, "command": base_command(cfg, out)}
+    record = {"config": asdict(cfg), **_model_record(model_dir), "rows": rows, "command": _base_command(cfg, out)}
     (out / "base_model.json").write_text(json.dumps(record, indent=1) + "\n")
-    (out / "base_model.md").write_text(base_table_markdown(record))
+    (out / "base_model.md").write_text(_base_table_markdown(record))
     return record
 
 
-def base_command(cfg: BaseTableConfig, out: str | Path) -> str:
+def _base_command(cfg: BaseTableConfig, out: str | Path) -> str:
     """The command line that makes ``cfg``'s table in ``out`` (the options that differ from the defaults)."""
     default, parts = BaseTableConfig(), [f"{PROG} base --out {out}"]
     if cfg.model_path:
@@ -153,7 +153,7 @@ def base_command(cfg: BaseTableConfig, out: str | Path) -> str:
     return " ".join(parts)
 
 
-def model_record(model_dir: Path) -> dict:
+def _model_record(model_dir: Path) -> dict:
     """How a record names the model it was made with, without a machine path: ``model``, the packaged model's
     name ("smollm2-135m-instruct"), else the folder relative to the working directory when inside it (a trained
     run: "results/short_answers/study/train/grpo_s0/final"), else the folder's own name; and ``model_identity``
@@ -170,14 +170,14 @@ def model_record(model_dir: Path) -> dict:
     return {"model": name, "model_identity": model_identity(folder)}
 
 
-def reused_evaluation(record: dict, path: Path, model_dir: Path) -> dict:
+def _reused_evaluation(record: dict, path: Path, model_dir: Path) -> dict:
     """An evaluation record read back, reused only if the model now in ``model_dir`` made it: its recorded
     ``model_identity`` must match (a model that is not here, e.g. a clone's run without its weights, is not
     compared). A record made before identities were recorded (a machine path in ``model``) gets the model's
     name and identity written in when the model is here; its numbers stay as they are."""
     if not (Path(model_dir) / "config.json").is_file():
         return record
-    now = model_record(model_dir)
+    now = _model_record(model_dir)
     if "model_identity" in record:
         if now["model_identity"] is not None and record["model_identity"] != now["model_identity"]:
             raise refusal(f"was made by another model than the one now in {now['model']}", path,
@@ -188,7 +188,7 @@ def reused_evaluation(record: dict, path: Path, model_dir: Path) -> dict:
     return record
 
 
-def base_table_markdown(record: dict) -> str:
+def _base_table_markdown(record: dict) -> str:
     cfg = record["config"]
     lines = [f"Base model on the short-answer tasks: {cfg['per_kind']} {cfg['split']} prompts per kind × "
              f"{cfg['n']} samples, at most {cfg['max_new_tokens']} new tokens, mixed groups at G = "
@@ -208,12 +208,12 @@ def train_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
     return sample_tasks(cfg.kinds, "train", cfg.train_per_kind, seed=0)
 
 
-def test_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
+def _test_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
     """The prompts every model is evaluated on: the test split (the cure study's pilot: validation)."""
     return sample_tasks(cfg.kinds, getattr(cfg, "eval_split", "test"), cfg.eval_per_kind, seed=0)
 
 
-def probe_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
+def _probe_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
     """Validation prompts with many right answers, sampled during training (distinct answers, trajectories)."""
     kinds = [k for k in cfg.kinds if k in MANY_ANSWER_KINDS] or list(cfg.kinds)
     return sample_tasks(kinds, "val", cfg.probe_per_kind, seed=0)
@@ -230,7 +230,7 @@ def base_model_folder(model_path: str | None) -> Path:
 MODEL_REMEDY = "give an intact model folder (a trained run's: delete the run and rerun)"
 
 
-def sampling_settings(cfg: ShortAnswerStudyConfig) -> dict:
+def _sampling_settings(cfg: ShortAnswerStudyConfig) -> dict:
     """How the study samples a prompt's completions, in training's probes and in every evaluation
     (``setpo_lab.studies.sampling.sample_completions``): at the training temperature, each prompt run once and its
     samples continued from copies of its cache."""
@@ -238,13 +238,13 @@ def sampling_settings(cfg: ShortAnswerStudyConfig) -> dict:
                 add_special_tokens=False, share_prompt=True)
 
 
-def sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg: ShortAnswerStudyConfig,
+def _sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg: ShortAnswerStudyConfig,
                        seed: int, progress=None) -> list[list[str]]:
-    """n completions per task as the study samples them (``sampling_settings``)."""
+    """n completions per task as the study samples them (``_sampling_settings``)."""
     from setpo_lab.studies.sampling import sample_completions  # imports torch: only when a model samples
 
     return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), n=n, seed=seed,
-                              progress=progress, **sampling_settings(cfg))
+                              progress=progress, **_sampling_settings(cfg))
 
 
 def trainer_args(cfg: ShortAnswerStudyConfig, settings: dict, seed: int, output_dir: Path):
@@ -289,7 +289,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
         import torch
 
         tokenizer, model = load_model(base_model_folder(cfg.model_path), torch.float32, remedy=MODEL_REMEDY)
-        probes = probe_tasks(cfg)
+        probes = _probe_tasks(cfg)
 
         def record(j: int, task: TaskSpec, text: str) -> dict:
             return {"probe": j, "question": task.question, "task_id": task.task_id, "text": text,
@@ -299,7 +299,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
         train_setpo(out, final, model=model, tokenizer=tokenizer, args=args, reward=short_answer_reward,
                     rows=to_trl_records(train_tasks(cfg)), embedder=embedder if args.embedder == cfg.embedder else None,
                     probes=probe_sampler(tokenizer, probes, chat_prompts(tokenizer, probes, task_messages),
-                                         cfg.probe_samples, record, seed=cfg.eval_seed, **sampling_settings(cfg)),
+                                         cfg.probe_samples, record, seed=cfg.eval_seed, **_sampling_settings(cfg)),
                     probe_every=cfg.probe_every, probes_at_end=True,
                     record={"label": label, "method": method, "seed": seed, "lam": settings["setpo_lambda"]}, log=log,
                     describe=f"[{label}] {method}, seed {seed}, {cfg.steps} steps of {cfg.prompts_per_step} "
@@ -321,21 +321,21 @@ def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, emb
     path = eval_path(cfg, label, folder)
 
     def evaluate() -> dict:
-        chosen = test_tasks(cfg) if tasks is None else list(tasks)
+        chosen = _test_tasks(cfg) if tasks is None else list(tasks)
         require_bf16_units(cfg, f"evaluating {label}")
         # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
         tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32, remedy=MODEL_REMEDY)
         started = time.perf_counter()
         progress = Progress(log, f"[eval {label}] prompts", len(chosen))
         with heartbeat(log, f"[eval {label}]"):
-            texts = sample_tasks_texts(model, tokenizer, chosen, cfg.eval_n if n is None else n, cfg,
+            texts = _sample_tasks_texts(model, tokenizer, chosen, cfg.eval_n if n is None else n, cfg,
                                        seed=cfg.eval_seed, progress=progress.step)
         similarity = [mean_pairwise_similarity(embedder(xs)) if len(xs) > 1 else None for xs in texts]
-        return {"label": label, **model_record(model_dir), "task_ids": [t.task_id for t in chosen],
+        return {"label": label, **_model_record(model_dir), "task_ids": [t.task_id for t in chosen],
                 "answers": [[parse_answer(x) for x in xs] for xs in texts], "texts": texts,
                 "similarity": similarity, "seconds": time.perf_counter() - started}
 
-    return cached_evaluation(path, evaluate, reuse=lambda kept: reused_evaluation(kept, path, model_dir),
+    return cached_evaluation(path, evaluate, reuse=lambda kept: _reused_evaluation(kept, path, model_dir),
                              remedy=f"delete {path} and rerun to evaluate {label} again")
 
 
@@ -434,7 +434,7 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     return StudyResult(name, Path(cfg.run_dir), finals, summary, time.time() - t0)
 
 
-def base_config(**values) -> BaseTableConfig:
+def _base_config(**values) -> BaseTableConfig:
     """``--set`` fields of the base table; kinds and temperatures also as comma-separated text or one number."""
     for name, kind in (("kinds", str), ("temperatures", float)):
         value = values.get(name)
@@ -483,7 +483,7 @@ COMMAND = StudyCommand("short_answers", presets_of(ShortAnswerStudyConfig), STAG
 BASE_FLAGS = ("--per-kind", "--n", "--kinds", "--temperatures")
 #: ``python -m setpo_lab run short_answers_base --out DIR --set n=64 kinds=add_3x2,times_2x1``: the base model on
 #: every task kind (base_model.json / .md)
-BASE_COMMAND = StudyCommand("short_answers_base", {"default": base_config}, ("evaluate",), _run_base,
+BASE_COMMAND = StudyCommand("short_answers_base", {"default": _base_config}, ("evaluate",), _run_base,
                             default_preset="default", folder=None,
                             fields=frozenset(f.name for f in fields(BaseTableConfig)) - {"model_path"},
                             options=("model_path",), doc="Measure the base model on every task kind.")

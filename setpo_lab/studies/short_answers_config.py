@@ -37,7 +37,7 @@ class BaseTableConfig:
     split: str = field(default="train")
 
     def __post_init__(self):
-        check_kinds(self.kinds)
+        _check_kinds(self.kinds)
         for name in ("per_kind", "n", "max_new_tokens", "group_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -47,7 +47,7 @@ class BaseTableConfig:
             raise ValueError(f"temperatures must be finite numbers > 0, got {self.temperatures!r}")
 
 
-def check_kinds(kinds) -> None:
+def _check_kinds(kinds) -> None:
     """A ValueError unless ``kinds`` is a non-empty tuple or list of known kind names (a single string, which
     would be read letter by letter, says how to write it)."""
     if isinstance(kinds, str):
@@ -119,7 +119,7 @@ class ShortAnswerStudyConfig:
                      "probe_every", "max_new_tokens", "save_steps"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
-        check_kinds(self.kinds)
+        _check_kinds(self.kinds)
 
     #: the study's presets, and the command that runs one (a subclass names its own)
     PRESETS: ClassVar[dict] = STUDY_PRESETS
@@ -184,7 +184,7 @@ def _slug(method: str) -> str:
 
 
 @dataclass(frozen=True)
-class Arm:
+class _Arm:
     """One training method of the short-answer studies: its name in tables and what it sets on top of GRPO's
     settings (``SetPOConfig`` fields; λ comes from the study's config, ``lam_field``)."""
 
@@ -195,21 +195,21 @@ class Arm:
 
 #: the arms, by the slug that starts their run labels ("grpo_s0", "key_gated_s3", ...)
 ARMS = {
-    "grpo": Arm("GRPO"),
-    "setpo": Arm("SetPO+GRPO", "lam"),  # the whole completion, the study's embedder: the committed arm
-    "answer": Arm("SetPO, answer by MiniLM", "lam_answer",
+    "grpo": _Arm("GRPO"),
+    "setpo": _Arm("SetPO+GRPO", "lam"),  # the whole completion, the study's embedder: the committed arm
+    "answer": _Arm("SetPO, answer by MiniLM", "lam_answer",
                   (("embedder", "default"), ("setpo_kernel_reads", "answer"),
                    ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"))),
-    "key": Arm("SetPO, answer key", "lam_key",
+    "key": _Arm("SetPO, answer key", "lam_key",
                (("embedder", "key"), ("setpo_kernel_reads", "answer"),
                 ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"))),
-    "key_gated": Arm("SetPO, answer key, right only", "lam_key_gated",
+    "key_gated": _Arm("SetPO, answer key, right only", "lam_key_gated",
                      (("embedder", "key"), ("setpo_kernel_reads", "answer"),
                       ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"), ("setpo_gate_reward", 1.0))),
-    "passk": Arm("Pass@k Training", None, (("setpo_estimator", "pass@4"),)),
+    "passk": _Arm("Pass@k Training", None, (("setpo_estimator", "pass@4"),)),
     # the confirmatory study's peers (results/short_answers/confirm/PLAN.md), each at its paper's default
-    "fgrpo": Arm("F-GRPO (focal, γ = 0.5)", None, (("setpo_estimator", "focal:grpo"),)),
-    "obe_batch": Arm("Outcome-based exploration, batch", "lam_obe",
+    "fgrpo": _Arm("F-GRPO (focal, γ = 0.5)", None, (("setpo_estimator", "focal:grpo"),)),
+    "obe_batch": _Arm("Outcome-based exploration, batch", "lam_obe",
                      (("embedder", "key"), ("setpo_kernel_reads", "answer"),
                       ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"),
                       ("setpo_diversity", "outcome_batch"), ("setpo_lambda_units", "absolute"))),
@@ -280,7 +280,7 @@ class CureStudyConfig(ShortAnswerStudyConfig):
         if self.eval_split not in ("test", "val"):
             raise ValueError(f"eval_split must be 'test' or 'val' (never train), got {self.eval_split!r}")
         if self.hard_kinds:
-            check_kinds(self.hard_kinds)
+            _check_kinds(self.hard_kinds)
         for name in ("lam_answer", "lam_key", "lam_key_gated"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -415,7 +415,7 @@ class ConfirmStudyConfig(CureStudyConfig):
         if not self.lam_obe > 0:
             raise ValueError(f"lam_obe must be > 0, got {self.lam_obe!r}")
         if self.heldout_candidates:
-            check_kinds(self.heldout_candidates)
+            _check_kinds(self.heldout_candidates)
         trained = set(self.kinds)
         if trained & set(self.heldout_candidates):
             raise ValueError(f"held-out kinds must be kinds no training pool holds, got {self.heldout_candidates}")

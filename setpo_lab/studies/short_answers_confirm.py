@@ -104,7 +104,7 @@ def check_plan(cfg: ConfirmStudyConfig) -> dict | None:
 
 # ---- the held-out kinds, chosen on the base model's train split ---------------------------------------------------
 
-def select_heldout(cfg: ConfirmStudyConfig, embedder, log=print_flushed) -> dict:
+def _select_heldout(cfg: ConfirmStudyConfig, embedder, log=print_flushed) -> dict:
     """Measure the base model on ``heldout_select_per_kind`` train prompts of each candidate kind (``eval_n``
     samples each) and keep the kinds the plan's rule admits; written to ``heldout_kinds.json`` (made once)."""
     path = Path(cfg.run_dir) / "heldout_kinds.json"
@@ -138,7 +138,7 @@ def select_heldout(cfg: ConfirmStudyConfig, embedder, log=print_flushed) -> dict
 
 # ---- the exploratory record's models on the held-out kinds ------------------------------------------------------
 
-def evaluate_exploratory(cfg: ConfirmStudyConfig, exploratory: str | Path, embedder, log=print_flushed) -> dict:
+def _evaluate_exploratory(cfg: ConfirmStudyConfig, exploratory: str | Path, embedder, log=print_flushed) -> dict:
     """Every run of the exploratory record in ``exploratory`` (its ``config.json``: the runs it reuses from another
     folder too) on the held-out kinds, ``eval_n`` samples each, by the study's sampler and evaluation seed:
     ``eval_heldout/exploratory_<label>.json``. A model that is not here is trained again to its recorded weights
@@ -452,7 +452,7 @@ def report(cfg: ConfirmStudyConfig, log=print_flushed, exploratory: str | Path |
 def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = None, *, log=print_flushed,
                 exploratory: str | Path | None = None) -> dict:
     """The plan pinned, the held-out kinds chosen, then the study's stages (``run_study``), the models of the
-    exploratory record in ``exploratory`` on the held-out kinds (``evaluate_exploratory``; None: none, the
+    exploratory record in ``exploratory`` on the held-out kinds (``_evaluate_exploratory``; None: none, the
     command's ``--preset confirm`` gives ``EXPLORATORY_RECORD``) and the plan's reading."""
     from setpo.embed import load_embedder
 
@@ -462,12 +462,12 @@ def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = No
     check_plan(cfg)
     embedder = load_embedder(cfg.embedder) if cfg.heldout_candidates or "evaluate" in chosen else None
     if cfg.heldout_candidates:
-        select_heldout(cfg, embedder, log)
+        _select_heldout(cfg, embedder, log)
     study = [s for s in chosen if s in ("train", "evaluate")]
     if study:
         run_study(cfg, study, log=log)
     if "evaluate" in chosen and exploratory is not None:
-        evaluate_exploratory(cfg, exploratory, embedder, log)
+        _evaluate_exploratory(cfg, exploratory, embedder, log)
     return report(cfg, log, exploratory) if "report" in chosen else {}
 
 

@@ -79,7 +79,7 @@ def prompt_metrics(evaluation: Mapping, embedder) -> dict[str, list]:
     return out
 
 
-def hard_pass_at_k(evaluation: Mapping) -> dict[int, list[float]]:
+def _hard_pass_at_k(evaluation: Mapping) -> dict[int, list[float]]:
     """k -> pass@k of each pass@k prompt (unbiased, from the evaluation's samples)."""
     tasks = [task_from_id(t) for t in evaluation["task_ids"]]
     n = len(evaluation["answers"][0])
@@ -210,13 +210,13 @@ def _hard(cfg: CureStudyConfig, by_method: Mapping[str, list[str]]) -> dict:
     if not cfg.hard_kinds or not (folder / "base.json").exists():
         return {}
     base = read_json(folder / "base.json", "run the evaluate stage")
-    base_k = hard_pass_at_k(base)
+    base_k = _hard_pass_at_k(base)
     ks = list(base_k)
     curves = {"base model": {k: float(np.mean(v)) for k, v in base_k.items()},
               "guessing": {k: float(np.mean(v)) for k, v in guessing_pass_at_k(base, ks).items()}}
     per_method = {}
     for m, labels in by_method.items():
-        rows = [hard_pass_at_k(read_json(folder / f"{label}.json", "run the evaluate stage")) for label in labels
+        rows = [_hard_pass_at_k(read_json(folder / f"{label}.json", "run the evaluate stage")) for label in labels
                 if (folder / f"{label}.json").exists()]
         if rows:
             per_method[m] = rows
