@@ -45,7 +45,8 @@ STUDIES = {"toy": "setpo_lab.studies.toy", "countdown": "setpo_lab.studies.count
            "short_answers": "setpo_lab.studies.short_answers",
            "short_answers_base": "setpo_lab.studies.short_answers:BASE_COMMAND",
            "short_answers_cure": "setpo_lab.studies.short_answers_cure",
-           "short_answers_confirm": "setpo_lab.studies.short_answers_confirm", "rubric": "setpo_lab.studies.rubric"}
+           "short_answers_confirm": "setpo_lab.studies.short_answers_confirm", "rubric": "setpo_lab.studies.rubric",
+           "math_responses": "setpo_lab.studies.math_responses"}
 MAX_SEEDS = 1000                      # seeds per method or λ: more is a typo, not a study
 DEMO_DIR = ROOT / "runs" / "demo"     # scratch: smoke and interactive runs never touch figures/
 FIGURES_DIR = ROOT / "figures"        # committed: written only by `make figures`

@@ -70,7 +70,7 @@ def test_a_long_response_without_an_answer_is_scored_quickly():
 
 def test_the_committed_table_of_real_responses_is_what_the_checker_says_now():
     """results/math/real_responses.md is the checker's verdict on kept real responses: a change to the checker
-    must come with the table made again (``python -m setpo_lab.studies.math_responses``, which rescores the kept
+    must come with the table made again (``python -m setpo_lab run math_responses``, which rescores the kept
     responses without sampling)."""
     import json
     from pathlib import Path

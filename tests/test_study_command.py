@@ -105,3 +105,28 @@ def test_every_study_names_its_stages_from_one_vocabulary():
     for bad in (("sft", "rl"), ("evaluate", "train"), ()):
         with pytest.raises(ValueError, match="must be some of"):
             StudyCommand("x", {"default": dict}, bad, lambda cfg, stages, args: 0)
+
+
+def test_a_recorded_command_of_an_older_parser_reads_as_set_fields():
+    from setpo_lab.studies.arguments import flags_as_set
+
+    assert flags_as_set(["--model-path", "m", "--n", "20", "--max-new-tokens", "256", "--out", "o"],
+                        ("--n", "--max-new-tokens")) == ["--model-path", "m", "--set", "n=20", "--set",
+                                                         "max_new_tokens=256", "--out", "o"]
+    assert flags_as_set(["--n"], ("--n",)) == ["--n"]  # a flag without its value is left for the parser to refuse
+
+
+def test_the_real_responses_table_refuses_bad_settings_and_a_missing_model_in_one_line(tmp_path, capsys):
+    from setpo_lab.studies import math_responses
+
+    for argv, code, words in ((["--set", "n=0"], 2, "n must be a whole number"),
+                              (["--set", "seed=-1"], 2, "seed must be a whole number"),
+                              (["--set", "resample=3"], 2, "resample must be true or false"),
+                              ([], 1, "no model folder given"),
+                              (["--model-path", str(tmp_path / "none")], 1, "no model folder at")):
+        try:  # a bad argument exits 2 (argparse); a refusal while running returns 1
+            status = run_command(math_responses.COMMAND, ["--out", str(tmp_path), *argv])
+        except SystemExit as e:
+            status = e.code
+        err = capsys.readouterr().err
+        assert status == code and words in err and len(err.strip().splitlines()) == 1, argv

@@ -185,3 +185,17 @@ def run_command(command: StudyCommand, argv: Sequence[str] | None = None) -> int
     except ValueError as err:
         print(f"{command.prog}: error: {err}", file=sys.stderr)
         return 1
+
+
+def flags_as_set(argv: Sequence[str], flags: Collection[str]) -> list[str]:
+    """A recorded command line of a study's older parser, for the one parser: each ``--flag VALUE`` of ``flags``
+    becomes ``--set flag=VALUE`` (dashes as underscores); everything else is kept as it is."""
+    argv, out, i = list(argv), [], 0
+    while i < len(argv):
+        if argv[i] in flags and i + 1 < len(argv):
+            out += ["--set", f"{argv[i][2:].replace('-', '_')}={argv[i + 1]}"]
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out

@@ -65,7 +65,7 @@ from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import (PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, CureStudyConfig,
                                                     ShortAnswerStudyConfig, eval_path, run_folder)
-from setpo_lab.studies.arguments import StudyCommand, run_command
+from setpo_lab.studies.arguments import StudyCommand, flags_as_set, run_command
 from setpo_lab.studies.engine import probe_sampler, train_setpo, train_stage
 from setpo_lab.studies.toolkit import chat_prompts, load_model, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
@@ -491,6 +491,5 @@ BASE_COMMAND = StudyCommand("short_answers_base", {"default": _base_config}, ("e
 if __name__ == "__main__":  # also the recorded forms `... short_answers study ARGS` and `... base --n 64 ...`
     sub, rest = (sys.argv[1:2] or [""])[0], sys.argv[2:]
     if sub == "base":  # the base table's --per-kind, --n, --kinds, --temperatures are --set fields now
-        rest = [x for flag, value in zip(rest[::2], rest[1::2]) for x in (
-            ("--set", f"{flag[2:].replace('-', '_')}={value}") if flag in BASE_FLAGS else (flag, value))]
+        rest = flags_as_set(rest, BASE_FLAGS)
     sys.exit(run_command(BASE_COMMAND if sub == "base" else COMMAND, rest if sub in ("base", "study") else None))
