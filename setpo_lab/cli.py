@@ -46,7 +46,7 @@ STUDIES = {"toy": "setpo_lab.studies.toy", "countdown": "setpo_lab.studies.count
            "short_answers_base": "setpo_lab.studies.short_answers:BASE_COMMAND",
            "short_answers_cure": "setpo_lab.studies.short_answers_cure",
            "short_answers_confirm": "setpo_lab.studies.short_answers_confirm", "rubric": "setpo_lab.studies.rubric",
-           "math_responses": "setpo_lab.studies.math_responses"}
+           "math_responses": "setpo_lab.studies.math_responses", "example": "setpo_lab.studies.example"}
 MAX_SEEDS = 1000                      # seeds per method or λ: more is a typo, not a study
 DEMO_DIR = ROOT / "runs" / "demo"     # scratch: smoke and interactive runs never touch figures/
 FIGURES_DIR = ROOT / "figures"        # committed: written only by `make figures`
