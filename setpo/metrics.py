@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,10 @@ from setpo.groups import Groups, check_int, check_real
 
 #: Above this many factors the exact integer form gives way to a vectorised sum of logs.
 _EXACT_PASS_AT_K_TERMS = 4096
+#: Largest n pass_at_k takes (2**63 - 1, int64's largest): the log form converts n to float64, which raised an
+#: OverflowError above ~1.8e308, and the exact form's C(n, m) grows with m·log(n) digits (n = 10**3000 ran for
+#: minutes).
+MAX_PASS_AT_K_N = 2**63 - 1
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -29,6 +34,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     n, c, k = check_int(n, "n"), check_int(c, "c"), check_int(k, "k")
     if n < 1 or not 0 <= c <= n:
         raise ValueError(f"need n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+    if n > MAX_PASS_AT_K_N:
+        raise ValueError(f"n must be at most 2**63 - 1 samples, got an integer of {n.bit_length()} bits")
     if not 1 <= k <= n:
         raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
     if n - c < k:
@@ -84,10 +91,10 @@ def mode_coverage(modes, correct_modes, threshold: float = 0.05, weights=None) -
         ``modes = range(M)``, to measure a policy's distribution without sampling noise.
     A mode is covered when ``mass >= threshold`` (up to 1e-12 of rounding).
     """
-    ids = _as_id_list(modes, "modes")
+    ids = _hashable_ids(modes, "modes")
     if not ids:
         raise ValueError("modes is empty: mode coverage needs at least one sample")
-    correct = list(dict.fromkeys(_as_id_list(correct_modes, "correct_modes")))
+    correct = list(dict.fromkeys(_hashable_ids(correct_modes, "correct_modes")))
     if not correct:
         raise ValueError("correct_modes is empty")
     threshold = check_real(threshold, "threshold")
@@ -96,12 +103,20 @@ def mode_coverage(modes, correct_modes, threshold: float = 0.05, weights=None) -
     if weights is None:
         w = [1.0] * len(ids)
     else:
-        w = [float(x) for x in _as_id_list(weights, "weights")]
+        w = _as_id_list(weights, "weights")
+        # float() took the string "1.5" as a weight, and None or a complex number failed inside it
+        bad = [x for x in w if not isinstance(x, numbers.Real)]
+        if bad:
+            raise ValueError(f"weights must be real numbers, got {type(bad[0]).__name__} {bad[0]!r:.40}")
+        w = [float(x) for x in w]
         if len(w) != len(ids):
             raise ValueError(f"weights has length {len(w)} but modes has {len(ids)}")
         if not all(math.isfinite(x) and x >= 0 for x in w):
             raise ValueError("weights must be finite and non-negative")
-    total = math.fsum(w)
+    try:
+        total = math.fsum(w)
+    except OverflowError:  # finite weights whose sum is not (1e308 + 1e308)
+        raise ValueError("weights sum beyond the float range; rescale them (only their ratios matter)") from None
     if total <= 0:
         raise ValueError("weights sum to zero: no sampled mass")
     per_mode: dict = {}
@@ -134,6 +149,22 @@ def _as_id_list(x, name: str) -> list:
         raise ValueError(f"{name} must be a sequence, got {type(x).__name__}") from None
 
 
+def _hashable_ids(x, name: str) -> list:
+    """``_as_id_list`` of mode ids, each hashable (a list id failed in a dict as "unhashable type")."""
+    ids = _as_id_list(x, name)
+    for i, v in enumerate(ids):
+        try:
+            hash(v)
+        except TypeError:
+            raise ValueError(f"{name} must hold hashable ids (ints, strings); entry {i} is a "
+                             f"{type(v).__name__} {v!r:.40}") from None
+    return ids
+
+
+#: Largest per-problem count of distinct solutions: the average of larger ones can overflow a float.
+_MAX_DISTINCT_COUNT = 2**53
+
+
 def diversity_width_and_average_modes(
     per_problem_distinct_counts, min_distinct: int = 2, over: str = "solved"
 ) -> tuple[int, float]:
@@ -155,9 +186,11 @@ def diversity_width_and_average_modes(
         whole = isinstance(c, (int, np.integer)) or (isinstance(c, float) and c.is_integer())
         if isinstance(c, bool) or not whole or c < 0:
             raise ValueError(f"per_problem_distinct_counts must be non-negative integers, got {c!r}")
+        if c > _MAX_DISTINCT_COUNT:  # 10**400 made the average an OverflowError
+            raise ValueError("per_problem_distinct_counts must be at most 2**53 (a count of samples), got a larger one")
     counts = [int(c) for c in counts]
-    if isinstance(min_distinct, bool) or int(min_distinct) != min_distinct or min_distinct < 1:
-        raise ValueError(f"min_distinct must be a positive integer, got {min_distinct!r}")
+    # check_int: int() of NaN, infinity or None failed with Python's own message, naming nothing
+    min_distinct = check_int(min_distinct, "min_distinct", minimum=1)
     if over not in ("solved", "all"):
         raise ValueError(f"over must be 'solved' or 'all', got {over!r}")
     width = sum(c >= min_distinct for c in counts)

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from setpo.groups import as_bool_rows, check_real, check_texts
+
 #: ``kernel_reads`` values: the whole completion (the paper) or what the answer reader returns.
 KERNEL_READS = ("completion", "answer")
 
@@ -76,7 +78,11 @@ def gate_value(tau, where: str) -> float | None:
 
 def read_answers(texts: Sequence[str], reader: AnswerReader) -> list[str | None]:
     """``reader`` of each text; None where it returns None or only whitespace. A reader that returns anything
-    other than a string or None is a ValueError naming the row."""
+    other than a string or None is a ValueError naming the row. texts must be a sequence of str (a single str
+    was read letter by letter)."""
+    texts = check_texts(texts)
+    if not callable(reader):
+        raise ValueError(f"reader must be a function completion text -> str | None, got {type(reader).__name__}")
     out = []
     for i, text in enumerate(texts):
         got = reader(text)
@@ -92,6 +98,9 @@ def kernel_texts(texts: Sequence[str], kernel_reads: str, reader: AnswerReader |
     """What the kernel embeds for each completion text, whether the row has anything to read, and the reader's
     answers (None without a reader). Rows with nothing to read embed "" (any embedder accepts it) and must be
     left out of the sets (``term_rows``): their embedding is never compared."""
+    # an unknown kernel_reads ("Completion", "whole") used to fall through to the answer branch silently
+    check_kernel_reads(kernel_reads, reader, "")
+    texts = check_texts(texts)
     answers = read_answers(texts, reader) if reader is not None else None
     if kernel_reads == "completion":
         return list(texts), [True] * len(texts), answers
@@ -104,6 +113,9 @@ def unread_text(text: str, answer: str | None) -> str:
     """The text after the last occurrence of ``answer`` in ``text``, without closing punctuation and
     whitespace: what a reward that checks the answer never reads. "" when there is no answer (the reward read
     the completion and found none) or the answer is not found verbatim."""
+    if not isinstance(text, str) or not (answer is None or isinstance(answer, str)):
+        raise ValueError(f"unread_text needs text as a str and answer as a str or None, got "
+                         f"{type(text).__name__} and {type(answer).__name__}")
     if answer is None:
         return ""
     at = text.rfind(answer)
@@ -234,10 +246,19 @@ class ExploitMonitor:
         (None without a reader), groups (N,) each row's group id (None: one group). Returns this batch's metrics
         ("setpo/s_length_corr", and with a reader "setpo/unread_fraction" and "setpo/s_unread_gap"; NaN where
         undefined), and warns once per signal when a block of ``window`` batches with λ > 0 decides so."""
+        if not isinstance(s, torch.Tensor):
+            raise ValueError(f"ExploitMonitor.observe: s must be a torch tensor (N,), got {type(s).__name__}")
+        # lam decides whether the batch counts: a string failed in a comparison, NaN was read as lam <= 0
+        lam = check_real(lam, "ExploitMonitor.observe: lam")
+        # an unknown kernel_reads was read as "answer", which turns the length signal off
+        if kernel_reads not in KERNEL_READS:
+            raise ValueError(f"ExploitMonitor.observe: kernel_reads must be one of {KERNEL_READS}, got {kernel_reads!r}")
         s = s.detach().double().cpu().reshape(-1)
         n = s.numel()
         length = torch.as_tensor(list(lengths), dtype=torch.float64)
-        rows = torch.as_tensor(list(in_sets), dtype=torch.bool)
+        # a flag of 0.5 was cast to True: a row is in the sets or not
+        rows = as_bool_rows(in_sets if isinstance(in_sets, torch.Tensor) else list(in_sets),
+                            name="ExploitMonitor.observe: in_sets").cpu().reshape(-1)
         dense: dict = {}
         gid = torch.zeros(n, dtype=torch.long) if groups is None else \
             torch.as_tensor([dense.setdefault(g, len(dense)) for g in groups], dtype=torch.long)
@@ -247,6 +268,10 @@ class ExploitMonitor:
         metrics = {"setpo/s_length_corr": _pearson(s[rows], length[rows])}
         unread = None
         if answers is not None and texts is not None:
+            texts = check_texts(texts, "ExploitMonitor.observe: texts")
+            if not len(texts) == len(answers) == n:  # zip(strict=True) said only "argument 2 is shorter"
+                raise ValueError(f"ExploitMonitor.observe: {n} values of s, {len(texts)} texts and {len(answers)} "
+                                 f"answers; give one of each per row")
             unread = torch.tensor([bool(unread_text(t, a)) for t, a in zip(texts, answers, strict=True)],
                                   dtype=torch.bool).reshape(-1)
             with_text, without = s[rows & unread], s[rows & ~unread]

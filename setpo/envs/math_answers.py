@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import re
 import threading
 from typing import Any
@@ -65,20 +66,33 @@ def extract_boxed(text: str) -> str | None:
     return None  # unbalanced: a truncated completion
 
 
+def _check_str(value, name: str) -> None:
+    """A ValueError naming ``name`` unless ``value`` is a str (None or bytes failed inside a string method)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+
+
 _NUMBER_WITH_COMMAS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
 
 
 def clean_answer(value: Any) -> str:
-    """A gold answer as a LaTeX string: GSM8K '#### 1,200' -> '1200', 142.0 -> '142', text stripped."""
+    """A gold answer as a LaTeX string: GSM8K '#### 1,200' -> '1200', 142.0 -> '142', text stripped. A number or
+    text; anything else (None, a list, bytes) is a ValueError, not its repr ("None", "[1]") read as LaTeX."""
     if isinstance(value, bool):
         raise ValueError(f"answer must be a number or text, got {value!r}")
     if isinstance(value, (int,)) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") in "iu"):
-        return str(int(value))
+        try:
+            return str(int(value))
+        except ValueError:  # Python refuses int -> str beyond 4300 digits, with a message naming nothing
+            raise ValueError(f"answer is an integer of {int(value).bit_length()} bits, too long to check as "
+                             f"text") from None
     if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") == "f"):
         v = float(value)
         if not math.isfinite(v):
             raise ValueError(f"answer is not finite: {value!r}")
         return str(int(v)) if v.is_integer() else repr(v)
+    if not isinstance(value, (str, numbers.Number)):
+        raise ValueError(f"answer must be a number or text, got {type(value).__name__} {value!r:.60}")
     text = str(value).strip()
     if "####" in text:  # GSM8K: a worked solution whose last line is '#### <answer>'
         text = text.rsplit("####", 1)[1].strip()
@@ -101,6 +115,14 @@ MAX_NESTING = 12              # parse time grows about 5x per 4 levels of nested
 MAX_EXPONENT_DIGITS = 4       # 2^{9999} is instant; 2^{99999999} is not
 MAX_SYMBOLIC_EXPONENT_DIGITS = 2  # (x+1)^{999} takes seconds to expand and compare; (x+1)^{99} does not
 MAX_FACTORIAL_DIGITS = 3
+#: Most digits all the powers of an answer may have together, estimated from the text as (exponent × digits of the
+#: base): each power passes the exponent-digit limit alone, but sympy multiplies them exactly, in time that grows
+#: faster than their size (20 factors 9999^{9999} took 4 s, 60 did not end), and a power of a power multiplies
+#: exponents ((9999^{9999})^{9999} has 4·10^8 digits).
+MAX_POWER_DIGITS = 200_000
+#: Most terms the powers of a symbolic answer may expand to together, C(e + k − 1, k − 1) for a base of k terms:
+#: (x+y+z)^{40} (861 terms) took 4 s and (a+b+c+d)^{20} 8 s, though each exponent has 2 digits.
+MAX_EXPANDED_TERMS = 500
 #: Characters of an input shown in a log line about it.
 LOG_CHARS = 200
 
@@ -126,6 +148,58 @@ def _operand(text: str, i: int) -> tuple[str, int]:
     return (m.group(), m.end()) if m else ("", i)
 
 
+_TERM = re.compile(r"\\[A-Za-z]+|[A-Za-z]|\d+")
+
+
+def _exponent_value(exp: str) -> int:
+    """An exponent's size as its digits read as one number (1 without digits: a symbol), an upper bound."""
+    digits = "".join(_DIGITS.findall(exp))
+    return max(int(digits), 1) if digits else 1
+
+
+def _openers(text: str) -> dict[int, int]:
+    """{index of each closing bracket: index of the bracket it closes}, any kind of bracket, in one pass."""
+    out, stack = {}, []
+    for i, ch in enumerate(text):
+        if ch in "{([":
+            stack.append(i)
+        elif ch in "})]" and stack:
+            out[i] = stack.pop()
+    return out
+
+
+def _powers_too_costly(text: str, symbolic: bool) -> str | None:
+    """Whether the answer's powers together are too big to compute (``MAX_POWER_DIGITS``) or, with a symbol, to
+    expand (``MAX_EXPANDED_TERMS``). A power's base is the bracketed group, number or symbol before its ^; a
+    group that holds powers of its own multiplies their exponents into this one ((a^b)^c = a^(bc)). Estimates
+    from the text, linear in it; called once each exponent has passed the digit limits."""
+    openers = _openers(text)
+    digits = terms = 0
+    for m in _EXPONENT.finditer(text):
+        exponent = _exponent_value(_operand(text, m.end())[0])
+        j = m.start() - 1
+        while j >= 0 and text[j].isspace():
+            j -= 1
+        if j in openers:  # (base)^e, {base}^e, \frac{1}{base}^e
+            base = text[openers[j]:j]
+            for inner in _EXPONENT.finditer(base):
+                exponent *= _exponent_value(_operand(base, inner.end())[0])
+            base_digits, base_terms = sum(len(d) for d in _DIGITS.findall(base)), len(_TERM.findall(base))
+        else:  # a number, a symbol or a command
+            k = j
+            while k >= 0 and (text[k].isdigit() or text[k] == "."):
+                k -= 1
+            base_digits, base_terms = j - k, 1
+        digits += exponent * max(base_digits, 1)
+        if digits > MAX_POWER_DIGITS:
+            return f"powers with more than {MAX_POWER_DIGITS} digits in all"
+        if symbolic:
+            terms += math.comb(exponent + max(base_terms, 1) - 1, max(base_terms, 1) - 1)
+            if terms > MAX_EXPANDED_TERMS:
+                return f"symbolic powers that expand to more than {MAX_EXPANDED_TERMS} terms"
+    return None
+
+
 def answer_too_costly(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
     """Why evaluating ``text`` could take unbounded time or memory, or None when it is safe to parse.
 
@@ -135,8 +209,13 @@ def answer_too_costly(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | Non
     work instead: the length (``max_chars``), the nesting depth, exponent towers (an exponent holding
     another ^, or a^b^c), exponents with more than MAX_EXPONENT_DIGITS digits (MAX_SYMBOLIC_EXPONENT_DIGITS
     when the answer has a variable), factorials of more than
-    MAX_FACTORIAL_DIGITS digits or of a bracketed expression, and binomials of large numbers. Linear scans.
+    MAX_FACTORIAL_DIGITS digits or of a bracketed expression, binomials of large numbers, and powers too big
+    together (``MAX_POWER_DIGITS``, ``MAX_EXPANDED_TERMS``; a power of a power counts the product of its
+    exponents). Linear scans. text must be a str; max_chars a whole number >= 1.
     """
+    _check_str(text, "text")
+    if isinstance(max_chars, bool) or not isinstance(max_chars, numbers.Integral) or max_chars < 1:
+        raise ValueError(f"max_chars must be a whole number >= 1, got {max_chars!r}")
     if len(text) > max_chars:
         return f"answer longer than {max_chars} characters"
     depth = top = 0
@@ -161,7 +240,7 @@ def answer_too_costly(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | Non
         return "factorial of a large number or of an expression"
     if _BIG_BINOM.search(text) and any(len(d) > MAX_FACTORIAL_DIGITS for d in _DIGITS.findall(text)):
         return "binomial of a large number"
-    return None
+    return _powers_too_costly(text, symbolic)
 
 
 def _parse_latex(text: str, timeout: int | None):
@@ -190,7 +269,8 @@ _THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|\{,\}|\\ )(?=\d{3}\b)")
 
 def normalize_answer(text: str) -> str:
     """A plain number with decoration reduced to the number (currency sign, thousands separators, a unit word,
-    a percent sign, a trailing period); anything else returned stripped, unchanged."""
+    a percent sign, a trailing period); anything else returned stripped, unchanged. text must be a str."""
+    _check_str(text, "text")
     t = _THIN_SPACE_THOUSANDS.sub("", text.strip()).rstrip(".").strip()
     m = _DECORATED_NUMBER.match(t)
     if not m:
@@ -237,6 +317,10 @@ def math_reward(completion: str, answer: str, *, timeout: int = 5) -> float:
         raise ValueError(f"completion must be a str, got {type(completion).__name__}")
     if answer is None:
         raise ValueError("the gold answer is None")
+    # math-verify reads timeout <= 0 as "no timeout" and fails on a string deep inside; 0.5 surfaced as
+    # "gold answer cannot be parsed as LaTeX" (SIGALRM takes whole seconds)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Integral) or timeout < 1):
+        raise ValueError(f"timeout must be a whole number of seconds >= 1 (or None: no timeout), got {timeout!r}")
     t = timeout if threading.current_thread() is threading.main_thread() else None
     gold_text = normalize_answer(clean_answer(answer))
     why = answer_too_costly(gold_text)

@@ -99,6 +99,16 @@ class TaskSpec:
     operands: tuple[int, int] = ()
     residue: int = 0
 
+    def __post_init__(self):
+        # a spec built by hand was taken unchecked: step=0 made every check a ZeroDivisionError, and an unknown kind
+        # read as an addition ("What is 1 + 10?")
+        _check_kind(self.kind)
+        for name in ("low", "high", "step", "residue"):
+            whole_number(getattr(self, name), f"TaskSpec.{name}")
+        if self.step < 1 or not 0 <= self.residue < self.step or self.low > self.high:
+            raise ValueError(f"TaskSpec needs step >= 1, 0 <= residue < step and low <= high, got step={self.step}, "
+                             f"residue={self.residue}, low={self.low}, high={self.high}")
+
     @property
     def question(self) -> str:
         a, b = self.operands or (self.low, self.high)
@@ -212,8 +222,18 @@ def _by_id(kind: str) -> dict[str, TaskSpec]:
 
 def split_of(question: str) -> str:
     """The split a prompt belongs to, from a hash of its text: 70% train, 10% val, 20% test."""
+    if not isinstance(question, str):
+        raise ValueError(f"question must be a str, got {type(question).__name__}")
     bucket = int.from_bytes(hashlib.sha256(question.encode()).digest()[:4], "big") % 10
     return "train" if bucket < 7 else "val" if bucket < 8 else "test"
+
+
+def _check_task(task) -> "TaskSpec":
+    """A ValueError unless ``task`` is a TaskSpec (a task id string failed as "'str' object has no attribute")."""
+    if not isinstance(task, TaskSpec):
+        hint = "; build it with task_from_id(...)" if isinstance(task, str) else ""
+        raise ValueError(f"task must be a TaskSpec, got {type(task).__name__} {task!r:.60}{hint}")
+    return task
 
 
 def _check_kind(kind: str) -> str:
@@ -236,6 +256,8 @@ def sample_tasks(kinds: Iterable[str], split: str, per_kind: int, seed: int = 0)
     per_kind, seed = whole_number(per_kind, "per_kind", 1), whole_number(seed, "seed")
     if isinstance(kinds, str):  # would be read letter by letter
         raise ValueError(f"kinds must be a list of task kinds, got the string {kinds!r}; write [{kinds!r}]")
+    if not isinstance(kinds, Iterable):
+        raise ValueError(f"kinds must be a list of task kinds, got {type(kinds).__name__}")
     out = []
     for kind in kinds:
         pool = tasks_of(kind, split)
@@ -269,7 +291,7 @@ def task_from_id(task_id: str) -> TaskSpec:
 
 def task_messages(task: TaskSpec) -> list[dict[str, str]]:
     """The chat prompt: the system message, the kind's worked example, then the question."""
-    shown, reply = EXAMPLES[task.kind]
+    shown, reply = EXAMPLES[_check_task(task).kind]
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": shown},
             {"role": "assistant", "content": reply}, {"role": "user", "content": task.question}]
 
@@ -301,18 +323,20 @@ def answer_key(text) -> str | None:
 
 def score_answer(text, task: TaskSpec) -> float:
     """1.0 when the completion's answer (``parse_answer``) is right for ``task``, else 0.0."""
-    return 1.0 if task.is_right(parse_answer(text)) else 0.0
+    return 1.0 if _check_task(task).is_right(parse_answer(text)) else 0.0
 
 
 def right_answer(text, task: TaskSpec) -> int | None:
     """The completion's answer when it is right, else None (the key that counts distinct right answers)."""
     value = parse_answer(text)
-    return value if task.is_right(value) else None
+    return value if _check_task(task).is_right(value) else None
 
 
 def to_trl_records(tasks: Sequence[TaskSpec]) -> list[dict]:
     """TRL prompt-dataset rows: ``prompt`` (chat messages), ``task_id`` and ``kind`` (columns TRL passes to
     reward functions)."""
+    if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Iterable):
+        raise ValueError(f"tasks must be a sequence of TaskSpec, got {type(tasks).__name__}")
     return [{"prompt": task_messages(t), "task_id": t.task_id, "kind": t.kind} for t in tasks]
 
 

@@ -19,7 +19,11 @@ _TEXT_CHARSET = string.printable
 
 def _instance(inst, i: int) -> CountdownInstance:
     """One problem of ``instances``: a CountdownInstance or a (numbers, target) pair, checked."""
-    if isinstance(inst, CountdownInstance):
+    if isinstance(inst, CountdownInstance):  # a dataclass takes anything: checked here, naming the instance
+        try:
+            check_instance(inst.numbers, inst.target)
+        except ValueError as err:
+            raise ValueError(f"instances[{i}]: {err}") from None
         return inst
     if isinstance(inst, (str, bytes)) or not isinstance(inst, Iterable):
         raise ValueError(f"instances[{i}] must be a CountdownInstance or a (numbers, target) pair, got "

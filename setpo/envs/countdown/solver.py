@@ -14,6 +14,9 @@ from setpo.envs.countdown.canonical import (UNSET, canonical_difference, canonic
                                       canonical_quotient, canonical_sum)
 from setpo.envs.countdown.verifier import TOLERANCE, check_instance, make_prompt, score_answer
 
+#: Most numbers an instance may have for ``solve`` and ``generate_instances``: the search is exponential.
+MAX_NUMBERS = 6
+
 # --------------------------------------------------------------------------------------------------
 # Solver
 # --------------------------------------------------------------------------------------------------
@@ -32,8 +35,10 @@ def solve(numbers: Sequence[int], target, limit: int | None = None) -> list[str]
     Four numbers take a few tens of milliseconds.
     """
     numbers, target = check_instance(numbers, target)
-    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
-        raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+    if len(numbers) > MAX_NUMBERS:  # the search is exponential in the count: 5 numbers take a second, 8 never end
+        raise ValueError(f"solve takes at most {MAX_NUMBERS} numbers (the search is exponential), got {len(numbers)}")
+    if limit is not None:  # whole_number: int() of NaN or infinity failed with Python's own message
+        limit = whole_number(limit, "limit", 1)
     found: dict[str, None] = {}
     seen: set[tuple[str, ...]] = set()
     pool = tuple(sorted(((Fraction(v), canonical_leaf(v)) for v in numbers), key=lambda p: p[1].text))
@@ -192,14 +197,22 @@ def generate_instances(
     if not counts:
         raise ValueError("num_numbers must be a positive integer or a non-empty sequence of them, got ()")
     counts = tuple(whole_number(c, "num_numbers", 1) for c in counts)
-    if max(counts) > 6:
-        raise ValueError(f"at most 6 numbers per instance (the solver is exponential), got {num_numbers!r}")
+    if max(counts) > MAX_NUMBERS:
+        raise ValueError(f"at most {MAX_NUMBERS} numbers per instance (the solver is exponential), got {num_numbers!r}")
     nlo, nhi = _check_range("number_range", number_range)
     tlo, thi = _check_range("target_range", target_range)
     if nlo < 0:
         raise ValueError(f"number_range must be non-negative, got {number_range!r}")
+    if nhi >= 2**63 - 1:  # numpy draws int64: a larger bound was its "high is out of bounds", naming nothing
+        raise ValueError(f"number_range must stay below 2**63 - 1, got {number_range!r:.80}")
     if target_sampling not in ("expression", "reachable"):
         raise ValueError(f"target_sampling must be 'expression' or 'reachable', got {target_sampling!r}")
+    if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Iterable):
+        raise ValueError(f"exclude must be a sequence of CountdownInstance, got {type(exclude).__name__}")
+    exclude = list(exclude)
+    if not all(isinstance(inst, CountdownInstance) for inst in exclude):
+        bad = next(inst for inst in exclude if not isinstance(inst, CountdownInstance))
+        raise ValueError(f"exclude must hold CountdownInstance objects, got a {type(bad).__name__}")
     rng = np.random.default_rng(seed)
     taken = {inst.key for inst in exclude}
     out: list[CountdownInstance] = []

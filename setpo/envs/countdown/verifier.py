@@ -210,8 +210,8 @@ def check_instance(numbers, target) -> tuple[tuple[int, ...], int | Fraction]:
         raise ValueError("numbers must not be empty")
     if any(v < 0 for v in out):
         raise ValueError(f"numbers must be non-negative, got {out}")
-    if isinstance(target, bool):
-        raise ValueError(f"target must be a number, got {target!r}")
+    if isinstance(target, (bool, str, bytes)):  # Fraction() parses a string: "6" or "1/3" passed for a number
+        raise ValueError(f"target must be a number, got {target!r:.80}")
     try:
         t = operator.index(target)
     except TypeError:
