@@ -27,12 +27,10 @@ from setpo_lab.studies.countdown_data import (
     sft_examples,
     solution_key,
 )
-from setpo_lab.studies.engine import probe_sampler, train_setpo, train_stage
-from setpo_lab.studies.sampling import sample_completions
+from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
 from setpo_lab.studies.toolkit import load_model
 from setpo_lab.studies.trainer_arguments import rl_trainer_args, run_arguments
 from setpo_lab.studies.stages import (
-    Progress,
     cached_evaluation,
     has_model,
     print_flushed,
@@ -152,10 +150,10 @@ def sample_eval(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[Cou
     """The ``cfg.eval_samples`` completions per problem an evaluation scores (seeded: sampling again gives them
     again). log: a progress line at most every 10 s."""
     tokenizer, model = load_trained(model_dir)
-    progress = None if log is None else Progress(log, f"[eval] {label}: problems sampled", len(instances)).step
-    return sample_completions(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
-                              temperature, cfg.eval_top_p, cfg.rl_max_completion_length,
-                              batch_sequences=cfg.eval_batch_sequences, seed=cfg.seed + 1, progress=progress)
+    return sample_evaluation(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
+                             seed=cfg.seed + 1, log=log, label=f"eval {label}", temperature=temperature,
+                             top_p=cfg.eval_top_p, max_new_tokens=cfg.rl_max_completion_length,
+                             batch_sequences=cfg.eval_batch_sequences)
 
 
 def evaluate_model(cfg: CountdownLMConfig, model_dir: Path | Callable[[], Path],

@@ -1,7 +1,8 @@
 """What every language-model study does the same way around one RL run, written once: the frame of a training stage
 (``train_stage``: claim the folder, skip a finished stage, train again a recorded one whose model is not here and
 check its weights), one RL run through the TRL adapter (``train_setpo``: SetPO's trainer, the probes and the
-resumable loop) and what a run samples at fixed prompts while it trains (``probe_sampler``).
+resumable loop), what a run samples at fixed prompts while it trains (``probe_sampler``), and the samples an
+evaluation scores (``sample_evaluation``: with progress lines, resumable batch by batch).
 
 A study brings only what is its own: its trainer arguments (``trainer_arguments.rl_trainer_args``), reward,
 training rows, prompts and the record of one probe sample. The Countdown, math and short-answer studies run their
@@ -13,7 +14,8 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from setpo_lab.studies.stages import (check_restored, claim_identity, has_model, heartbeat, restore_model,
+from setpo.records import append_record, read_records
+from setpo_lab.studies.stages import (Progress, check_restored, claim_identity, has_model, heartbeat, restore_model,
                                       run_records, stage_done)
 
 
@@ -90,3 +92,34 @@ def train_setpo(out_dir: Path, final: Path, *, model, tokenizer, args, reward, r
     with heartbeat(log if heartbeat_label else None, heartbeat_label or "", clock=clock):
         train_resumable(trainer, tokenizer, out_dir, final, record, log, describe)
     return trainer
+
+
+def sample_evaluation(model, tokenizer, prompts: Sequence[str], n: int, *, seed: int, log=None, label: str = "eval",
+                      partial: Path | None = None, chunk_prompts: int | None = None, **sampling) -> list[list[str]]:
+    """The ``n`` completions per prompt an evaluation scores (``sampling.sample_completions`` with ``sampling``,
+    seeded ``seed``: seeds follow each prompt's position, so sampling again, or in chunks, gives them again).
+
+    With ``log``: a progress line at most every 10 s (prompts sampled) and a heartbeat inside a long batch.
+    ``partial``: a JSONL file that keeps each finished chunk of ``chunk_prompts`` prompts, so that an evaluation
+    stopped part-way resumes at its next chunk with the same samples (its sittings' seconds add up beside it, in
+    ``.clock.json``); None: one chunk, nothing kept."""
+    from setpo_lab.studies.sampling import sample_completions  # imports torch: only when a model samples
+
+    prompts = list(prompts)
+    step = max(1, chunk_prompts or len(prompts))
+    done = {int(r["first"]): r["texts"] for r in (read_records(Path(partial)) if partial and Path(partial).is_file()
+                                                  else [])}
+    progress = Progress(log or (lambda *_: None), f"[{label}] prompts sampled", len(prompts))
+    progress.done = sum(len(texts) for texts in done.values())
+    if done and log:
+        log(f"[{label}] resuming: {len(done)} batch(es) already sampled ({partial})")
+    with heartbeat(log, f"[{label}] sampling {len(prompts)} x {n}", lambda: f"{progress.done}/{progress.total} prompts",
+                   clock=None if partial is None else Path(partial).with_suffix(".clock.json")):
+        for first in range(0, len(prompts), step):
+            if first in done:
+                continue
+            done[first] = sample_completions(model, tokenizer, prompts[first:first + step], n, seed=seed,
+                                             first_index=first, progress=progress.step, **sampling)
+            if partial:
+                append_record(Path(partial), {"first": first, "texts": done[first]})
+    return [texts for first in sorted(done) for texts in done[first]]

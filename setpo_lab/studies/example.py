@@ -3,7 +3,8 @@ distinct right answers than GRPO on a many-answer short-answer kind ("name a num
 
 Its own: config, tasks and reward (``setpo.envs.short_answers``), a probe's record, a model's score, the report. The
 engine's: the training stage and RL run (``engine.train_stage``, ``train_setpo``), the probes (``probe_sampler``),
-the cached evaluation (``stages.cached_evaluation``), the command (``arguments.StudyCommand``), ``intervals``.
+sampling (``sample_evaluation``) and its cache (``stages.cached_evaluation``), the command (``arguments.StudyCommand``)
+and the intervals (``intervals``).
 
     python -m setpo_lab run example --smoke --out runs/example   # a tiny random model: every path, in a minute
 """
@@ -17,7 +18,7 @@ from setpo.envs.short_answers import parse_answer, sample_tasks, task_messages, 
 from setpo.records import write_json, write_text
 from setpo.trl.rewards import short_answer_reward
 from setpo_lab.studies.arguments import StudyCommand
-from setpo_lab.studies.engine import probe_sampler, train_setpo, train_stage
+from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
 from setpo_lab.studies.intervals import interval_text, paired_ci
 from setpo_lab.studies.stages import cached_evaluation, chosen_stages, claim_folder, print_flushed
 from setpo_lab.studies.toolkit import chat_prompts, load_model, model_folder
@@ -100,12 +101,10 @@ def evaluate(cfg: ExampleConfig, label: str, model_dir: Path) -> dict:
     def score() -> dict:
         import torch
 
-        from setpo_lab.studies.sampling import sample_completions
-
         tasks = sample_tasks([cfg.kind], "test", cfg.eval_prompts, seed=0)
         tokenizer, model = load_model(model_dir, torch.float32, remedy=REMEDY, tiny=cfg.model_path is None)
-        texts = sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), cfg.eval_n, 1.0,
-                                   max_new_tokens=cfg.max_new_tokens, seed=1, add_special_tokens=False)
+        texts = sample_evaluation(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), cfg.eval_n, seed=1,
+                                  temperature=1.0, max_new_tokens=cfg.max_new_tokens, add_special_tokens=False)
         right = [[a for a in map(parse_answer, xs) if task.is_right(a)] for task, xs in zip(tasks, texts, strict=True)]
         return {"label": label, "pass_at_1": sum(map(len, right)) / (len(tasks) * cfg.eval_n),
                 "distinct_right": sum(len(set(r)) for r in right) / len(tasks), "texts": texts}

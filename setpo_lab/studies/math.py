@@ -32,18 +32,18 @@ import torch
 from setpo.envs.math import (MathProblem, gsm8k_file, load_math_problems, math_reward, qwen_math_messages,
                              smoke_problems, to_trl_records)
 from setpo.metrics import pass_at_k
-from setpo.records import append_record, read_json, read_records, write_json
+from setpo.records import read_json, write_json
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import StudyCommand, run_command
-from setpo_lab.studies.engine import probe_sampler, train_setpo, train_stage
+from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
 from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
 from setpo_lab.studies.math_results import write_results
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
 from setpo_lab.studies import toolkit
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
-from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, chosen_stages, claim_folder,
-                                      heartbeat, print_flushed, sittings_seconds)
+from setpo_lab.studies.stages import (StudyResult, cached_evaluation, chosen_stages, claim_folder,
+                                      print_flushed, sittings_seconds)
 from setpo.trl.tiny_models import make_tiny_model
 from setpo.trl.rewards import math_reward_func
 
@@ -239,8 +239,8 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     that keeps each finished batch, so that an evaluation stopped part-way resumes at its next batch with the
     same samples (seeds follow the problem's position; ``setpo_lab.studies.sampling``). Each prompt is run through the
     model once for all its samples (``share_prompt``) and top-p takes no sort of the vocabulary (``fast_nucleus``).
-    With ``log``, a line at most
-    every 10 s (sequences sampled so far, and a heartbeat inside a long batch)."""
+    With ``log``, a line at most every 10 s (``engine.sample_evaluation``: prompts sampled so far, and a heartbeat
+    inside a long batch)."""
     tokenizer = load_tokenizer(model_dir, tiny=cfg.tiny)
     if uses_vllm(cfg):
         prompts = chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages)
@@ -250,28 +250,12 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     on_gpu = cuda()
     model = load_model(model_dir, torch.bfloat16 if on_gpu else torch.float32)
     model.to("cuda" if on_gpu else "cpu")
-    questions = [p.question for p in problems]
-    step = batch_prompts(cfg.eval_k, EVAL_BATCH_SEQUENCES)
-    done = {int(r["first"]): r["texts"] for r in (read_records(Path(partial)) if partial and Path(partial).is_file()
-                                                  else [])}
-    progress = Progress(log or (lambda *_: None), f"[{label}] sampled", len(problems) * cfg.eval_k)
-    progress.step(sum(len(t) for t in done.values()) * cfg.eval_k)
-    if done and log:
-        log(f"[{label}] resuming: {len(done)} batch(es) already sampled ({partial})")
-    with heartbeat(log, f"[{label}] sampling {len(problems)} x {cfg.eval_k}",
-                   lambda: f"{progress.done}/{progress.total} sequences",
-                   clock=None if partial is None else Path(partial).with_suffix(".clock.json")):
-        for first in range(0, len(questions), step):
-            if first in done:
-                continue
-            done[first] = sample_responses(model, tokenizer, questions[first:first + step], cfg.eval_k,
-                                           cfg.eval_temperature, cfg.eval_top_p, cfg.max_completion_length,
-                                           seed=cfg.seed + 1, batch_sequences=EVAL_BATCH_SEQUENCES,
-                                           first_index=first, share_prompt=True, fast_nucleus=True)
-            if partial:
-                append_record(Path(partial), {"first": first, "texts": done[first]})
-            progress.step(len(done[first]) * cfg.eval_k)
-    return [texts for first in sorted(done) for texts in done[first]]
+    return sample_evaluation(model, tokenizer, chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages),
+                             cfg.eval_k, seed=cfg.seed + 1, log=log, label=label, partial=partial,
+                             chunk_prompts=batch_prompts(cfg.eval_k, EVAL_BATCH_SEQUENCES),
+                             temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
+                             max_new_tokens=cfg.max_completion_length, batch_sequences=EVAL_BATCH_SEQUENCES,
+                             add_special_tokens=False, share_prompt=True, fast_nucleus=True)
 
 
 def _sampling_record(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem]) -> dict:

@@ -66,11 +66,11 @@ from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import (PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, CureStudyConfig,
                                                     ShortAnswerStudyConfig, eval_path, run_folder)
 from setpo_lab.studies.arguments import StudyCommand, flags_as_set, run_command
-from setpo_lab.studies.engine import probe_sampler, train_setpo, train_stage
+from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
 from setpo_lab.studies.toolkit import chat_prompts, load_model, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
-from setpo_lab.studies.stages import (Progress, StudyResult, cached_evaluation, chosen_stages,
-                                      claim_folder, heartbeat, print_flushed, refusal, stage_done)
+from setpo_lab.studies.stages import (StudyResult, cached_evaluation, chosen_stages,
+                                      claim_folder, print_flushed, refusal, stage_done)
 from setpo.trl.rewards import short_answer_reward
 
 
@@ -238,15 +238,6 @@ def _sampling_settings(cfg: ShortAnswerStudyConfig) -> dict:
                 add_special_tokens=False, share_prompt=True)
 
 
-def _sample_tasks_texts(model, tokenizer, tasks: Sequence[TaskSpec], n: int, cfg: ShortAnswerStudyConfig,
-                       seed: int, progress=None) -> list[list[str]]:
-    """n completions per task as the study samples them (``_sampling_settings``)."""
-    from setpo_lab.studies.sampling import sample_completions  # imports torch: only when a model samples
-
-    return sample_completions(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), n=n, seed=seed,
-                              progress=progress, **_sampling_settings(cfg))
-
-
 def trainer_args(cfg: ShortAnswerStudyConfig, settings: dict, seed: int, output_dir: Path):
     """The ``SetPOConfig`` of one run: the study's GRPO settings and the method's ``settings``
     (``cfg.trainer_settings``: λ, and for the cure study's arms what the kernel reads, the gate, the estimator)."""
@@ -326,10 +317,9 @@ def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, emb
         # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
         tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32, remedy=MODEL_REMEDY)
         started = time.perf_counter()
-        progress = Progress(log, f"[eval {label}] prompts", len(chosen))
-        with heartbeat(log, f"[eval {label}]"):
-            texts = _sample_tasks_texts(model, tokenizer, chosen, cfg.eval_n if n is None else n, cfg,
-                                       seed=cfg.eval_seed, progress=progress.step)
+        texts = sample_evaluation(model, tokenizer, chat_prompts(tokenizer, chosen, task_messages),
+                                  cfg.eval_n if n is None else n, seed=cfg.eval_seed, log=log, label=f"eval {label}",
+                                  **_sampling_settings(cfg))
         similarity = [mean_pairwise_similarity(embedder(xs)) if len(xs) > 1 else None for xs in texts]
         return {"label": label, **_model_record(model_dir), "task_ids": [t.task_id for t in chosen],
                 "answers": [[parse_answer(x) for x in xs] for xs in texts], "texts": texts,
