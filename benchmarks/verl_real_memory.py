@@ -41,12 +41,13 @@ SETTINGS = {  # name -> (workers, β)
 SMOKE_SETTINGS = ["1 worker, β = 0: the test now"]
 
 
-def measure(name: str, model: Path, train: Path, val: Path, out: Path, steps: int, tokenizer=None) -> dict:
+def measure(name: str, model: Path, train: Path, val: Path, out: Path, steps: int, tokenizer=None,
+            task: str = "math") -> dict:
     from setpo.verl.cpu_demo import run_in_session, smoke_train_command
 
     workers, beta = SETTINGS[name]
     cmd = smoke_train_command(model, train, val, out, workers=workers, kl_coef=beta, steps=steps,
-                              tokenizer_path=tokenizer)
+                              tokenizer_path=tokenizer, task=task)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     print(f"  {name} ...", flush=True)
     t0 = time.perf_counter()
@@ -75,14 +76,14 @@ def main(argv=None) -> str:
 
             demo = write_countdown_demo(Path(tmp) / "demo")
             model, train, val, steps = Path(demo["model"]), Path(demo["train"]), Path(demo["val"]), 1
-            tokenizer = demo["tokenizer"]
+            tokenizer, task = demo["tokenizer"], "countdown"  # the demo's data is Countdown's: its verifier scores it
         else:
             from setpo.models import prepared_folder
 
             model = Path(args.model) if args.model else prepared_folder()
             train, val, steps = ROOT / "data/gsm8k/train.parquet", ROOT / "data/gsm8k/test.parquet", 2
-            tokenizer = None
-        rows = [measure(name, model, train, val, Path(tmp) / f"run{i}", steps, tokenizer)
+            tokenizer, task = None, "math"
+        rows = [measure(name, model, train, val, Path(tmp) / f"run{i}", steps, tokenizer, task)
                 for i, name in enumerate(names)]
     base = rows[0]["peak_bytes"]
     shown = [{"setting": r["setting"], "ran to the end": "yes" if r["exit_status"] == 0 and not r["left"] else

@@ -723,3 +723,13 @@ def test_the_monitor_can_be_turned_off_on_verl(monkeypatch):
         assert ("setpo/s_length_corr" in metrics) is monitor and hasattr(trainer, "_setpo_monitor") is monitor
         if monitor:
             assert trainer._setpo_monitor.window == 2 and len(trainer._setpo_monitor._block) == 1
+
+
+def test_the_smallest_real_run_is_scored_by_its_datas_verifier():
+    """``smoke_train_command`` names the task whose verifier scores the data: the math verifier read a Countdown
+    demo's ground truth ({"numbers", "target"}) as a gold answer, so every reward was 0 (refused by name since 0.4.0)."""
+    from setpo.verl.cpu_demo import smoke_train_command
+
+    math = smoke_train_command("m", "t", "v", "o")
+    countdown = smoke_train_command("m", "t", "v", "o", task="countdown")
+    assert math[math.index("--task") + 1] == "math" and countdown[countdown.index("--task") + 1] == "countdown"

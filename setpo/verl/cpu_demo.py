@@ -72,16 +72,17 @@ def cpu_demo_command(paths: dict[str, str], output_dir: str = "runs/verl") -> li
 
 
 def smoke_train_command(model_path, train_file, val_file, out_dir, *, workers: int = 1, kl_coef: float = 0.0,
-                        steps: int = 2, response_length: int = 48, tokenizer_path=None,
+                        steps: int = 2, response_length: int = 48, tokenizer_path=None, task: str = "math",
                         extra: tuple[str, ...] = ()) -> list[str]:
     """The smallest verl training run of a real model folder on the CPU: SetPO+GRPO (hashed n-grams), 2 prompts x
     G = 4 a step, ``steps`` steps, ``workers`` FSDP2 workers, metrics in ``<out_dir>/real/metrics.jsonl``.
+    ``task``: whose verifier scores the data ("math" for GSM8K, "countdown" for ``write_countdown_demo``'s).
 
     Its defaults are the light ones: one worker, and β = 0, so that verl builds no reference model (SmolLM2-135M:
     see docs/guides/verl.md for the memory each setting takes, ``benchmarks/verl_real_memory.py``)."""
     import sys
 
-    return [sys.executable, "-m", "setpo.verl", "train", "--device", "cpu", "--model-path", str(model_path),
+    return [sys.executable, "-m", "setpo.verl", "train", "--device", "cpu", "--task", task, "--model-path", str(model_path),
             "--train-file", str(train_file), "--val-file", str(val_file), "--embedding-model", "hash",
             "--rollout-n", "4", "--train-batch-size", "2", "--max-prompt-length", "256",
             "--max-response-length", str(response_length), "--micro-batch-per-gpu", "2", "--val-n", "1",
