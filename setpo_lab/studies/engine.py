@@ -5,8 +5,8 @@ resumable loop), what a run samples at fixed prompts while it trains (``probe_sa
 evaluation scores (``sample_evaluation``: with progress lines, resumable batch by batch).
 
 A study brings only what is its own: its trainer arguments (``trainer_arguments.rl_trainer_args``), reward,
-training rows, prompts and the record of one probe sample. The Countdown, math and short-answer studies run their
-RL runs through these three. torch, transformers, TRL and datasets are imported when a run trains."""
+training rows, prompts, sampling settings and the record of one probe sample. The Countdown, math and short-answer
+studies (and the contributing guide's example study) train and sample through these four. torch, transformers, TRL and datasets are imported when a run trains."""
 
 from __future__ import annotations
 
