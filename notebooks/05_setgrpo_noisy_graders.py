@@ -63,7 +63,7 @@ import torch
 from setpo.envs.rubric import RubricToyConfig
 from setpo_lab.studies import rubric_results as rr
 from setpo_lab.studies.figures import run_record, save_figure, save_table, show, show_table
-from setpo_lab.studies.rubric import TrainConfig, compare, coverage_study, format_table, invariance_table, risk_study
+from setpo_lab.studies.rubric import TrainConfig, compare_methods, coverage_study, format_table, invariance_table, risk_study
 
 torch.set_num_threads(1)
 if SMOKE:
@@ -89,7 +89,7 @@ show_table(rr.graders_table(task_config, seed=0))
 # (recalibrated every 50 steps on 512 fresh groups, each re-graded once per grader for the reference).
 
 # %%
-rows = compare(range(SEEDS), task_config, train_config, verbose=False, keep_history=True)
+rows = compare_methods(range(SEEDS), task_config, train_config, verbose=False, keep_history=True)
 show_table(format_table(rows))
 
 # %% [markdown]

@@ -31,7 +31,7 @@ def no_work(monkeypatch):
         raise AssertionError("work started although an argument was bad")
 
     for module, name in [(cli, "run_notebook"), (cli, "run_benchmark"), (countdown, "run_study"),
-                         (rubric, "compare")]:
+                         (rubric, "compare_methods")]:
         monkeypatch.setattr(module, name, forbidden)
     import setpo_lab.studies.toy as toy
     monkeypatch.setattr(toy, "run_study", forbidden)

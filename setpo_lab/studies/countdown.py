@@ -68,7 +68,7 @@ Outputs under ``--out``: ``config.json``, ``identity.json``, ``data.json`` (the 
 ``eval/<run>_T<temp>.json`` (the test split), ``results.json`` (every run's row and the paired differences,
 ``countdown_results.summarize``) and ``results.md``. With a judge (``--judge-url URL --judge-model NAME`` or
 ``--judge-path DIR``), stage "judge" adds the LLM-judged diversity of the main cell's methods at T = 1
-(``judge_runs``) to both, its verdicts cached in ``judge_cache.jsonl``; without one it does nothing.
+(``_judge_runs``) to both, its verdicts cached in ``judge_cache.jsonl``; without one it does nothing.
 """
 
 
@@ -257,7 +257,7 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bo
         if not judge:
             return {}
         summary = read_json(_require(out / "results.json", "evaluate"), "delete it and rerun --stages evaluate")
-        return _write_summary(out, {**summary, "judged": judge_runs(cfg, data, runs, log)}, log)
+        return _write_summary(out, {**summary, "judged": _judge_runs(cfg, data, runs, log)}, log)
     # the test split: each model once, only after every validation search is settled (made as each final run
     # finishes when stage "train" runs too, so that a resumed study needs no model it has already evaluated)
     test_split("sft", None, warm_start, chosen)
@@ -266,7 +266,7 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bo
     diagnostics = read_json(out / "diagnostics.json", "delete it and rerun --stages train to diagnose again")
     summary = summarize(cfg, runs, chosen, results, selection, diagnostics, stage_timings(cfg, runs))
     if judge:
-        summary["judged"] = judge_runs(cfg, data, runs, log)
+        summary["judged"] = _judge_runs(cfg, data, runs, log)
     _write_summary(out, summary, log)
     log(f"[study] {out} finished in {time.time() - t0:.0f}s")
     return summary
@@ -299,7 +299,7 @@ def _write_summary(out: Path, summary: dict, log) -> dict:
     return summary
 
 
-def judge_runs(cfg: CountdownLMConfig, data: CountdownData, runs: Sequence[RLRun], log=print_flushed, judge=None) -> dict:
+def _judge_runs(cfg: CountdownLMConfig, data: CountdownData, runs: Sequence[RLRun], log=print_flushed, judge=None) -> dict:
     """Stage "judge": the LLM-judged diversity (``judging.judge_methods``) of the warm start's and the main cell's
     methods (seeds pooled) from their test-split responses at T = 1 (``judging.eval_responses``: kept by the
     evaluation, or sampled again with its seeds); verdicts cached in ``out/judge_cache.jsonl``. The judge reads

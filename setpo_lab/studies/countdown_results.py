@@ -94,7 +94,7 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str
                          **fingerprints(Path(cfg.out), name, r)})
     summary = {"config": json.loads(json.dumps(without_judge(asdict(cfg)))), "chosen": primary.variant,
                "chosen_by_search": {k: r.variant for k, r in chosen.items()}, "runs": rows,
-               "paired": paired_differences(cfg, rows), "versus": _versus_baselines(cfg, rows),
+               "paired": _paired_differences(cfg, rows), "versus": _versus_baselines(cfg, rows),
                "grid": _grid_differences(cfg, rows), "noise": headline_noise(cfg, rows, results),
                "selection": selection, "diagnostics": diagnostics, "machines": machines_used(rows)}
     if timings is not None:
@@ -163,7 +163,7 @@ def _cell_rows(rows: Sequence[dict], g, beta, temp: float) -> list[dict]:
     return [r for r in rows if r["seed"] is not None and r["G"] == g and r["beta"] == beta and r["T"] == temp]
 
 
-def paired_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
+def _paired_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict]:
     """Main cell, T = 1: every variant minus GRPO of the same seed (same warm start), for pass@1, pass@n,
     average modes and width, each as a mean with its 95% t-interval over seeds; and how much of GRPO's pass@n
     loss against the warm start the variant wins back (``gap_closed``: 1 = all of it)."""

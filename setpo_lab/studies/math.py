@@ -36,8 +36,9 @@ from setpo.records import read_json, write_json
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
-from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, run_folder, uses_vllm
-from setpo_lab.studies.math_results import write_results
+from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, folder_name, lam_text, uses_vllm
+from setpo_lab.studies.figures import save_table
+from setpo_lab.studies.math_results import figure_record, results_record, results_table
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
 from setpo_lab.studies import toolkit
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
@@ -157,12 +158,12 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
     """Train one run (λ = 0: the baseline; λ in ``units``) from the base model; resumes from its last checkpoint.
     A heartbeat line every 10 s (``log``) shows a long step is alive.
 
-    Writes under ``run_dir/<run_folder(label)>/``: ``run_config.json (the folder's claim: a rerun with another config
+    Writes under ``run_dir/<folder_name(label)>/``: ``run_config.json (the folder's claim: a rerun with another config
     is refused, naming the fields; ``REUSE_NEUTRAL_FIELDS`` may differ), checkpoints, ``final/`` (model +
     tokenizer + done.json), ``log_history.json`` and ``probes.jsonl``. A finished run is not retrained.
     Returns ``final/``.
     """
-    out = Path(cfg.run_dir) / run_folder(label)
+    out = Path(cfg.run_dir) / folder_name(label)
     # λ's units are named only when they are not the paper's, so folders made before units existed stay valid
     claim_folder(out, {"label": label, "lambda": lam, **({"units": units} if units != "absolute" else {}), "config": judging.without_judge(asdict(cfg))},
                  [f"config.{name}" for name in REUSE_NEUTRAL_FIELDS], record="run_config.json",
@@ -224,12 +225,12 @@ def evaluated_problems(cfg: MathRunConfig, problems: Sequence[MathProblem]) -> l
 def eval_file(cfg: MathRunConfig, label: str) -> Path:
     """Where stage "evaluate" caches a run's avg@k evaluation: its pass@k file when the two are the same samples
     (``MathRunConfig.shares_samples``), so they are sampled once."""
-    return passk_file(cfg, label) if cfg.shares_samples() else Path(cfg.run_dir) / f"eval_{run_folder(label)}.json"
+    return passk_file(cfg, label) if cfg.shares_samples() else Path(cfg.run_dir) / f"eval_{folder_name(label)}.json"
 
 
 def passk_file(cfg: MathRunConfig, label: str) -> Path:
     """Where stage "evaluate" caches a model's pass@k evaluation (label: a run's, or "base model")."""
-    return Path(cfg.run_dir) / f"passk_{run_folder(label)}.json"
+    return Path(cfg.run_dir) / f"passk_{folder_name(label)}.json"
 
 
 def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], log=None,
@@ -399,7 +400,7 @@ def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=pr
         raise ValueError("stage 'judge' needs a judge: set judge_url and judge_model (a server), or judge_path")
     train, val = load_study_problems(cfg)
     log(f"[data] {len(train)} training and {len(val)} validation problems")
-    finals = {label: Path(cfg.run_dir) / run_folder(label) / "final" for label in cfg.runs()}
+    finals = {label: Path(cfg.run_dir) / folder_name(label) / "final" for label in cfg.runs()}
     summary: dict = {}
     if "evaluate" in stages:
         passk_problems = load_passk_problems(cfg)
@@ -428,16 +429,27 @@ def _saved_config(path: Path) -> dict:
     return {**{k: v for k, v in saved.items() if k in known}, "run_dir": str(path.resolve().parent.parent)}
 
 
+def _write_results(cfg: MathRunConfig, out: Mapping, command: str) -> tuple[str, Path]:
+    """``run_dir/results.md`` (``results_table``) and ``run_dir/results.json`` (its record, ``results_record``,
+    with the pass@k curves when stage "evaluate" ran) from ``run_study``'s summary. Returns (table, path)."""
+    tiny = cfg.tiny
+    table = results_table(out["results"], cfg.eval_k, judged=out.get("judged"),
+                          note="Tiny random model: these numbers mean nothing." if tiny else "")
+    extra = {"pass_at_k": {k: r["pass_at_k"] for k, r in out["pass_at_k"].items()}} if "pass_at_k" in out else {}
+    record = results_record(figure_record(cfg, command), out["results"], out.get("judged"), **extra)
+    return table, save_table(table, Path(cfg.run_dir) / "results", record)
+
+
 def _run(cfg: MathRunConfig, stages: Sequence[str], args) -> int:
-    """The study's stages, then ``run_dir/results.md`` and its record ``results.json`` (``math_results.
-    write_results``) when there are evaluations."""
+    """The study's stages, then ``run_dir/results.md`` and its record ``results.json`` (``_write_results``) when
+    there are evaluations."""
     from setpo.trl import quiet_libraries  # imports TRL: only once the arguments are known to be good
 
     quiet_libraries()
     summary = run_study(cfg, stages=stages).summary
     if "results" in summary:
         command = " ".join([COMMAND.prog, *judging.redact_command(args.argv)])
-        table, path = write_results(cfg, summary, command)
+        table, path = _write_results(cfg, summary, command)
         print(table)
         print(f"results: {path} (record: {path.with_suffix('.json')})")
     return 0

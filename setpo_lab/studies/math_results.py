@@ -5,8 +5,8 @@ records, ``log_history.json``, evaluation results), with the shared builders of 
 - ``training_figure``: reward, within-group similarity and distinct correct responses over training;
 - ``trajectory_figure``: where the responses to fixed prompts go over training (``read_probes``);
 - ``results_table``: Pass@1 as avg@k per run and data source (and the judged diversity, with a judge);
-  ``figure_record``: the record beside a figure; ``results_record`` / ``write_results``: the record beside the
-  results table, and the table and record of ``python -m setpo_lab.studies.math`` (``run_dir/results.md``, ``.json``).
+  ``figure_record``: the record beside a figure; ``results_record`` (written by ``math._write_results``): the
+  record beside the results table, and the table and record of ``python -m setpo_lab.studies.math`` (``run_dir/results.md``, ``.json``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from setpo_lab.studies.figures import (
     project_frame,
     run_colour,
     run_record,
-    save_table,
 )
 from setpo_lab.studies.figures import (
     trajectory_figure as shared_trajectory_figure,
@@ -306,17 +305,6 @@ def results_record(record: Mapping, results: Mapping[str, dict], judged: Mapping
     if judged is not None:
         out["judged"] = dict(judged)
     return out
-
-
-def write_results(cfg: MathRunConfig, out: Mapping, command: str) -> tuple[str, Path]:
-    """``run_dir/results.md`` (``results_table``) and ``run_dir/results.json`` (its record, ``results_record``,
-    with the pass@k curves when stage "evaluate" ran) from ``math.run_study``'s summary. Returns (table, path)."""
-    tiny = cfg.tiny
-    table = results_table(out["results"], cfg.eval_k, judged=out.get("judged"),
-                          note="Tiny random model: these numbers mean nothing." if tiny else "")
-    extra = {"pass_at_k": {k: r["pass_at_k"] for k, r in out["pass_at_k"].items()}} if "pass_at_k" in out else {}
-    record = results_record(figure_record(cfg, command), out["results"], out.get("judged"), **extra)
-    return table, save_table(table, Path(cfg.run_dir) / "results", record)
 
 
 def _hover_text(text: str, width: int = 80, max_lines: int = 12) -> str:

@@ -5,7 +5,7 @@ Policy (``LinearSoftmaxPolicy``). π(a | x) ∝ exp(φ(x, a)·θ), one θ ∈ R^
 per-response gradient feature is exact: ∇θ log π(a | x) = φ(x, a) − Σ_b π(b | x) φ(x, b) (a response is
 one action, so there is no length to normalise by).
 
-Training (``train``). Each step samples ``batch_prompts`` prompts and G responses each, grades them with
+Training (``train_method``). Each step samples ``batch_prompts`` prompts and G responses each, grades them with
 both graders and takes an Adam step on −(1/N) Σ_i c_i log π(a_i | x_i), where c is
 - "grpo": GRPO's advantage of the mean grader score (the mean of ``grpo_gradings`` gradings per grader), or
 - "setgrpo": SetGRPO's coefficients, recalibrated every K steps on ``n_cal_groups`` fresh groups from the
@@ -13,7 +13,7 @@ both graders and takes an Adam step on −(1/N) Σ_i c_i log π(a_i | x_i), wher
   groups are never used for updates; their grader calls are counted.
 The true-quality reward is exact: the policy's expected q over all prompts.
 
-``compare`` runs GRPO, GRPO with at least SetGRPO's grader budget (more gradings averaged per response) and
+``compare_methods`` runs GRPO, GRPO with at least SetGRPO's grader budget (more gradings averaged per response) and
 SetGRPO over seeds and prints the table. Run: ``python -m setpo_lab.studies.rubric --seeds 5``.
 """
 
@@ -45,8 +45,8 @@ from setpo_lab.studies.rubric_config import RubricStudyConfig, TrainConfig
 from setpo_lab.studies.rubric_results import format_table
 from setpo_lab.studies.stages import StudyResult, chosen_stages, print_flushed
 
-__all__ = ["LinearSoftmaxPolicy", "RubricStudyConfig", "TrainConfig", "compare", "coverage_study", "draw_groups",
-           "format_table", "invariance_table", "risk_study", "run_study", "train"]
+__all__ = ["LinearSoftmaxPolicy", "RubricStudyConfig", "TrainConfig", "compare_methods", "coverage_study",
+           "draw_groups", "format_table", "invariance_table", "risk_study", "run_study", "train_method"]
 
 
 class LinearSoftmaxPolicy:
@@ -88,7 +88,7 @@ def draw_groups(task: RubricTask, policy: LinearSoftmaxPolicy, n_groups: int, gr
     return heads.repeat_interleave(group_size), policy.sample(heads, group_size, gen)
 
 
-def train(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
+def train_method(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
           train_config: TrainConfig | None = None, seed: int = 0) -> dict:
     """Train the linear policy on the toy with "grpo" or "setgrpo"; return the history.
 
@@ -150,7 +150,7 @@ def train(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
     return hist
 
 
-def compare(seeds=range(5), task_config: RubricToyConfig | None = None,
+def compare_methods(seeds=range(5), task_config: RubricToyConfig | None = None,
             train_config: TrainConfig | None = None, verbose: bool = True,
             keep_history: bool = False, log=print_flushed) -> list[dict]:
     """GRPO vs SetGRPO on the same noisy graders, one world per seed; with ``verbose``, ``log`` a line per seed
@@ -167,9 +167,9 @@ def compare(seeds=range(5), task_config: RubricToyConfig | None = None,
                                                   / tc.grader_calls_per_step("grpo")))
     rows = []
     for s in seeds:
-        h_g = train("grpo", task_config, tc, seed=s)
-        h_m = train("grpo", task_config, matched, seed=s)
-        h_s = train("setgrpo", task_config, tc, seed=s)
+        h_g = train_method("grpo", task_config, tc, seed=s)
+        h_m = train_method("grpo", task_config, matched, seed=s)
+        h_s = train_method("setgrpo", task_config, tc, seed=s)
         rows.append({"seed": s, "grpo": h_g["final_true_quality"], "grpo_matched": h_m["final_true_quality"],
                      "setgrpo": h_s["final_true_quality"], "best": h_s["best_true_quality"],
                      "gain": h_s["final_true_quality"] - h_g["final_true_quality"],
@@ -297,13 +297,13 @@ STAGES = ("train",)
 
 
 def run_study(cfg: RubricStudyConfig, stages: Sequence[str] | None = None, *, log=print_flushed) -> StudyResult:
-    """The study, one stage "train" (None: it): train the three methods over the seeds (``compare``, which logs
-    a line per seed and the table), on one thread, then the time it took. Returns ``compare``'s rows by seed and
+    """The study, one stage "train" (None: it): train the three methods over the seeds (``compare_methods``, which logs
+    a line per seed and the table), on one thread, then the time it took. Returns ``compare_methods``'s rows by seed and
     their table (``StudyResult``; nothing is written to disk)."""
     chosen_stages(stages, STAGES)  # checks the names: one stage, nothing kept between calls
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    rows = compare(range(cfg.seeds), task_config=cfg.task, train_config=cfg.train, log=log)
+    rows = compare_methods(range(cfg.seeds), task_config=cfg.task, train_config=cfg.train, log=log)
     seconds = time.perf_counter() - t0
     log(f"({seconds:.0f} s on {torch.get_num_threads()} thread)")
     return StudyResult("rubric", None, {f"seed {row['seed']}": row for row in rows}, {"table": format_table(rows)},

@@ -97,7 +97,7 @@ def invariance_markdown(rows: Sequence[dict]) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    """Markdown table of ``compare`` rows, with means, the standard error of the gain and the win count."""
+    """Markdown table of ``compare_methods`` rows, with means, the standard error of the gain and the win count."""
     k = rows[0]["matched_gradings"]
     lines = [f"| seed | GRPO | GRPO, {k} gradings/grader | SetGRPO | SetGRPO − GRPO | optimum | "
              "SetGRPO accepted groups |", "|---:|---:|---:|---:|---:|---:|---:|"]

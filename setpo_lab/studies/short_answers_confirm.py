@@ -175,7 +175,7 @@ def _read(cfg: ConfirmStudyConfig, label: str, folder: str) -> Mapping | None:
     return read_json(path, f"delete {path} and rerun to evaluate {label} again") if path.exists() else None
 
 
-def model_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = None) -> dict[str, float | None]:
+def _plan_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = None) -> dict[str, float | None]:
     """One model's value of each metric of the plan, each the mean over its prompts (None where a set is missing)."""
     out: dict[str, float | None] = {}
     test = _read(cfg, label, "eval")
@@ -266,8 +266,8 @@ def confirm_reading(cfg: ConfirmStudyConfig, exploratory_record: str | Path | No
     seeds, the exact sign-flip p beside it), the secondary family by Holm, and the reading in the plan's words.
     ``exploratory_record``: the exploratory record's folder, to say which of its models are not evaluated yet."""
     labels = cfg.run_labels()
-    per_seed = {label: model_metrics(cfg, label, f"grpo_s{seed}") for label, (_, seed) in labels.items()}
-    per_seed["base"] = model_metrics(cfg, "base")
+    per_seed = {label: _plan_metrics(cfg, label, f"grpo_s{seed}") for label, (_, seed) in labels.items()}
+    per_seed["base"] = _plan_metrics(cfg, "base")
     exploratory = {}
     for path in sorted((Path(cfg.run_dir) / "eval_heldout").glob("exploratory_*.json")):
         exploratory[path.stem.removeprefix("exploratory_")] = _distinct_right(

@@ -135,7 +135,7 @@ class StudyResult:
       rubric: each seed's row ("seed 0": the three methods' final true-quality rewards and grader calls).
     - ``summary``: the report the stages made, empty when none did. toy: Figure 1's tables ("coverage",
       "summary" rows); Countdown: ``results.json`` (the replication's inside); math: the evaluations of the
-      stages run ("pass_at_k", "results", "judged", as ``math_results.write_results`` reads them); rubric: the
+      stages run ("pass_at_k", "results", "judged", as ``math._write_results`` reads them); rubric: the
       markdown table ("table").
     - ``seconds``: the call's wall-clock time.
     """
