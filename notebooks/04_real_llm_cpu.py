@@ -157,7 +157,7 @@ else:
 # the table names how many comparisons there are (each 95%, not corrected for their number). pass@k is measured
 # on harder one-answer prompts (the base model's pass@64 between about 0.3 and 0.8), to k = 128, beside a guesser
 # that draws from the base model's pooled answers. The list under the tables is written by
-# `short_answers_cure_results.reading` from the numbers.
+# `short_answers_cure_results.cure_reading` from the numbers.
 
 # %%
 cure_file = Path(CURE_DIR) / "results.json"

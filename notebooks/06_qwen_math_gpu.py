@@ -204,7 +204,7 @@ if MATH:
 
 # %% [markdown]
 # ## What this rung shows, and what it cannot
-# The list below is written from the numbers above by `math_results.reading`, so it cannot drift from them.
+# The list below is written from the numbers above by `math_results.math_reading`, so it cannot drift from them.
 #
 # What it cannot show: SmolLM2-135M-Instruct gets a few percent of GSM8K samples right, far from the paper's
 # math models, and 24 steps of 4 prompts see 96 of GSM8K's 7,473 training problems where the paper trains two epochs.
@@ -214,4 +214,4 @@ if MATH:
 
 # %%
 if MATH:
-    display(Markdown(mr.reading(cfg, passk, diffs, similarity, train_minutes, mr.training_signal(run_dirs))))
+    display(Markdown(mr.math_reading(cfg, passk, diffs, similarity, train_minutes, mr.training_signal(run_dirs))))

@@ -237,10 +237,10 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
     n_logs = len(logs)  # a finished run is returned as is: nothing trained, nothing logged
     assert ml.train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, log=logs.append) == final and len(logs) == n_logs
 
-    result = ml.evaluate_model(cfg, final, val, cache=tmp_path / "eval.json")
+    result = ml.evaluate_avg_at_k(cfg, final, val, cache=tmp_path / "eval.json")
     assert result["k"] == cfg.eval_k and result["n_problems"] == cfg.eval_limit
     assert 0.0 <= result["avg_at_k"] <= 1.0 and len(result["pass_at_k"]) == cfg.eval_k
-    assert ml.evaluate_model(cfg, "/nonexistent", val, cache=tmp_path / "eval.json") == result  # cached
+    assert ml.evaluate_avg_at_k(cfg, "/nonexistent", val, cache=tmp_path / "eval.json") == result  # cached
 
     fig, data = mr.trajectory_figure({"SetPO+GRPO": records}, emb, method="pca")
     hover = [cd[2] for trace in fig.data for cd in trace.customdata]

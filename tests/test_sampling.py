@@ -80,14 +80,14 @@ def test_an_evaluation_stopped_part_way_resumes_with_the_same_samples(tmp_path):
     problems = val[:5]
     model_dir = ml.resolve_model_path(cfg)
     # in its own folder: an evaluation kept beside another of the same model would be reused, not resumed
-    whole = ml.evaluate_model(cfg, model_dir, problems, cache=tmp_path / "whole" / "passk.json")
+    whole = ml.evaluate_avg_at_k(cfg, model_dir, problems, cache=tmp_path / "whole" / "passk.json")
     # a run that kept only its first batch before it was stopped: the partial file, with a last line cut short
     first_batch = ml.sample_eval_texts(cfg, model_dir, problems[:2], partial=tmp_path / "cut.partial.jsonl")
     assert [texts[:2] for texts in first_batch] == whole["examples"][:2]  # the examples: 2 samples each
     with (tmp_path / "cut.partial.jsonl").open("a") as f:
         f.write('{"first": 2, "texts": [["cut')
     lines = []
-    resumed = ml.evaluate_model(cfg, model_dir, problems, cache=tmp_path / "cut.json", log=lines.append)
+    resumed = ml.evaluate_avg_at_k(cfg, model_dir, problems, cache=tmp_path / "cut.json", log=lines.append)
     assert resumed["correct"] == whole["correct"] and resumed["examples"] == whole["examples"]
     assert any("resuming: 1 batch(es) already sampled" in line for line in lines)
     assert not (tmp_path / "cut.partial.jsonl").exists()  # the finished evaluation is the cache alone
@@ -147,10 +147,10 @@ def test_a_model_already_evaluated_alike_is_not_sampled_again(tmp_path, monkeypa
     cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path / "run"), eval_k=8)
     _, val = ml.load_study_problems(cfg)
     problems, model_dir = val[:3], ml.resolve_model_path(cfg)
-    base = ml.evaluate_model(cfg, model_dir, problems, cache=tmp_path / "run" / "passk_base.json", label="base model")
+    base = ml.evaluate_avg_at_k(cfg, model_dir, problems, cache=tmp_path / "run" / "passk_base.json", label="base model")
     untrained = _trainer_copy(model_dir, tmp_path / "GRPO_final")
     # sampled from scratch, the copy gives the base model's samples: what reusing them claims
-    fresh = ml.evaluate_model(cfg, untrained, problems, cache=tmp_path / "elsewhere" / "passk_grpo.json")
+    fresh = ml.evaluate_avg_at_k(cfg, untrained, problems, cache=tmp_path / "elsewhere" / "passk_grpo.json")
     assert fresh["correct"] == base["correct"] and fresh["examples"] == base["examples"]
     (tmp_path / "run" / "passk_grpo.partial.jsonl").write_text("")  # a stopped try's leftovers go too
 
@@ -159,20 +159,20 @@ def test_a_model_already_evaluated_alike_is_not_sampled_again(tmp_path, monkeypa
 
     monkeypatch.setattr(ml, "sample_eval_texts", no_sampling)
     lines = []
-    grpo = ml.evaluate_model(cfg, untrained, problems, cache=tmp_path / "run" / "passk_grpo.json", label="GRPO",
+    grpo = ml.evaluate_avg_at_k(cfg, untrained, problems, cache=tmp_path / "run" / "passk_grpo.json", label="GRPO",
                              log=lines.append)
     assert grpo["same_model_as"] == "base model" and grpo["seconds"] == 0.0 and grpo["label"] == "GRPO"
     assert grpo["correct"] == base["correct"] and grpo["sampled"] == base["sampled"]
     assert any("the same model as 'base model'" in line for line in lines)
     assert not (tmp_path / "run" / "passk_grpo.partial.jsonl").exists()
     with pytest.raises(AssertionError, match="already evaluated"):  # other settings: sampled again
-        ml.evaluate_model(replace(cfg, eval_temperature=0.7), untrained, problems,
+        ml.evaluate_avg_at_k(replace(cfg, eval_temperature=0.7), untrained, problems,
                           cache=tmp_path / "run" / "passk_hot.json")
     # an evaluation kept before evaluations recorded what they sampled is read as it is, never sampled again
     old = tmp_path / "run" / "passk_old.json"
     old.write_text(json.dumps({k: v for k, v in base.items() if k not in ("sampled", "label")}))
     before = old.read_text()
-    assert ml.evaluate_model(cfg, model_dir, problems, cache=old, label="old") == json.loads(before)
+    assert ml.evaluate_avg_at_k(cfg, model_dir, problems, cache=old, label="old") == json.loads(before)
     assert old.read_text() == before
 
 
@@ -195,12 +195,12 @@ def test_paired_differences_over_problems_and_the_reading_written_from_them(tmp_
         mr.paired_differences({"a": base, "b": _evaluation([0, 1], n)}, [("a", "b")])
     cfg = ml.MathRunConfig.cpu_demo(smoke=True)
     noisy = _evaluation([0, 3, 0, 1], n)
-    text = mr.reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]}, "GRPO": noisy},
+    text = mr.math_reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]}, "GRPO": noisy},
                       mr.paired_differences({"base model": base, "GRPO": noisy}, [("GRPO", "base model")]),
                       {"GRPO": {0: 0.9, 6: 0.95}}, {"GRPO": 3.0})
     assert "no detectable change" in text and "2 of 4 problems solved at least once" in text
     assert "0.900 at step 0, 0.950 at step 6 (+0.050)" in text and "GRPO 3 min" in text
-    same = mr.reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]},
+    same = mr.math_reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]},
                             "GRPO": {**base, "same_model_as": "base model"}}, [], {}, {"GRPO": 3.0},
                       {"GRPO": {"reward": [0.0, 0.0, 0.0], "clipped": [0.5, 1.0, 0.75]},
                        "SetPO+GRPO": {"reward": [0.0, 0.125]}})

@@ -13,7 +13,7 @@ from setpo.metrics import pass_at_k
 from setpo_lab.studies.short_answers_config import ARMS, CureStudyConfig, ShortAnswerStudyConfig
 from setpo_lab.studies.short_answers import run_study
 from setpo_lab.studies.intervals import BOOTSTRAP_SEED, paired_bootstrap
-from setpo_lab.studies.short_answers_cure_results import guessing_pass_at_k, prompt_metrics, reading
+from setpo_lab.studies.short_answers_cure_results import guessing_pass_at_k, prompt_metrics, cure_reading
 
 
 @pytest.fixture(scope="module")
@@ -202,9 +202,9 @@ def test_the_reading_names_which_half_of_the_rule_fails():
     record = {"means": {"base model": {}, "GRPO": {}, **{m: {} for m in arms}},
               "comparisons": [c for m, (d, p) in arms.items()
                               for c in (diff("distinct_right", m, *d), diff("pass@1", m, *p))]}
-    lines = {line.split("**")[1]: line for line in reading(record).splitlines() if line.startswith("- **")}
+    lines = {line.split("**")[1]: line for line in cure_reading(record).splitlines() if line.startswith("- **")}
     assert lines["both"].endswith("keeps more right answers at a pass@1 within 0.05 of GRPO's.")
     assert "keeps more distinct right answers (interval above 0), but its pass@1 is not shown" in lines["more only"]
     assert lines["within only"].endswith("does not keep detectably more distinct right answers (its interval reaches 0).")
     assert lines["neither"].endswith("(its interval reaches 0), and its pass@1 is not shown to be within 0.05 of GRPO's.")
-    assert "2 comparisons" not in reading(record) and "8 comparisons" in reading(record)
+    assert "2 comparisons" not in cure_reading(record) and "8 comparisons" in cure_reading(record)

@@ -211,7 +211,7 @@ def test_bf16_work_is_refused_on_a_cpu_without_bf16_matrix_units(study, tmp_path
     import shutil
 
     import setpo_lab.repro.arithmetic as arithmetic
-    from setpo_lab.studies.short_answers import evaluate_model, require_bf16_units, train_run
+    from setpo_lab.studies.short_answers import evaluate_answers, require_bf16_units, train_run
 
     cfg, _, _ = study
     copy = tmp_path / "kept"
@@ -224,7 +224,7 @@ def test_bf16_work_is_refused_on_a_cpu_without_bf16_matrix_units(study, tmp_path
     with pytest.raises(ValueError, match="training run grpo_s1 runs in bf16 .* no bf16 matrix units"):
         train_run(in_bf16, "grpo_s1", log=lambda *_: None)
     with pytest.raises(ValueError, match="evaluating extra runs in bf16 .*bf16=False"):
-        evaluate_model(in_bf16, "extra", final.parent.parent / "grpo_s0" / "final", None, folder="eval_extra")
+        evaluate_answers(in_bf16, "extra", final.parent.parent / "grpo_s0" / "final", None, folder="eval_extra")
     assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before  # nothing moved, nothing written
     require_bf16_units(replace(in_bf16, bf16=False), "float32 work")  # not refused
     monkeypatch.setattr(arithmetic, "bf16_matrix_units", lambda: True)

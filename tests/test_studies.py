@@ -164,7 +164,7 @@ def test_math_run_study_runs_the_stages_named(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(ml, "train_runs", lambda cfg, train, probes, log=print:
                         calls.append(("train", len(probes))) or {"GRPO": "g", "SetPO+GRPO": "s"})
-    monkeypatch.setattr(ml, "evaluate_model", lambda cfg, d, problems, cache=None, texts_file=None, log=None,
+    monkeypatch.setattr(ml, "evaluate_avg_at_k", lambda cfg, d, problems, cache=None, texts_file=None, log=None,
                         label="": calls.append(("eval", d, cache.name, texts_file)))
     monkeypatch.setattr(ml, "evaluate_pass_at_k", lambda cfg, models, problems, cache_dir=None, log=print:
                         calls.append(("passk", list(models))) or {})

@@ -39,7 +39,7 @@ def check_training(device: str, run_root: Path) -> dict:
         assert done["steps"] == 3, f"{label} ran {done['steps']} steps"
         history = json.loads((final.parent / "log_history.json").read_text())
         assert any("setpo/s_mean" in h for h in history), f"{label}: no SetPO metrics logged"
-        res = ml.evaluate_model(cfg, final, val)
+        res = ml.evaluate_avg_at_k(cfg, final, val)
         out[label] = {"steps": done["steps"], "avg_at_k": res["avg_at_k"], "eval_s": round(res["seconds"], 1)}
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()

@@ -7,7 +7,7 @@ but every code path runs. Data, template and reward come from ``setpo.envs.math`
 
 Laid out like the other studies: the config in ``math_config`` (``MathRunConfig``, the paper's run settings
 as defaults), the stages here (data: ``load_study_problems``; "train": ``train_rl`` per run, ``train_runs`` for
-both; "evaluate": ``evaluate_model``, avg@k, and ``evaluate_pass_at_k``; "judge", only with a judge configured:
+both; "evaluate": ``evaluate_avg_at_k``, avg@k, and ``evaluate_pass_at_k``; "judge", only with a judge configured:
 ``judge_runs``, the LLM-judged diversity of each run's evaluation responses; ``run_study`` runs them, ``main``
 is ``python -m setpo_lab.studies.math``), the figures and tables in ``math_results``.
 Each run folder is claimed for one configuration (``run_config.json``, ``setpo_lab.studies.stages.claim_folder``):
@@ -285,7 +285,7 @@ def _evaluation_of_same_model(cache: Path, sampled: Mapping) -> dict | None:
     return None
 
 
-def evaluate_model(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
+def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
                    cache: str | Path | None = None, texts_file: str | Path | None = None, log=None,
                    label: str = "eval") -> dict:
     """Pass@1 as avg@k: k samples per problem at T = eval_temperature, top-p eval_top_p, mean fraction correct.
@@ -345,15 +345,15 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
                        cache_dir: str | Path | None = None, log=print) -> dict[str, dict]:
     """pass@k for k = 1..passk_max of each model (label -> model folder; e.g. the base model, GRPO, SetPO).
 
-    n = passk_max samples per problem (``evaluate_model`` with eval_k = passk_max, every problem), so each
+    n = passk_max samples per problem (``evaluate_avg_at_k`` with eval_k = passk_max, every problem), so each
     curve is the unbiased estimator at every k from one set of samples. Cached per model in ``cache_dir``.
-    Returns label -> ``evaluate_model``'s result (``pass_at_k[k-1]`` is pass@k).
+    Returns label -> ``evaluate_avg_at_k``'s result (``pass_at_k[k-1]`` is pass@k).
     """
     pcfg = replace(cfg, eval_k=cfg.passk_max, eval_limit=None, **dict.fromkeys(judging.JUDGE_FIELDS))  # no judge
     out = {}
     for label, model_dir in models.items():
         cache = None if cache_dir is None else Path(cache_dir) / passk_file(cfg, label).name
-        out[label] = evaluate_model(pcfg, model_dir, problems, cache=cache, log=log, label=label)
+        out[label] = evaluate_avg_at_k(pcfg, model_dir, problems, cache=cache, log=log, label=label)
     return out
 
 
@@ -362,7 +362,7 @@ def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems
     """Stage "evaluate"'s avg@k of every run (label -> final model folder), each cached in ``eval_file``.
     keep_texts: keep the sampled responses beside each evaluation for the judge (None: when a judge is set)."""
     keep = judging.judge_configured(cfg) if keep_texts is None else keep_texts
-    return {label: evaluate_model(cfg, final, problems, cache=eval_file(cfg, label),
+    return {label: evaluate_avg_at_k(cfg, final, problems, cache=eval_file(cfg, label),
                                   texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None,
                                   log=log, label=label)
             for label, final in finals.items()}

@@ -215,7 +215,7 @@ def training_signal(run_dirs: Mapping[str, str | Path]) -> dict[str, dict[str, l
     return out
 
 
-def reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[dict],
+def math_reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[dict],
             similarity: Mapping[str, Mapping[int, float]], train_minutes: Mapping[str, float],
             training: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> str:
     """Notebook 06's closing text, written from its numbers: the base model's coverage at small and large k, how
@@ -267,7 +267,7 @@ def paired_differences(results: Mapping[str, dict], pairs: Sequence[tuple[str, s
                        ks: Sequence[int] = (1, 16, 256)) -> list[dict]:
     """Each pair (a, b) of models evaluated on the same problems: a − b in pass@k, paired over problems.
 
-    results: label -> ``math.evaluate_model``'s result (``correct``: right samples per problem, out of ``k``).
+    results: label -> ``math.evaluate_avg_at_k``'s result (``correct``: right samples per problem, out of ``k``).
     Per problem, pass@k is the unbiased estimate from its n samples (``setpo.pass_at_k``); the difference is
     the mean over problems of a's minus b's, with the 95% t-interval over problems (``setpo_lab.studies.intervals
     .mean_ci``). Only k <= n. Returns [{"a", "b", "k", "mean", "lo", "hi", "n"}] with fractions, not %.

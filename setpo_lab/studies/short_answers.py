@@ -300,7 +300,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
                        can_train=lambda: require_bf16_units(cfg, f"training run {label}"))
 
 
-def evaluate_model(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed, *,
+def evaluate_answers(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed, *,
                    tasks: Sequence[TaskSpec] | None = None, n: int | None = None, folder: str = "eval") -> dict:
     """``n`` (default ``eval_n``) samples of every prompt of ``tasks`` (default: the study's test prompts) from
     one model: answers, texts and within-prompt similarity, cached in ``<folder>/<label>.json`` (of the folder
@@ -398,10 +398,10 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     def evaluate(label: str, model: Path) -> None:
         if label != "base" and not stage_done(model):
             raise ValueError(f"run {label} is not trained: {model}; run the train stage first")
-        evaluate_model(cfg, label, model, embedder, log)
+        evaluate_answers(cfg, label, model, embedder, log)
         for folder, tasks, n, labels in extra:
             if label in labels:
-                evaluate_model(cfg, label, model, embedder, log, tasks=tasks, n=n, folder=folder)
+                evaluate_answers(cfg, label, model, embedder, log, tasks=tasks, n=n, folder=folder)
 
     # the base model first, then each run evaluated as soon as it is trained: a sitting that stops part way leaves
     # every finished run with its evaluations (git keeps those, not the models, which another sitting would retrain)

@@ -36,7 +36,7 @@ from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.intervals import fixed_sequence, holm, paired_bootstrap, paired_t_test, sign_flip_p, t_interval
 from setpo_lab.studies.short_answers import (
     base_model_folder,
-    evaluate_model,
+    evaluate_answers,
     rerun_status,
     run_study,
     presets_of,
@@ -114,7 +114,7 @@ def _select_heldout(cfg: ConfirmStudyConfig, embedder, log=print_flushed) -> dic
     measured = {}
     for kind in cfg.heldout_candidates:
         tasks = sample_tasks([kind], "train", cfg.heldout_select_per_kind, seed=0)
-        record = evaluate_model(cfg, f"base_{kind}", base, embedder, log, tasks=tasks, folder="heldout_selection")
+        record = evaluate_answers(cfg, f"base_{kind}", base, embedder, log, tasks=tasks, folder="heldout_selection")
         right = [[task_from_id(t).is_right(a) for a in row] for t, row in zip(record["task_ids"], record["answers"],
                                                                                strict=True)]
         share = sum(map(sum, right)) / sum(map(len, right))
@@ -161,7 +161,7 @@ def _evaluate_exploratory(cfg: ConfirmStudyConfig, exploratory: str | Path, embe
             if not eval_path(cfg, name, "eval_heldout").exists():
                 # the loaded embedder only if it is the one the record's runs name (else the trainer loads theirs)
                 final = train_run(cure, label, embedder=embedder if cure.embedder == cfg.embedder else None, log=log)
-            out[label] = evaluate_model(cfg, name, final, embedder, log, tasks=heldout, n=cfg.eval_n,
+            out[label] = evaluate_answers(cfg, name, final, embedder, log, tasks=heldout, n=cfg.eval_n,
                                         folder="eval_heldout")
         except RestoreMismatch as refused:
             log(f"[exploratory] {label} left out: {refused}")

@@ -191,7 +191,7 @@ def report(cfg: CureStudyConfig, log=print_flushed) -> dict:
               "per_seed": {label: {key: _nanmean(_matrix(per_prompt, [label], key)) for key in METRICS}
                            for label in labels},
               "comparisons": comparisons, "hard": hard, "runs": runs, "reading": None}
-    record["reading"] = reading(record)
+    record["reading"] = cure_reading(record)
     if cfg.lam_grid:
         record["pilot_choice"] = pilot_choice(record, cfg)
         record["reading"] += "- Pilot's λ per arm (most distinct right answers at a pass@1 within 0.05 of GRPO's): " \
@@ -240,7 +240,7 @@ def _find(record: Mapping, metric: str, a: str, b: str) -> Mapping | None:
     return next((c for c in record["comparisons"] if c["metric"] == metric and c["a"] == a and c["b"] == b), None)
 
 
-def reading(record: Mapping) -> str:
+def cure_reading(record: Mapping) -> str:
     """The outcome, by rule: for each arm other than GRPO, whether it keeps more distinct right answers than
     GRPO (interval above 0) at a pass@1 within 0.05 of GRPO's (interval's lower end ≥ −0.05), and where its
     pass@k_max lands against GRPO, the base model and the guesser."""

@@ -101,7 +101,7 @@ def trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, prompt: i
                  "background": xy_all}
 
 
-def figure_record(results: dict[str, list], projection: str, command: str) -> dict:
+def _figure_record(results: dict[str, list], projection: str, command: str) -> dict:
     """The run record of Figure 1: the command, the first run's config, the seeds, each variant's settings and
     the coverage rows."""
     runs = next(iter(results.values()))
@@ -118,6 +118,6 @@ def write_figure1(results: dict[str, list], out_dir: Path, projection: str, comm
     Returns (plotly figure, html path, png path). Used by `make demo` and notebook 01 alike.
     """
     fig, _ = trajectory_figure({label: runs[0] for label, runs in results.items()}, method=projection)
-    record = figure_record(results, projection, command)
+    record = _figure_record(results, projection, command)
     html, png = save_figure(fig, Path(out_dir) / "fig1_toy_mode_collapse", record)
     return fig, html, png
