@@ -94,7 +94,7 @@ cfg
 # question. The checker reads only the completion's first line, `Answer: N` with one whole number; anything
 # else scores 0, and model text is never executed. The family was chosen so that GRPO has a signal from its
 # first step: a mean reward between about 0.15 and 0.6 and most groups of G = 8 rollouts mixed. The base
-# model's table (`python -m setpo_lab.studies.short_answers base --out results/short_answers`):
+# model's table (`python -m setpo_lab run short_answers_base --out results/short_answers`):
 
 # %%
 show_table((ROOT / "results" / "short_answers" / "base_model.md").read_text())
@@ -143,7 +143,7 @@ if record_file.exists():
     show_table(sar.results_markdown(committed))
     display(Markdown(sar.reading(committed)))
 else:
-    display(Markdown(f"> No committed record at `{record_file}`: run `python -m setpo_lab.studies.short_answers study "
+    display(Markdown(f"> No committed record at `{record_file}`: run `python -m setpo_lab run short_answers "
                      "--preset committed --out results/short_answers/study` from the repository."))
 
 # %% [markdown]
@@ -172,7 +172,7 @@ if cure_file.exists():
     save_table(cure.results_markdown(cured), out / "04_cure_results", rec)
     show_table(cure.results_markdown(cured))
 else:
-    display(Markdown(f"> No committed record at `{cure_file}`: run `python -m setpo_lab.studies.short_answers_cure "
+    display(Markdown(f"> No committed record at `{cure_file}`: run `python -m setpo_lab run short_answers_cure "
                      "--preset cure --out results/short_answers/cure` from the repository."))
 
 # %% [markdown]
@@ -181,7 +181,7 @@ else:
 # run under another. GRPO and the gated answer key (λ = 0.5σ, frozen from the pilots) on seeds 100–111; four
 # hypotheses in a fixed sequence at α = 0.05, each a one-sided paired t over seeds, tested only if every one before
 # it was confirmed. The numbers are the record's (`results/short_answers/confirm/results.md`, made by
-# `python -m setpo_lab.studies.short_answers_confirm --preset confirm --out results/short_answers/confirm`):
+# `python -m setpo_lab run short_answers_confirm --preset confirm --out results/short_answers/confirm`):
 #
 # | | hypothesis | gated key − GRPO [90% t-interval] | p | verdict |
 # |---|---|---|---|---|

@@ -162,7 +162,7 @@ def test_reuse_needs_the_same_training_settings(tmp_path):
 
 
 def test_presets_and_arms():
-    assert CureStudyConfig.preset("cure").command() == "python -m setpo_lab.studies.short_answers_cure --preset cure " \
+    assert CureStudyConfig.preset("cure").command() == "python -m setpo_lab run short_answers_cure --preset cure " \
                                                      "--out runs/short_answers_cure"
     pilot = CureStudyConfig.preset("pilot")
     assert pilot.eval_split == "val" and all(ARMS[a].lam_field or a == "grpo" for a in pilot.arms)

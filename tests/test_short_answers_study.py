@@ -36,7 +36,7 @@ def test_smoke_study_trains_evaluates_and_reports_every_paired_run(study):
     assert set(result.runs) == {"grpo_s0", "setpo_s0", "grpo_s1", "setpo_s1"}
     assert {p.stem for p in (Path(cfg.run_dir) / "eval").glob("*.json")} == {"base", *result.runs}
     rep = result.summary
-    assert rep["command"] == f"python -m setpo_lab.studies.short_answers study --preset smoke --out {cfg.run_dir} " \
+    assert rep["command"] == f"python -m setpo_lab run short_answers --preset smoke --out {cfg.run_dir} " \
                              f"--model-path {cfg.model_path}"
     for label, run in rep["runs"].items():
         assert run["step"] == [1, 2], label  # every optimizer step logged a reward
@@ -103,7 +103,7 @@ def test_model_metrics_count_pass_at_k_and_distinct_right_answers():
 def test_results_markdown_names_the_command_and_intervals(study):
     _, result, _ = study
     text = results_markdown(result.summary)
-    assert "python -m setpo_lab.studies.short_answers" in text and "SetPO+GRPO − GRPO" in text
+    assert "python -m setpo_lab run short_answers" in text and "SetPO+GRPO − GRPO" in text
     said = reading(result.summary)
     grpo, setpo = list(result.summary["by_method"])
     went = [p for p in result.summary["paired"] if p["a"] == setpo and p["b"] == grpo and p["lo"] is not None

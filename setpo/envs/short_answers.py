@@ -2,7 +2,7 @@
 prompt, and a 0/1 checker that never executes model text.
 
 Two families, chosen so that a 135M-parameter instruct model is right on some but not all samples (its base
-rates are measured by ``python -m setpo_lab.studies.short_answers base``; see docs/studies/short_answers.md):
+rates are measured by ``python -m setpo_lab run short_answers_base``; see docs/studies/short_answers.md):
 
 - **many right answers per prompt**, where mode collapse shows as the number of *distinct* right answers a
   policy still gives to one prompt:

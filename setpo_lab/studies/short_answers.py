@@ -18,7 +18,7 @@ on ``per_kind`` training prompts × ``n`` samples of the base model:
 - ``answer_line``: the share of samples whose first line is ``Answer: N`` (right or wrong);
 - ``truncated``: the share of samples that reached ``max_new_tokens`` without ending (re-tokenised text).
 
-``python -m setpo_lab.studies.short_answers base --out results/short_answers`` writes ``base_model.json`` (every
+``python -m setpo_lab run short_answers_base --out results/short_answers`` writes ``base_model.json`` (every
 number and the settings) and ``base_model.md`` (the table). Samples of each (kind, temperature) are kept in
 ``OUT/base_samples/`` as they finish, so a stopped run resumes where it was; the folder is claimed for one
 configuration (``setpo_lab.studies.stages.claim_folder``).
@@ -43,7 +43,7 @@ with β = 0 and a constant learning rate; SetPO's λ in units of its term's spre
 λ = 0.05 the term is ~0.05 × 0.013 of an advantage here and cannot act; the loss runs each prompt once
 (``setpo_share_prompt_pass``), one micro-batch per step, bf16 autocast (the CPU's bf16 matrix units).
 
-``python -m setpo_lab.studies.short_answers study --preset committed --out results/short_answers/study`` makes the
+``python -m setpo_lab run short_answers --preset committed --out results/short_answers/study`` makes the
 committed record; ``--preset notebook`` is the size of notebook 04's own run and ``--preset smoke`` the test's.
 ``--rerun grpo_s0`` trains one recorded run again in a scratch folder and says whether it came back bit for bit.
 """
@@ -142,15 +142,13 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
 
 def _base_command(cfg: BaseTableConfig, out: str | Path) -> str:
     """The command line that makes ``cfg``'s table in ``out`` (the options that differ from the defaults)."""
-    default, parts = BaseTableConfig(), [f"{PROG} base --out {out}"]
+    default, parts = BaseTableConfig(), [f"{BASE_COMMAND.prog} --out {out}"]
     if cfg.model_path:
         parts.append(f"--model-path {cfg.model_path}")
-    for name in ("per_kind", "n", "kinds", "temperatures"):
-        value = getattr(cfg, name)
-        if value != getattr(default, name):
-            shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
-            parts.append(f"--{name.replace('_', '-')} {shown}")
-    return " ".join(parts)
+    changed = [f"{name}={','.join(map(str, value)) if isinstance(value, tuple) else value}"
+               for name in ("per_kind", "n", "kinds", "temperatures")
+               if (value := getattr(cfg, name)) != getattr(default, name)]
+    return " ".join(parts + (["--set", *changed] if changed else []))
 
 
 def _model_record(model_dir: Path) -> dict:
@@ -457,7 +455,7 @@ def run_extended(cfg: ShortAnswerStudyConfig, stages: Sequence[str], args) -> in
 
         print(results_markdown(result.summary), flush=True)
         if getattr(args, "figures", None):
-            write_figures(cfg, result.summary, Path(args.figures), command=" ".join([PROG, "study", *args.argv]))
+            write_figures(cfg, result.summary, Path(args.figures), command=" ".join([PROG, *args.argv]))
     return 0
 
 

@@ -13,7 +13,7 @@ from setpo.envs.short_answers import KINDS, STUDY_KINDS, TaskSpec, sample_tasks
 from setpo.records import read_json
 from setpo_lab.studies.stages import refusal
 
-PROG = "python -m setpo_lab.studies.short_answers"
+PROG = "python -m setpo_lab run short_answers"
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class ShortAnswerStudyConfig:
 
     #: the study's presets, and the command that runs one (a subclass names its own)
     PRESETS: ClassVar[dict] = STUDY_PRESETS
-    COMMAND: ClassVar[str] = f"{PROG} study"
+    COMMAND: ClassVar[str] = PROG
 
     @classmethod
     def preset(cls, name: str, **overrides):
@@ -288,7 +288,7 @@ class CureStudyConfig(ShortAnswerStudyConfig):
             raise ValueError(f"lam_grid values must be > 0, got {self.lam_grid!r}")
 
     PRESETS: ClassVar[dict] = CURE_PRESETS
-    COMMAND: ClassVar[str] = "python -m setpo_lab.studies.short_answers_cure"
+    COMMAND: ClassVar[str] = f"{PROG}_cure"
 
     def methods(self) -> dict[str, float]:
         """Method -> λ, one per arm (the pilot: one per arm and λ of its grid)."""
@@ -421,7 +421,7 @@ class ConfirmStudyConfig(CureStudyConfig):
             raise ValueError(f"held-out kinds must be kinds no training pool holds, got {self.heldout_candidates}")
 
     PRESETS: ClassVar[dict] = CONFIRM_PRESETS
-    COMMAND: ClassVar[str] = "python -m setpo_lab.studies.short_answers_confirm"
+    COMMAND: ClassVar[str] = f"{PROG}_confirm"
     RESULTS: ClassVar[tuple[str, ...]] = ("train", "eval", "eval_hard", "eval_heldout", "heldout_selection",
                                           "heldout_kinds.json", "plan.json", "results.json")
 

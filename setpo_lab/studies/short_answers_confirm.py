@@ -16,8 +16,8 @@ The stages, in order, each resumable (a finished piece is never redone):
   refused and left out; ``eval_heldout/exploratory_<label>.json``;
 - ``report``: the plan's reading (``confirm_reading``): ``results.json`` and ``results.md``.
 
-    python -m setpo_lab.studies.short_answers_confirm --preset confirm --out results/short_answers/confirm
-    python -m setpo_lab.studies.short_answers_confirm --preset confirm --out results/short_answers/confirm \\
+    python -m setpo_lab run short_answers_confirm --preset confirm --out results/short_answers/confirm
+    python -m setpo_lab run short_answers_confirm --preset confirm --out results/short_answers/confirm \\
         --rerun key_gated_s100
 """
 

@@ -13,9 +13,9 @@ every (arm, seed) run; ``evaluate`` every model on the study's test prompts (``e
 ``hard_arms`` on the harder pass@k prompts (``eval_hard/``); ``report`` (``short_answers_cure_results``). ``--rerun LABEL`` trains one recorded run
 again in a scratch folder and says whether it came back bit for bit (exit status 1 if not).
 
-    python -m setpo_lab.studies.short_answers_cure --preset pilot --out results/short_answers/pilot
-    python -m setpo_lab.studies.short_answers_cure --preset cure --out results/short_answers/cure
-    python -m setpo_lab.studies.short_answers_cure --preset cure --out results/short_answers/cure --rerun key_gated_s0
+    python -m setpo_lab run short_answers_cure --preset pilot --out results/short_answers/pilot
+    python -m setpo_lab run short_answers_cure --preset cure --out results/short_answers/cure
+    python -m setpo_lab run short_answers_cure --preset cure --out results/short_answers/cure --rerun key_gated_s0
 """
 
 from __future__ import annotations
