@@ -85,7 +85,7 @@ from typing import Callable, Sequence
 import torch
 
 from setpo.envs.countdown import make_prompt
-from setpo.records import read_json, write_json, write_text
+from setpo.records import read_json, write_json
 from setpo.trl.training import DONE_FILE, quiet_libraries
 from setpo_lab.repro.provenance import run_identity
 from setpo_lab.studies import judging
@@ -115,6 +115,7 @@ from setpo_lab.studies.stages import (
     print_flushed,
     refusal,
     stage_done,
+    write_report,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -293,9 +294,9 @@ def stage_timings(cfg: CountdownLMConfig, runs: Sequence[RLRun]) -> dict:
 
 
 def _write_summary(out: Path, summary: dict, log) -> dict:
-    write_json(out / "results.json", summary)
-    write_text(out / "results.md", results_markdown(summary))
-    log(results_markdown(summary))
+    markdown = results_markdown(summary)
+    write_report(out, summary, markdown)
+    log(markdown)
     return summary
 
 

@@ -15,12 +15,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from setpo.envs.short_answers import parse_answer, sample_tasks, task_messages, to_trl_records
-from setpo.records import write_json, write_text
 from setpo.trl.rewards import short_answer_reward
 from setpo_lab.studies.arguments import StudyCommand
 from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
 from setpo_lab.studies.intervals import interval_text, paired_ci
-from setpo_lab.studies.stages import cached_evaluation, chosen_stages, claim_folder, print_flushed
+from setpo_lab.studies.stages import cached_evaluation, chosen_stages, claim_folder, print_flushed, write_report
 from setpo_lab.studies.toolkit import chat_prompts, load_model, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
 
@@ -119,9 +118,8 @@ def report(cfg: ExampleConfig, results: dict[str, dict]) -> str:
     lines = [f"SetPO+GRPO − GRPO over {len(cfg.seeds)} seeds (kind {cfg.kind}, λ = {cfg.lam:g})", "",
              "| metric | difference [95% CI] |", "|---|---|"]
     lines += [f"| {metric} | {interval_text(d)} |" for metric, d in rows.items()]
-    write_json(Path(cfg.run_dir) / "results.json", {"config": {f.name: getattr(cfg, f.name) for f in fields(cfg)},
-                                                    "differences": rows})
-    write_text(Path(cfg.run_dir) / "results.md", "\n".join(lines) + "\n")
+    write_report(cfg.run_dir, {"config": {f.name: getattr(cfg, f.name) for f in fields(cfg)}, "differences": rows},
+                 "\n".join(lines) + "\n")
     return "\n".join(lines)
 
 

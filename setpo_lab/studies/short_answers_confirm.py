@@ -56,7 +56,7 @@ from setpo_lab.studies.short_answers_cure_results import (
     rarefied_distinct,
     right_answer_hill,
 )
-from setpo_lab.studies.stages import chosen_stages, claim_folder, print_flushed, refusal
+from setpo_lab.studies.stages import chosen_stages, claim_folder, print_flushed, refusal, write_report
 
 PROG = ConfirmStudyConfig.COMMAND
 #: the primary hypotheses in the plan's fixed sequence: name -> (metric, margin: H0 is mean d <= -margin)
@@ -443,8 +443,7 @@ def arm_means(per_seed: Mapping[str, Mapping]) -> dict[str, dict]:
 def report(cfg: ConfirmStudyConfig, log=print_flushed, exploratory: str | Path | None = None) -> dict:
     record = {"command": cfg.command(), "plan": check_plan(cfg), "config": asdict(cfg),
               **confirm_reading(cfg, exploratory), "cost": _cost(cfg)}
-    write_json(Path(cfg.run_dir) / "results.json", record)
-    (Path(cfg.run_dir) / "results.md").write_text(results_markdown(record))
+    write_report(cfg.run_dir, record, results_markdown(record))
     log(f"[report] {record['headline']}")
     return record
 

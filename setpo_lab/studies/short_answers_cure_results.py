@@ -30,11 +30,11 @@ import numpy as np
 
 from setpo.envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
-from setpo.records import read_json, write_json
+from setpo.records import read_json
 from setpo_lab.studies.intervals import RESAMPLES, interval_side, interval_text, paired_bootstrap
 from setpo_lab.studies.short_answers_config import CureStudyConfig, eval_path, run_folder
 from setpo_lab.studies.short_answers_results import powers_of_two, training_series
-from setpo_lab.studies.stages import print_flushed
+from setpo_lab.studies.stages import print_flushed, write_report
 
 #: per-prompt metrics: key -> (name, which prompts: "many" | "one" | "all", format)
 METRICS = {"distinct_right": ("distinct right answers / many-answer prompt", "many", "{:.2f}"),
@@ -197,9 +197,7 @@ def report(cfg: CureStudyConfig, log=print_flushed) -> dict:
         record["reading"] += "- Pilot's λ per arm (most distinct right answers at a pass@1 within 0.05 of GRPO's): " \
             + ", ".join(f"{a}: {lam if lam is not None else 'none qualifies'}"
                         for a, lam in record["pilot_choice"].items()) + ".\n"
-    write_json(Path(cfg.run_dir) / "results.json", record)
-    (Path(cfg.run_dir) / "results.md").write_text(results_markdown(record))
-    log(f"report: {Path(cfg.run_dir) / 'results.md'} and results.json")
+    log(f"report: {write_report(cfg.run_dir, record, results_markdown(record))} and results.json")
     return record
 
 

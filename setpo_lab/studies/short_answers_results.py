@@ -27,10 +27,10 @@ from pathlib import Path
 
 from setpo.envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
-from setpo.records import read_json, read_records, write_json
+from setpo.records import read_json, read_records
 from setpo_lab.studies.intervals import interval_side, interval_text, mean_ci, paired_ci
 from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
-from setpo_lab.studies.stages import print_flushed
+from setpo_lab.studies.stages import print_flushed, write_report
 
 #: the quantities a paired difference is reported for: key -> (label, format of a value)
 PAIRED_METRICS = {"pass@1": ("pass@1 (one-answer)", "{:.3f}"), "pass@max": ("pass@k_max (one-answer)", "{:.3f}"),
@@ -117,9 +117,7 @@ def report(cfg: ShortAnswerStudyConfig, log=print_flushed) -> dict:
     record = {"config": json.loads(json.dumps(asdict(cfg))),
               "command": cfg.command(),
               "models": models, "by_method": by_method, "paired": paired, "runs": runs}
-    write_json(root / "results.json", record)
-    (root / "results.md").write_text(results_markdown(record))
-    log(f"report: {root / 'results.md'} and results.json")
+    log(f"report: {write_report(root, record, results_markdown(record))} and results.json")
     return record
 
 

@@ -18,6 +18,8 @@ claiming a run folder for one configuration, refusals in one shape, and progress
 - ``restore_model`` / ``check_restored``: a stage recorded as done whose model is not here (a study folder
   kept in git keeps its records, not its models) is trained again and must give the recorded weights bit for
   bit, or is refused (``RestoreMismatch``), its recorded records put back as they were.
+- ``write_report(folder, record, markdown)``: the report frame every study's stage "report" ends in:
+  ``results.json`` (the record) and ``results.md`` (its tables), each written atomically.
 - ``Progress``: a line at most every ``every_s`` seconds from a loop, so long data building shows it is alive.
 """
 
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from setpo_lab.repro.provenance import identity_differences
-from setpo.records import config_differences, read_json, write_json
+from setpo.records import config_differences, read_json, write_json, write_text
 from setpo.refusals import cannot_load
 from setpo.trl.training import DONE_FILE, WEIGHT_FILES, is_done
 
@@ -271,6 +273,15 @@ def reusable_record(path: str | Path, identity: Mapping | None, redo: bool = Fal
         raise refusal(f"made at another identity ({_differences_text(differ)})", path, REDO)
     path.unlink()
     return None
+
+
+def write_report(folder: str | Path, record: Mapping, markdown: str) -> Path:
+    """``folder/results.json`` (``record``) and ``folder/results.md`` (``markdown``, the record's tables), each
+    written atomically: where every study's report stage leaves its result. Returns the .md's path."""
+    folder = Path(folder)
+    write_json(folder / "results.json", record)
+    write_text(folder / "results.md", markdown)
+    return folder / "results.md"
 
 
 def cached_evaluation(path: str | Path | None, evaluate: Callable[[], dict], *, remedy: str,
