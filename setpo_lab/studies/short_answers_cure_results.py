@@ -6,7 +6,7 @@ Per model and test prompt (``eval/<label>.json``), on the many-answer prompts: `
 parsed answers; no-answer samples left out); on the one-answer prompts ``pass@1``; on every prompt
 ``after_answer`` (share of samples with text after the answer line), ``length`` (characters of a completion),
 ``similarity`` (within-prompt similarity of whole completions, the study's embedder, as recorded) and
-``answer_similarity`` (the same on the answer lines alone, by MiniLM). On the pass@k prompts
+``answer_similarity`` (the same on the answer lines alone, by MiniLM, to ``SIMILARITY_DECIMALS``). On the pass@k prompts
 (``eval_hard/<label>.json``): pass@k, k = 1, 2, 4, …, hard_n, and the guessing baseline: a guesser that draws i.i.d.
 from the base model's pooled answers to every prompt of the same kind is right with probability q (the share of
 the pool that is this prompt's answer), so its pass@k is 1 − (1 − q)^k.
@@ -53,11 +53,17 @@ def _entropy(values: Sequence) -> float:
     return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
 
 
+#: decimals kept of a prompt's answer-line similarity: MiniLM's kernels give other last bits on another processor
+#: (AVX2 against AVX-512, ~1e-9), which made a report remade elsewhere differ from the committed one; four decimals
+#: (the tables print three) give the same record on any machine but at a rounding tie, ~3e-5 per value
+SIMILARITY_DECIMALS = 4
+
+
 def _answer_similarity(answers: Sequence, embedder) -> float | None:
     from setpo.metrics import mean_pairwise_similarity
 
     lines = [f"Answer: {a}" for a in answers if a is not None]
-    return mean_pairwise_similarity(embedder(lines)) if len(lines) > 1 else None
+    return round(mean_pairwise_similarity(embedder(lines)), SIMILARITY_DECIMALS) if len(lines) > 1 else None
 
 
 def prompt_metrics(evaluation: Mapping, embedder) -> dict[str, list]:
