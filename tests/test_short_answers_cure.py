@@ -192,13 +192,14 @@ def test_pilot_choice_takes_the_most_distinct_right_answers_within_pass_at_1_tol
 
 
 def test_the_reading_names_which_half_of_the_rule_fails():
-    """Distinct right answers above 0 and pass@1 within 0.05 of GRPO's (the interval's low end): each arm's line
-    says which of the two its intervals show."""
+    """Distinct right answers above 0 (or below) and pass@1 within 0.05 of GRPO's (the interval's low end): each
+    arm's line says which of the two its intervals show."""
     def diff(metric, a, mean, lo, hi):
         return {"metric": metric, "a": a, "b": "GRPO", "mean": mean, "lo": lo, "hi": hi}
 
     arms = {"both": ((2.0, 0.5, 3.5), (0.01, -0.04, 0.06)), "more only": ((2.0, 0.4, 3.7), (0.02, -0.09, 0.12)),
-            "within only": ((0.2, -0.4, 0.7), (-0.01, -0.03, 0.02)), "neither": ((0.5, -0.4, 1.6), (-0.08, -0.2, 0.05))}
+            "within only": ((0.2, -0.4, 0.7), (-0.01, -0.03, 0.02)), "neither": ((0.5, -0.4, 1.6), (-0.08, -0.2, 0.05)),
+            "fewer": ((-1.0, -1.9, -0.1), (-0.01, -0.03, 0.02))}
     record = {"means": {"base model": {}, "GRPO": {}, **{m: {} for m in arms}},
               "comparisons": [c for m, (d, p) in arms.items()
                               for c in (diff("distinct_right", m, *d), diff("pass@1", m, *p))]}
@@ -207,4 +208,6 @@ def test_the_reading_names_which_half_of_the_rule_fails():
     assert "keeps more distinct right answers (interval above 0), but its pass@1 is not shown" in lines["more only"]
     assert lines["within only"].endswith("does not keep detectably more distinct right answers (its interval reaches 0).")
     assert lines["neither"].endswith("(its interval reaches 0), and its pass@1 is not shown to be within 0.05 of GRPO's.")
-    assert "2 comparisons" not in cure_reading(record) and "8 comparisons" in cure_reading(record)
+    # an interval wholly below 0 is fewer right answers, not one that "reaches 0" (the pilots' reading said so)
+    assert lines["fewer"].endswith("keeps fewer distinct right answers (interval below 0).")
+    assert "2 comparisons" not in cure_reading(record) and "10 comparisons" in cure_reading(record)

@@ -246,7 +246,7 @@ def _find(record: Mapping, metric: str, a: str, b: str) -> Mapping | None:
 
 def cure_reading(record: Mapping) -> str:
     """The outcome, by rule: for each arm other than GRPO, whether it keeps more distinct right answers than
-    GRPO (interval above 0) at a pass@1 within 0.05 of GRPO's (interval's lower end ≥ −0.05), and where its
+    GRPO (interval above 0; fewer: below 0) at a pass@1 within 0.05 of GRPO's (interval's lower end ≥ −0.05), and where its
     pass@k_max lands against GRPO, the base model and the guesser."""
     methods = [m for m in record["means"] if m != "base model"]
     grpo = next((m for m in methods if m.startswith("GRPO")), None)
@@ -259,11 +259,12 @@ def cure_reading(record: Mapping) -> str:
         d, p = _find(record, "distinct_right", m, grpo), _find(record, "pass@1", m, grpo)
         if d is None or p is None or d["mean"] is None or p["mean"] is None:
             continue
-        more, within = d["lo"] > 0, p["lo"] >= -0.05
+        more, fewer, within = d["lo"] > 0, d["hi"] < 0, p["lo"] >= -0.05
         verdict = ("keeps more right answers at a pass@1 within 0.05 of GRPO's." if more and within else
                    "keeps more distinct right answers (interval above 0), but its pass@1 is not shown to be within "
                    "0.05 of GRPO's (its interval reaches below −0.05)." if more else
-                   "does not keep detectably more distinct right answers (its interval reaches 0)"
+                   ("keeps fewer distinct right answers (interval below 0)" if fewer else
+                    "does not keep detectably more distinct right answers (its interval reaches 0)")
                    + ("." if within else ", and its pass@1 is not shown to be within 0.05 of GRPO's."))
         lines.append(f"- **{m}** vs {grpo}: distinct right answers {interval_text(d, '{:+.2f}')}, "
                      f"pass@1 {interval_text(p)}: {verdict}")
