@@ -49,7 +49,7 @@ and records as an uninterrupted one, and one started with a different configurat
 
     make countdown      # python -m setpo_lab.cli countdown --full --out results/countdown
 
-which runs ``python -m setpo_lab.studies.countdown --full --out results/countdown`` on the pinned floating-point
+which runs ``python -m setpo_lab run countdown --full --out results/countdown`` on the pinned floating-point
 path (``setpo_lab.repro.arithmetic``; ``--full`` refuses to start without it): a study of several sittings gets
 whatever machine each sitting gets, and torch's AVX2 and AVX-512 kernels give other weights.
 

@@ -560,7 +560,7 @@ def study_command(out: str, smoke: bool, headline_seeds: Sequence[int] = ()) -> 
     folder = Path(out).resolve()
     out = folder.relative_to(ROOT).as_posix() if folder.is_relative_to(ROOT) else str(out)
     grown = f" --set 'headline_seeds={json.dumps(list(headline_seeds), separators=(',', ':'))}'" if headline_seeds else ""
-    return ("python -m setpo_lab.studies.countdown --smoke" if smoke else
+    return ("python -m setpo_lab run countdown --smoke" if smoke else
             f"python -m setpo_lab.cli countdown --full{grown} --out {out}") + ", then notebooks/03_countdown_pass_at_k"
 
 

@@ -8,8 +8,8 @@ but every code path runs. Data, template and reward come from ``setpo.envs.math`
 Laid out like the other studies: the config in ``math_config`` (``MathRunConfig``, the paper's run settings
 as defaults), the stages here (data: ``load_study_problems``; "train": ``train_rl`` per run, ``train_runs`` for
 both; "evaluate": ``evaluate_avg_at_k``, avg@k, and ``evaluate_pass_at_k``; "judge", only with a judge configured:
-``judge_runs``, the LLM-judged diversity of each run's evaluation responses; ``run_study`` runs them, ``main``
-is ``python -m setpo_lab.studies.math``), the figures and tables in ``math_results``.
+``judge_runs``, the LLM-judged diversity of each run's evaluation responses; ``run_study`` runs them, ``COMMAND``
+is ``python -m setpo_lab run math``), the figures and tables in ``math_results``.
 Each run folder is claimed for one configuration (``run_config.json``, ``setpo_lab.studies.stages.claim_folder``):
 a rerun with another one is refused, naming the fields. transformers, TRL, datasets and vLLM are imported
 inside the functions that use them: importing this module (for its config or its figures) must stay light.
@@ -53,7 +53,6 @@ STAGES = ("train", "evaluate", "judge")
 CLOCK_FILE = "sittings.json"
 #: sequences per generation batch when an evaluation samples with ``generate`` (one prompt's n when n is larger)
 EVAL_BATCH_SEQUENCES = 64
-PROG = "python -m setpo_lab.studies.math"
 
 
 #: what to do with a model folder that cannot be loaded (``load_tokenizer``, ``load_model``)

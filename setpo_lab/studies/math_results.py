@@ -6,7 +6,7 @@ records, ``log_history.json``, evaluation results), with the shared builders of 
 - ``trajectory_figure``: where the responses to fixed prompts go over training (``read_probes``);
 - ``results_table``: Pass@1 as avg@k per run and data source (and the judged diversity, with a judge);
   ``figure_record``: the record beside a figure; ``results_record`` (written by ``math._write_results``): the
-  record beside the results table, and the table and record of ``python -m setpo_lab.studies.math`` (``run_dir/results.md``, ``.json``).
+  record beside the results table, and the table and record of ``python -m setpo_lab run math`` (``run_dir/results.md``, ``.json``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ both graders and takes an Adam step on −(1/N) Σ_i c_i log π(a_i | x_i), wher
 The true-quality reward is exact: the policy's expected q over all prompts.
 
 ``compare_methods`` runs GRPO, GRPO with at least SetGRPO's grader budget (more gradings averaged per response) and
-SetGRPO over seeds and prints the table. Run: ``python -m setpo_lab.studies.rubric --seeds 5``.
+SetGRPO over seeds and prints the table. Run: ``python -m setpo_lab run rubric --set seeds=5``.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class TrainConfig:
 
 @dataclass
 class RubricStudyConfig:
-    """The rubric study (``python -m setpo_lab.studies.rubric``): GRPO, budget-matched GRPO and SetGRPO over
+    """The rubric study (``python -m setpo_lab run rubric``): GRPO, budget-matched GRPO and SetGRPO over
     ``seeds`` seeds, one world per seed (``task``: None for the default toy), each run trained with ``train``."""
 
     seeds: int = 5
