@@ -62,11 +62,11 @@ from IPython.display import Image, Markdown, display
 
 from setpo.embed import load_embedder
 from setpo.records import read_json
-from setpo_lab.studies import math_results as mr
 from setpo_lab.studies import short_answers_cure_results as cure
 from setpo_lab.studies import short_answers_results as sar
 from setpo_lab.repro.arithmetic import bf16_matrix_units
-from setpo_lab.studies.figures import ROOT, save_figure, save_table, show, show_table
+from setpo_lab.studies.figures import (ROOT, probe_trajectory_figure, read_probes, save_figure, save_table, show,
+                                       show_table)
 from setpo_lab.studies.short_answers import run_study
 from setpo_lab.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig, run_folder
 from setpo.trl import quiet_libraries
@@ -215,6 +215,6 @@ display(Image(filename=str(ROOT / "figures" / "fig1_toy_mode_collapse.png"), wid
 embedder = load_embedder(cfg.embedder)
 seed0 = {method: run_folder(cfg, label) / "probes.jsonl"
          for label, (method, seed) in cfg.run_labels().items() if seed == cfg.seeds[0]}
-traj, _ = mr.trajectory_figure({m: mr.read_probes(p) for m, p in seed0.items()}, embedder, method="pca",
+traj, _ = probe_trajectory_figure({m: read_probes(p) for m, p in seed0.items()}, embedder, method="pca",
                                title_note=NOTE)
 show(traj)

@@ -56,7 +56,7 @@ from setpo.envs.math import qwen_math_messages
 from setpo_lab.studies import judging
 from setpo_lab.studies import math as ml
 from setpo_lab.studies import math_results as mr
-from setpo_lab.studies.figures import save_figure, save_table, show, show_table
+from setpo_lab.studies.figures import probe_trajectory_figure, read_probes, save_figure, save_table, show, show_table
 from setpo_lab.studies.toolkit import chat_prompts
 from setpo.trl import quiet_libraries
 
@@ -194,8 +194,8 @@ if MATH:
 
 # %%
 if MATH:
-    probes_by_run = {label: mr.read_probes(d / "probes.jsonl") for label, d in run_dirs.items()}
-    traj, traj_data = mr.trajectory_figure(probes_by_run, embedder, method=PROJECTION, seed=cfg.seed, title_note=NOTE)
+    probes_by_run = {label: read_probes(d / "probes.jsonl") for label, d in run_dirs.items()}
+    traj, traj_data = probe_trajectory_figure(probes_by_run, embedder, method=PROJECTION, seed=cfg.seed, title_note=NOTE)
     similarity = mr.probe_similarity(probes_by_run, embedder)
     html, png = save_figure(traj, out / "06_math_trajectories", {**record, "projection": PROJECTION,
                                                                  "probe_similarity": similarity})

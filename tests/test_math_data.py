@@ -11,6 +11,7 @@ from setpo.envs import math as md
 from setpo_lab.studies import math as ml
 from setpo_lab.studies.math_config import folder_name
 from setpo_lab.studies import math_results as mr
+from setpo_lab.studies.figures import hover_text, probe_trajectory_figure, read_probes
 from setpo.trl.tiny_models import build_chat_tokenizer
 from setpo.trl.rewards import math_reward_func
 
@@ -231,7 +232,7 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
     history = json.loads((run_dir / "log_history.json").read_text())
     assert [h["step"] for h in history if "loss" in h] == [1, 2]  # step 1's log came back with the checkpoint
     assert any("setpo/s_mean" in h for h in history)
-    records = mr.read_probes(run_dir / "probes.jsonl")
+    records = read_probes(run_dir / "probes.jsonl")
     assert sorted({r["step"] for r in records}) == [0, 1, 2]  # the resumed run did not sample step 0 or 1 again
     assert len(records) == 3 * cfg.n_probe * cfg.probe_samples
     n_logs = len(logs)  # a finished run is returned as is: nothing trained, nothing logged
@@ -242,10 +243,10 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
     assert 0.0 <= result["avg_at_k"] <= 1.0 and len(result["pass_at_k"]) == cfg.eval_k
     assert ml.evaluate_avg_at_k(cfg, "/nonexistent", val, cache=tmp_path / "eval.json") == result  # cached
 
-    fig, data = mr.trajectory_figure({"SetPO+GRPO": records}, emb, method="pca")
+    fig, data = probe_trajectory_figure({"SetPO+GRPO": records}, emb, method="pca")
     hover = [cd[2] for trace in fig.data for cd in trace.customdata]
     assert len(hover) == len(records) and data["steps"] == [0, 1, 2]
-    assert mr._hover_text(records[0]["text"]) in hover
+    assert hover_text(records[0]["text"]) in hover
 
 
 def test_run_config_checks_and_presets():

@@ -18,7 +18,7 @@ def check_training(device: str, run_root: Path) -> dict:
 
     from setpo.embed import load_embedder
     from setpo_lab.studies import math as ml
-    from setpo_lab.studies import math_results
+    from setpo_lab.studies import figures
     from setpo.trl import quiet_libraries
 
     quiet_libraries()
@@ -45,11 +45,11 @@ def check_training(device: str, run_root: Path) -> dict:
         peak = torch.cuda.max_memory_allocated()
         assert peak > 0, "nothing was allocated on the GPU: training did not run there"
         out["peak_gpu_mib"] = round(peak / 2**20)
-    probes = {label: math_results.read_probes(f.parent / "probes.jsonl") for label, f in finals.items()}
+    probes = {label: figures.read_probes(f.parent / "probes.jsonl") for label, f in finals.items()}
     try:
         import plotly  # noqa: F401
 
-        _, data = math_results.trajectory_figure(probes, embedder, method="pca")
+        _, data = figures.probe_trajectory_figure(probes, embedder, method="pca")
         assert data["steps"] == [0, 2, 3], data["steps"]
         out["trajectory_points"] = sum(len(v["xy"]) for v in data["points"].values())
     except ImportError:  # the bare machine has no plotly: check the projection the figure is drawn from

@@ -14,17 +14,20 @@ drawn from that same Figure, and a run record; plus the builders that several st
 - Builders: ``line_grid`` (panels of curves: pass@k, training curves, sweeps) and ``trajectory_figure`` (one
   embedding-trajectory figure for the toy, Countdown and math studies), with ``project_2d`` /
   ``project_texts`` / ``project_frame`` for the 2-D maps; ``pass_at_k_curves``, ``metric_curves`` and
-  ``run_colour``, the pass@k and training figures every language-model study draws. Each study's own
+  ``run_colour``, the pass@k and training figures every language-model study draws; ``probe_trajectory_figure``
+  (``read_probes``), where any run's responses to its fixed probe prompts go over training. Each study's own
   figures live in its results module (``toy_results``, ``countdown_results``, ``math_results``,
   ``rubric_results``). The static renderer (``plotly_to_png``) lives in ``setpo_lab.studies.static_render``.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
@@ -34,7 +37,7 @@ import numpy as np
 
 from setpo_lab import ROOT
 
-from setpo.records import write_text
+from setpo.records import read_records, write_text
 from setpo_lab.studies.static_render import plotly_to_png
 
 STATIC_ENV = "SETPO_STATIC_FIGURES"
@@ -454,3 +457,51 @@ def trajectory_figure(frame, title: str = "", background: np.ndarray | None = No
     fig.update_layout(title=title, width=min(panel_px[0] * len(panels) + 200, 1400), height=height,
                       template="plotly_white", margin=dict(t=80))
     return fig
+
+
+# ---- responses to fixed prompts over training (any language-model study's probes.jsonl) ----------------------
+
+def read_probes(path: str | Path) -> list[dict]:
+    """The records a run's probe callback wrote (``probes.jsonl``; a last line cut short by a kill is dropped,
+    ``setpo.records.read_records``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no probe file at {p}; train the run first")
+    return read_records(p)
+
+
+def probe_trajectory_figure(probes_by_run: Mapping[str, Sequence[dict]], embedder, method: str = "umap",
+                            seed: int = 0, title_note: str = ""):
+    """Embedding trajectories of the responses to fixed prompts over training, one panel per run.
+
+    probes_by_run: run label -> probe records (``read_probes``). All responses of all runs are embedded with
+    ``embedder`` and projected together (``project_frame``), so panels share one map; the figure is
+    ``trajectory_figure``: colour is the training step, marker shape the probe prompt, filled = correct; hovering
+    shows the response (``hover_text``).
+    Returns (plotly Figure, {"points": {label: {"xy", "step"}}, "steps", "method", "frame"}).
+    """
+    import pandas as pd  # a notebook (lab) dependency, imported when a figure is drawn
+
+    labels = list(probes_by_run)
+    records = [(label, r) for label in labels for r in probes_by_run[label]]
+    if not records:
+        raise ValueError("no probe records to plot")
+    frame = project_frame(pd.DataFrame([{"panel": label, "step": r["step"], "text": r["text"],
+                                         "correct": bool(r["reward"]), "group": r["probe"],
+                                         "hover": hover_text(r["text"])} for label, r in records]),
+                          embedder, method=method, seed=seed)
+    xy = frame[["x", "y"]].to_numpy()
+    fig = trajectory_figure(frame, group_name="prompt", panel_px=(520, 470),
+                            title="Responses to fixed prompts over training "
+                                  f"({method.upper()} of their embeddings; shape: prompt, filled: correct){title_note}")
+    points = {label: {"xy": xy[frame.panel == label].tolist(), "step": frame.step[frame.panel == label].tolist()}
+              for label in labels}
+    return fig, {"points": points, "steps": sorted(set(frame.step)), "method": method, "frame": frame}
+
+
+def hover_text(text: str, width: int = 80, max_lines: int = 12) -> str:
+    """A response as a plotly hover shows it: wrapped at ``width``, at most ``max_lines`` lines, HTML-escaped."""
+    lines = textwrap.wrap(text.replace("\n", " ⏎ "), width) or ["(empty)"]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines] + ["…"]
+    return "<br>".join(html.escape(line) for line in lines)

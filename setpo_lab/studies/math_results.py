@@ -3,7 +3,7 @@ records, ``log_history.json``, evaluation results), with the shared builders of 
 
 - ``pass_at_k_figure`` / ``pass_at_k_table``: the large-budget pass@k comparison against the base model;
 - ``training_figure``: reward, within-group similarity and distinct correct responses over training;
-- ``trajectory_figure``: where the responses to fixed prompts go over training (``read_probes``);
+- where the responses to fixed prompts go over training: ``figures.probe_trajectory_figure`` (any study's probes);
 - ``results_table``: Pass@1 as avg@k per run and data source (and the judged diversity, with a judge);
   ``figure_record``: the record beside a figure; ``results_record`` (written by ``math._write_results``): the
   record beside the results table, and the table and record of ``python -m setpo_lab run math`` (``run_dir/results.md``, ``.json``).
@@ -11,23 +11,17 @@ records, ``log_history.json``, evaluation results), with the shared builders of 
 
 from __future__ import annotations
 
-import html
-import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from setpo.metrics import pass_at_k
-from setpo.records import markdown_table, read_json, read_records
+from setpo.records import markdown_table, read_json
 from setpo_lab.studies.figures import (
     embedder_name,
     metric_curves,
     pass_at_k_curves,
-    project_frame,
     run_colour,
     run_record,
-)
-from setpo_lab.studies.figures import (
-    trajectory_figure as shared_trajectory_figure,
 )
 from setpo_lab.studies.intervals import interval_side, interval_text, paired_ci
 from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
@@ -58,44 +52,6 @@ def pass_at_k_table(results: Mapping[str, dict], ks: Sequence[int] = (1, 4, 16, 
     ks = [k for k in ks if k <= k_max] or [k_max]
     return markdown_table([{"model": label, **{f"pass@{k}": f"{100 * r['pass_at_k'][k - 1]:.1f}" for k in ks}}
                            for label, r in results.items()])
-
-
-def read_probes(path: str | Path) -> list[dict]:
-    """The records a run's probe callback wrote (``probes.jsonl``; a last line cut short by a kill is dropped,
-    ``setpo.records.read_records``)."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"no probe file at {p}; train the run first")
-    return read_records(p)
-
-
-def trajectory_figure(probes_by_run: Mapping[str, Sequence[dict]], embedder, method: str = "umap", seed: int = 0,
-                      title_note: str = ""):
-    """Embedding trajectories of the responses to fixed prompts over training, one panel per run.
-
-    probes_by_run: run label -> probe records (``read_probes``). All responses of all runs are embedded with
-    ``embedder`` and projected together (``setpo_lab.studies.figures.project_texts``), so panels share one map; the
-    figure is the shared ``setpo_lab.studies.figures.trajectory_figure``: colour is the training step, marker shape
-    the probe prompt, filled = correct; hovering shows the response.
-    Returns (plotly Figure, {"points": {label: {"xy", "step"}}, "steps", "method", "frame"}).
-    """
-    import pandas as pd  # a notebook (lab) dependency, imported when a figure is drawn
-
-    labels = list(probes_by_run)
-    records = [(label, r) for label in labels for r in probes_by_run[label]]
-    if not records:
-        raise ValueError("no probe records to plot")
-    frame = project_frame(pd.DataFrame([{"panel": label, "step": r["step"], "text": r["text"],
-                                         "correct": bool(r["reward"]), "group": r["probe"],
-                                         "hover": _hover_text(r["text"])} for label, r in records]),
-                          embedder, method=method, seed=seed)
-    xy = frame[["x", "y"]].to_numpy()
-    fig = shared_trajectory_figure(frame, group_name="prompt", panel_px=(520, 470),
-                title="Responses to fixed prompts over training "
-                      f"({method.upper()} of their embeddings; shape: prompt, filled: correct){title_note}")
-    points = {label: {"xy": xy[frame.panel == label].tolist(), "step": frame.step[frame.panel == label].tolist()}
-              for label in labels}
-    return fig, {"points": points, "steps": sorted(set(frame.step)), "method": method, "frame": frame}
 
 
 TRAINING_KEYS = (("reward", "mean reward"), ("setpo/pairwise_similarity", "within-group similarity"),
@@ -305,10 +261,3 @@ def results_record(record: Mapping, results: Mapping[str, dict], judged: Mapping
     if judged is not None:
         out["judged"] = dict(judged)
     return out
-
-
-def _hover_text(text: str, width: int = 80, max_lines: int = 12) -> str:
-    lines = textwrap.wrap(text.replace("\n", " ⏎ "), width) or ["(empty)"]
-    if len(lines) > max_lines:
-        lines = lines[:max_lines] + ["…"]
-    return "<br>".join(html.escape(line) for line in lines)

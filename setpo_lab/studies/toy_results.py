@@ -14,7 +14,7 @@ import torch
 from setpo.envs.bandit import MultiModalBandit
 from setpo.metrics import mode_coverage
 from setpo_lab.studies.figures import SETPO_COLOURS, project_2d, run_record, save_figure
-from setpo_lab.studies.figures import trajectory_figure as shared_trajectory_figure
+from setpo_lab.studies.figures import trajectory_figure
 
 
 def covered_modes(run, threshold: float = 0.05) -> list[int]:
@@ -46,7 +46,7 @@ def summary_rows(results: dict[str, list], threshold: float = 0.05) -> list[dict
     return out
 
 
-def trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, prompt: int = 0):
+def _figure1(runs: dict, method: str = "umap", seed: int = 0, prompt: int = 0):
     """Figure 1: sampled trajectory embeddings over training (top) and mode mass over training (below), one
     column per run, stars at correct modes.
 
@@ -93,7 +93,7 @@ def trajectory_figure(runs: dict, method: str = "umap", seed: int = 0, prompt: i
                               "color": "grey", "dash": "dot"})
     frame = pd.DataFrame(rows)
     landmarks = [{"x": x, "y": y, "label": m, "correct": m in correct} for m, (x, y) in enumerate(stars)]
-    fig = shared_trajectory_figure(frame, background=xy_all, landmarks=landmarks, curves=curves,
+    fig = trajectory_figure(frame, background=xy_all, landmarks=landmarks, curves=curves,
                             curves_axes=("training step", "policy mass"), group_name="prompt",
                             title=f"Sampled trajectory embeddings over training ({method.upper()}; filled: correct "
                                   "mode, stars: correct modes), and each mode's probability mass")
@@ -117,7 +117,7 @@ def write_figure1(results: dict[str, list], out_dir: Path, projection: str, comm
 
     Returns (plotly figure, html path, png path). Used by `make demo` and notebook 01 alike.
     """
-    fig, _ = trajectory_figure({label: runs[0] for label, runs in results.items()}, method=projection)
+    fig, _ = _figure1({label: runs[0] for label, runs in results.items()}, method=projection)
     record = _figure_record(results, projection, command)
     html, png = save_figure(fig, Path(out_dir) / "fig1_toy_mode_collapse", record)
     return fig, html, png
