@@ -36,9 +36,28 @@ def test_the_example_study_runs_every_stage_through_the_engine_and_resumes(tmp_p
 
 
 def test_the_example_study_refuses_bad_settings():
-    with pytest.raises(ValueError, match="a group of at least 3"):
+    with pytest.raises(ValueError, match="a group >= 3"):
         example.ExampleConfig(group=2)
     with pytest.raises(ValueError, match="steps must be a whole number"):
         example.ExampleConfig(steps=0)
     with pytest.raises(ValueError, match="a seed"):
         example.ExampleConfig(seeds=(-1,))
+    with pytest.raises(ValueError, match="a seed must be a whole number"):  # was a TypeError from "a" + 1
+        example.ExampleConfig(seeds=("a",))
+    for lam in (float("nan"), -1, "0.5", True):  # NaN passed `0 <= lam <= 10`'s first half as text: a TypeError
+        with pytest.raises(ValueError, match="lam must be a number in"):
+            example.ExampleConfig(lam=lam)
+
+
+@pytest.mark.parametrize("setting, match", [("kind=nope", "needs a kind of"), ("embedder=nope", "embedder: 'nope'"),
+                                            ("lam=nan", "lam must be a number")])
+def test_a_bad_setting_is_refused_before_the_folder_is_claimed(tmp_path, capsys, setting, match):
+    """A kind or embedder the study cannot use was refused only once training began, after the folder held
+    config.json and a tiny model: the rerun with the setting fixed was then refused as another config's folder."""
+    from setpo_lab.studies.arguments import run_command
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        run_command(example.COMMAND, ["--smoke", "--out", str(out), "--set", setting])
+    assert stop.value.code == 2 and match in capsys.readouterr().err
+    assert not out.exists()

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from setpo.envs.short_answers import parse_answer, sample_tasks, task_messages, to_trl_records
+from setpo.embed import check_embedder_spec
+from setpo.envs.short_answers import KINDS, parse_answer, sample_tasks, task_messages, to_trl_records
 from setpo.trl.rewards import short_answer_reward
 from setpo_lab.studies.arguments import StudyCommand
 from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
@@ -48,11 +49,14 @@ class ExampleConfig:
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(self.seeds))
         counts = ("steps", "prompts", "group", "max_new_tokens", "eval_prompts", "eval_n")
-        for name, value in [(n, getattr(self, n)) for n in counts] + [("a seed + 1", s + 1) for s in self.seeds]:
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
-                raise ValueError(f"{name} must be a whole number in [1, 100000], got {value!r}")
-        if not self.seeds or self.group < 3 or not 0 <= self.lam <= 10:  # SetPO's leave-one-out set needs 2 others
-            raise ValueError("needs at least one seed, a group of at least 3 and 0 <= lam <= 10")
+        for name, value, low in [(n, getattr(self, n), 1) for n in counts] + [("a seed", s, 0) for s in self.seeds]:
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 100_000:
+                raise ValueError(f"{name} must be a whole number in [{low}, 100000], got {value!r}")
+        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not 0 <= self.lam <= 10:
+            raise ValueError(f"lam must be a number in [0, 10], got {self.lam!r}")  # NaN too: no comparison holds
+        if self.kind not in KINDS or not self.seeds or self.group < 3:  # SetPO's leave-one-out set needs 2 others
+            raise ValueError(f"needs a kind of {KINDS}, a seed and a group >= 3: {self.kind!r}, {self.seeds}, {self.group}")
+        check_embedder_spec(self.embedder)  # here, before the folder is claimed: nothing is written for a bad one
 
     @classmethod
     def smoke(cls, **overrides) -> ExampleConfig:
@@ -75,7 +79,6 @@ def train_run(cfg: ExampleConfig, label: str, log=print_flushed) -> Path:
 
     def fit(final: Path) -> None:
         import torch
-
         tokenizer, model = load_model(base_model(cfg), torch.float32, remedy=REMEDY, tiny=cfg.model_path is None)
         probes = sample_tasks([cfg.kind], "val", 2, seed=0)
         args = rl_trainer_args("grpo", out, seed=seed, save_steps=max(1, cfg.steps // 2), setpo_lambda=lam,
@@ -99,7 +102,6 @@ def evaluate(cfg: ExampleConfig, label: str, model_dir: Path) -> dict:
     """The model's samples on the test prompts, scored: pass@1 and distinct right answers per prompt (cached)."""
     def score() -> dict:
         import torch
-
         tasks = sample_tasks([cfg.kind], "test", cfg.eval_prompts, seed=0)
         tokenizer, model = load_model(model_dir, torch.float32, remedy=REMEDY, tiny=cfg.model_path is None)
         texts = sample_evaluation(model, tokenizer, chat_prompts(tokenizer, tasks, task_messages), cfg.eval_n, seed=1,
