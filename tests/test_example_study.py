@@ -50,7 +50,7 @@ def test_the_example_study_refuses_bad_settings():
 
 
 @pytest.mark.parametrize("setting, match", [("kind=nope", "needs a kind of"), ("embedder=nope", "embedder: 'nope'"),
-                                            ("lam=nan", "lam must be a number")])
+                                            ("lam=nan", "--set lam: expected a finite value")])
 def test_a_bad_setting_is_refused_before_the_folder_is_claimed(tmp_path, capsys, setting, match):
     """A kind or embedder the study cannot use was refused only once training began, after the folder held
     config.json and a tiny model: the rerun with the setting fixed was then refused as another config's folder."""

@@ -130,3 +130,36 @@ def test_the_real_responses_table_refuses_bad_settings_and_a_missing_model_in_on
             status = e.code
         err = capsys.readouterr().err
         assert status == code and words in err and len(err.strip().splitlines()) == 1, argv
+
+
+@pytest.mark.parametrize("study, setting", [
+    ("short_answers_cure", "lam_key=nan"), ("short_answers_cure", "lam_key=NaN"), ("short_answers", "lr=-Infinity"),
+    ("short_answers", "seeds=[0,Infinity]"), ("countdown", "rl_lr=inf"), ("example", "lam=+nan")])
+def test_a_set_value_that_is_not_finite_is_refused_naming_the_field(study, setting, tmp_path, capsys):
+    """json reads NaN and Infinity as numbers and "nan" stays text, which a config then compared with a number
+    (the cure study's lam_key=nan was "'>' not supported between instances of 'str' and 'int'")."""
+    with pytest.raises(SystemExit) as stop:
+        parse_study_args(_command(study), ["--smoke", "--out", str(tmp_path / "out"), "--set", setting])
+    field = setting.partition("=")[0]
+    assert stop.value.code == 2 and f"--set {field}: expected a finite value" in capsys.readouterr().err
+
+
+def test_a_value_of_the_wrong_type_names_the_set_fields(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_study_args(_command("short_answers_cure"), ["--smoke", "--out", str(tmp_path), "--set", "lam_key=abc"])
+    assert stop.value.code == 2 and "(a value of the wrong type? --set lam_key)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("study, setting", [
+    ("short_answers", "embedder=no_such_model"), ("countdown", "paper_embedder=no_such_model"),
+    ("countdown", 'search_embedders=["centered:no_such_model"]'), ("math", "embedder=no_such_model")])
+def test_an_embedder_that_cannot_load_is_refused_before_anything_is_written(study, setting, tmp_path, capsys):
+    """It was refused only when the first run loaded it: after the study's folder was claimed (and, for math,
+    the base model evaluated), so the rerun with the embedder fixed was refused as another configuration's."""
+    out = tmp_path / "out"
+    flag = "--run-dir" if study == "math" else "--out"
+    with pytest.raises(SystemExit) as stop:
+        run_command(_command(study), ["--smoke", flag, str(out), "--set", setting])
+    field = setting.partition("=")[0]
+    assert stop.value.code == 2 and f"{field}: 'no_such_model" in capsys.readouterr().err
+    assert not out.exists()

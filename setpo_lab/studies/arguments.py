@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +48,19 @@ def set_overrides(p: argparse.ArgumentParser, items: Sequence[str], known: Colle
             overrides[key] = json.loads(value)
         except json.JSONDecodeError:
             overrides[key] = value  # a bare string
+        # json reads NaN and Infinity as numbers, and "nan" stays text that a config compares with a number: no
+        # study setting is infinite or NaN, so either is refused here, naming the field
+        if not _finite(overrides[key]) or value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            p.error(f"--set {key}: expected a finite value, got {value!r}")
     return overrides
+
+
+def _finite(value) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, dict)):
+        return all(map(_finite, value.values() if isinstance(value, dict) else value))
+    return True
 
 
 # ---- the one study command: python -m setpo_lab run STUDY --preset ... --out ... --stages ... --set ... ----------
@@ -171,8 +184,11 @@ def parse_study_args(command: StudyCommand, argv: Sequence[str] | None = None):
             from setpo_lab.repro.arithmetic import require_pinned
 
             require_pinned(f"{command.prog} --preset {preset}")
-    except (TypeError, ValueError) as e:
+    except ValueError as e:
         p.error(str(e))
+    except TypeError as e:  # a value of another type than its field's, compared or added in the config's check
+        named = ", ".join(item.partition("=")[0] for item in a.set)
+        p.error(f"{e}" + (f" (a value of the wrong type? --set {named})" if named else ""))
     return cfg, stages, a
 
 

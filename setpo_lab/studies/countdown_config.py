@@ -249,10 +249,15 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
             raise ValueError(f"replication_threads must be 0 (no replication) or a thread count other than threads "
                              f"= {self.threads} (the replication is the study at another floating-point path), got "
                              f"{self.replication_threads}")
-        if not self.dra_embedders or any(not e.strip() for e in self.dra_embedders):
-            raise ValueError("dra_embedders must name embedders")
-        if not self.search_embedders or any(not e.strip() for e in self.search_embedders + (self.paper_embedder,)):
-            raise ValueError("search_embedders and paper_embedder must name embedders")
+        if not self.dra_embedders or not self.search_embedders:
+            raise ValueError("dra_embedders and search_embedders must name embedders")
+        from setpo.embed import check_embedder_spec  # here: importing the config loads no torch
+
+        named = [("paper_embedder", self.paper_embedder), *(("search_embedders", e) for e in self.search_embedders),
+                 *(("dra_embedders", e) for e in self.dra_embedders)]
+        for where, spec in named:  # before the folder is claimed, not when a run loads it
+            if spec != CEILING_EMBEDDER:  # "centered:<spec>": <spec> minus its mean (countdown_data.resolve_embedder)
+                check_embedder_spec(spec.removeprefix("centered:") if isinstance(spec, str) else spec, where)
         if not 0 <= self.max_pass1_loss <= 1:
             raise ValueError(f"max_pass1_loss must be in [0, 1], got {self.max_pass1_loss}")
         if not 0 < self.eval_top_p <= 1:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from setpo.embed import check_embedder_spec
 from setpo.presets import LAMBDA_UNITS, PAPER_RUN, get_preset
 from setpo_lab.studies.judging import JUDGE_FIELDS, JudgeSettings, check_judge_fields
 
@@ -92,6 +93,7 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
 
     def __post_init__(self):
         get_preset(self.algo)
+        check_embedder_spec(self.embedder)  # before the base model is evaluated and a run folder claimed
         for name in ("lam_units", "alt_lam_units"):
             if getattr(self, name) not in LAMBDA_UNITS:
                 raise ValueError(f"{name} must be one of {LAMBDA_UNITS}, got {getattr(self, name)!r}")

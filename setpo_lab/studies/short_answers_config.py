@@ -115,6 +115,13 @@ class ShortAnswerStudyConfig:
             raise ValueError(f"group_size must be >= 3 (SetPO's leave-one-out set), got {self.group_size}")
         if not self.lam > 0:
             raise ValueError(f"lam must be > 0 (the SetPO runs' λ; GRPO is λ = 0), got {self.lam!r}")
+        for name in ("lr", "temperature"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        from setpo.embed import check_embedder_spec  # here: importing the config loads no torch
+
+        check_embedder_spec(self.embedder)  # before a folder is claimed, not when the first run loads it
         for name in ("steps", "prompts_per_step", "train_per_kind", "eval_per_kind", "eval_n", "probe_samples",
                      "probe_every", "max_new_tokens", "save_steps"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
