@@ -147,3 +147,32 @@ def test_untrained_many_answer_kinds_are_right_exactly_where_their_question_says
             assert got == want and task.right_answers == len(want) >= 3 and task.many_answers, task.question
             assert score_answer(f"Answer: {min(want)}", task) == 1.0
             assert score_answer(f"Answer: {max(want) + 1}", task) == 0.0
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("seeds", (True,), "seeds must be distinct whole numbers"), ("seeds", (-1,), "seeds must be distinct whole"),
+    ("save_steps", True, "save_steps must be a whole number"), ("eval_seed", -5, "eval_seed must be a whole number"),
+    ("max_new_tokens", 10**8, "max_new_tokens must be at most"), ("lam_units", "bogus", "lam_units must be one of"),
+    ("bf16", "yes", "bf16 must be true or false"), ("lam", "0.5", "lam must be a positive finite number"),
+    ("lr", float("nan"), "lr must be a positive finite number"), ("temperature", 0, "temperature must be a positive"),
+    ("embedder", "no_such_model", "embedder: 'no_such_model'"), ("model_path", "", "model_path must be a folder")])
+def test_the_study_config_refuses_what_a_run_would_fail_on_later(field, value, match):
+    """Each was taken by the config and failed only when the first run used it (a RuntimeError from torch for a
+    bool seed or a 10^8-token budget, an allocation of 460 GB), after config.json was written: the rerun with the
+    value fixed was then refused as another configuration's folder."""
+    from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
+
+    with pytest.raises(ValueError, match=match):
+        ShortAnswerStudyConfig(**{field: value})
+
+
+def test_a_missing_base_model_is_refused_before_a_folder_is_claimed(tmp_path):
+    from setpo_lab.studies.short_answers import base_table, run_study
+    from setpo_lab.studies.short_answers_config import BaseTableConfig, ShortAnswerStudyConfig
+
+    missing = str(tmp_path / "no_model")
+    with pytest.raises(ValueError, match="no model folder"):
+        run_study(ShortAnswerStudyConfig.preset("smoke", run_dir=str(tmp_path / "study"), model_path=missing))
+    with pytest.raises(ValueError, match="no model folder"):
+        base_table(BaseTableConfig(model_path=missing), tmp_path / "base")
+    assert not (tmp_path / "study").exists() and not (tmp_path / "base").exists()

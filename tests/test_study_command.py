@@ -163,3 +163,12 @@ def test_an_embedder_that_cannot_load_is_refused_before_anything_is_written(stud
     field = setting.partition("=")[0]
     assert stop.value.code == 2 and f"{field}: 'no_such_model" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("setting", ["eval_temperatures=[]", "eval_temperatures=[0.5]"])
+def test_countdown_refuses_evaluation_temperatures_without_the_one_its_record_compares_at(setting, tmp_path, capsys):
+    """The record's comparisons are at T = 1; without it the smoke study trained and then failed far from the
+    setting ("stage 'train' has not finished")."""
+    with pytest.raises(SystemExit) as stop:
+        parse_study_args(_command("countdown"), ["--smoke", "--out", str(tmp_path / "out"), "--set", setting])
+    assert stop.value.code == 2 and "1.0 among them" in capsys.readouterr().err

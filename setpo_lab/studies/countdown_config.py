@@ -262,8 +262,9 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
             raise ValueError(f"max_pass1_loss must be in [0, 1], got {self.max_pass1_loss}")
         if not 0 < self.eval_top_p <= 1:
             raise ValueError(f"eval_top_p must be in (0, 1], got {self.eval_top_p}")
-        if any(not math.isfinite(t) or t <= 0 for t in self.eval_temperatures):
-            raise ValueError(f"eval_temperatures must be positive finite numbers, got {self.eval_temperatures}")
+        if any(not math.isfinite(t) or t <= 0 for t in self.eval_temperatures) or 1.0 not in self.eval_temperatures:
+            raise ValueError(f"eval_temperatures must be positive finite numbers, 1.0 among them (the record compares "
+                             f"the methods at T = 1), got {self.eval_temperatures}")
         betas = (self.main_beta, *(b for _, b in self.other_cells))
         if any(not math.isfinite(b) or b < 0 for b in betas):
             raise ValueError(f"KL betas must be finite numbers >= 0, got {betas}")

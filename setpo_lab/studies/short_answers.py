@@ -111,8 +111,11 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
     from setpo_lab.studies.sampling import sample_completions
 
     out = Path(out)
+    try:
+        model_dir = base_model_folder(cfg.model_path)  # before the folder is claimed: a bad path leaves nothing
+    except FileNotFoundError as e:
+        raise ValueError(str(e)) from None
     claim_folder(out / "base_samples", asdict(cfg))
-    model_dir = base_model_folder(cfg.model_path)
     tok, model = load_model(model_dir, torch.float32, remedy=MODEL_REMEDY)
     rows = []
     for temperature in cfg.temperatures:
@@ -382,6 +385,9 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     chosen = chosen_stages(stages, STAGES)
     if cfg is None:
         raise ValueError("run_study needs a ShortAnswerStudyConfig, got None")
+    if cfg.model_path is not None and not Path(cfg.model_path).expanduser().is_dir():  # before the folder is claimed
+        raise ValueError(f"model_path: no model folder at {cfg.model_path!r}; give a local model folder, or leave it "
+                         "None for the packaged SmolLM2-135M-Instruct")
     claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json", results=cfg.RESULTS,
                  remedy="use another --out, or delete that folder and rerun")
     cfg.check_reusable()

@@ -10,10 +10,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from setpo.envs.short_answers import KINDS, STUDY_KINDS, TaskSpec, sample_tasks
+from setpo.presets import LAMBDA_UNITS
 from setpo.records import read_json
 from setpo_lab.studies.stages import refusal
 
 PROG = "python -m setpo_lab run short_answers"
+#: the most new tokens a completion may have: an answer is one short line, and more is a typo that would allocate
+#: a cache of that length for every sample
+MAX_NEW_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,8 @@ def _check_kinds(kinds) -> None:
     """A ValueError unless ``kinds`` is a non-empty tuple or list of known kind names (a single string, which
     would be read letter by letter, says how to write it)."""
     if isinstance(kinds, str):
-        raise ValueError(f"kinds must be a tuple of task kinds, got the string {kinds!r}; write kinds=({kinds!r},)")
+        raise ValueError(f"kinds must be a list of task kinds, got the string {kinds!r}; write kinds=({kinds!r},) "
+                         f"(on the command line: --set 'kinds=[\"{kinds}\"]')")
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
         raise ValueError(f"unknown task kinds {unknown}; kinds: {', '.join(KINDS)}")
@@ -109,23 +114,36 @@ class ShortAnswerStudyConfig:
     save_steps: int = 5
 
     def __post_init__(self):
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds must be distinct and at least one, got {self.seeds!r}")
-        if self.group_size < 3:
-            raise ValueError(f"group_size must be >= 3 (SetPO's leave-one-out set), got {self.group_size}")
-        if not self.lam > 0:
-            raise ValueError(f"lam must be > 0 (the SetPO runs' λ; GRPO is λ = 0), got {self.lam!r}")
-        for name in ("lr", "temperature"):
+        # every field is checked here, before a folder is claimed: a setting refused only when the first run used
+        # it left config.json behind, and the rerun with it fixed was refused as another configuration's folder
+        whole = lambda v, low: not isinstance(v, bool) and isinstance(v, int) and v >= low  # noqa: E731
+        if (not isinstance(self.seeds, (tuple, list)) or not self.seeds or len(set(self.seeds)) != len(self.seeds)
+                or not all(whole(s, 0) for s in self.seeds)):
+            raise ValueError(f"seeds must be distinct whole numbers >= 0, at least one, got {self.seeds!r}")
+        for name in ("lam", "lr", "temperature"):  # lam: the SetPO runs' λ (GRPO is λ = 0)
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        for name in ("steps", "prompts_per_step", "train_per_kind", "eval_per_kind", "eval_n", "probe_samples",
+                     "probe_every", "max_new_tokens", "save_steps", "group_size", "probe_per_kind"):
+            if not whole(getattr(self, name), 1):
+                raise ValueError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
+        if self.group_size < 3:
+            raise ValueError(f"group_size must be >= 3 (SetPO's leave-one-out set), got {self.group_size}")
+        if self.max_new_tokens > MAX_NEW_TOKENS:
+            raise ValueError(f"max_new_tokens must be at most {MAX_NEW_TOKENS} (an answer is one short line), got "
+                             f"{self.max_new_tokens}")
+        if not whole(self.eval_seed, 0):
+            raise ValueError(f"eval_seed must be a whole number >= 0, got {self.eval_seed!r}")
+        if self.lam_units not in LAMBDA_UNITS:
+            raise ValueError(f"lam_units must be one of {LAMBDA_UNITS}, got {self.lam_units!r}")
+        if not isinstance(self.bf16, bool):
+            raise ValueError(f"bf16 must be true or false, got {self.bf16!r}")
+        if self.model_path is not None and (not isinstance(self.model_path, str) or not self.model_path.strip()):
+            raise ValueError(f"model_path must be a folder or None, got {self.model_path!r}")
         from setpo.embed import check_embedder_spec  # here: importing the config loads no torch
 
-        check_embedder_spec(self.embedder)  # before a folder is claimed, not when the first run loads it
-        for name in ("steps", "prompts_per_step", "train_per_kind", "eval_per_kind", "eval_n", "probe_samples",
-                     "probe_every", "max_new_tokens", "save_steps"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
+        check_embedder_spec(self.embedder)
         _check_kinds(self.kinds)
 
     #: the study's presets, and the command that runs one (a subclass names its own)
