@@ -42,6 +42,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from setpo.embed import check_embedder_spec
 from setpo.presets import PRESETS
 from setpo.records import read_json, write_json
 from setpo_lab.studies import stages
@@ -251,8 +252,6 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
                              f"{self.replication_threads}")
         if not self.dra_embedders or not self.search_embedders:
             raise ValueError("dra_embedders and search_embedders must name embedders")
-        from setpo.embed import check_embedder_spec  # here: importing the config loads no torch
-
         named = [("paper_embedder", self.paper_embedder), *(("search_embedders", e) for e in self.search_embedders),
                  *(("dra_embedders", e) for e in self.dra_embedders)]
         for where, spec in named:  # before the folder is claimed, not when a run loads it

@@ -111,10 +111,7 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
     from setpo_lab.studies.sampling import sample_completions
 
     out = Path(out)
-    try:
-        model_dir = base_model_folder(cfg.model_path)  # before the folder is claimed: a bad path leaves nothing
-    except FileNotFoundError as e:
-        raise ValueError(str(e)) from None
+    model_dir = base_model_folder(cfg.model_path)  # before the folder is claimed: a bad path leaves nothing
     claim_folder(out / "base_samples", asdict(cfg))
     tok, model = load_model(model_dir, torch.float32, remedy=MODEL_REMEDY)
     rows = []
@@ -221,10 +218,14 @@ def _probe_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
 
 
 def base_model_folder(model_path: str | None) -> Path:
-    """The base model: ``model_path`` (it must exist) or the packaged SmolLM2 (prepared once)."""
-    return model_folder(model_path, remedy="give a local model folder, or leave model_path None for the packaged "
-                                           "SmolLM2-135M-Instruct (`python -m setpo.models prepare "
-                                           "smollm2-135m-instruct DIR` makes one)")
+    """The base model: ``model_path`` (it must exist) or the packaged SmolLM2 (prepared once). A missing folder is
+    a ValueError, so that a study command refuses it in one line (exit status 1), not with a traceback."""
+    try:
+        return model_folder(model_path, remedy="give a local model folder, or leave model_path None for the packaged "
+                                               "SmolLM2-135M-Instruct (`python -m setpo.models prepare "
+                                               "smollm2-135m-instruct DIR` makes one)")
+    except FileNotFoundError as e:
+        raise ValueError(str(e)) from None
 
 
 #: what to do with a model folder that does not load
@@ -385,9 +386,8 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     chosen = chosen_stages(stages, STAGES)
     if cfg is None:
         raise ValueError("run_study needs a ShortAnswerStudyConfig, got None")
-    if cfg.model_path is not None and not Path(cfg.model_path).expanduser().is_dir():  # before the folder is claimed
-        raise ValueError(f"model_path: no model folder at {cfg.model_path!r}; give a local model folder, or leave it "
-                         "None for the packaged SmolLM2-135M-Instruct")
+    if cfg.model_path is not None:  # a missing one is refused before the folder is claimed
+        base_model_folder(cfg.model_path)
     claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json", results=cfg.RESULTS,
                  remedy="use another --out, or delete that folder and rerun")
     cfg.check_reusable()

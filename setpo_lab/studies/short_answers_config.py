@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import ClassVar
 
+from setpo.embed import check_embedder_spec
 from setpo.envs.short_answers import KINDS, STUDY_KINDS, TaskSpec, sample_tasks
 from setpo.presets import LAMBDA_UNITS
 from setpo.records import read_json
@@ -141,8 +142,6 @@ class ShortAnswerStudyConfig:
             raise ValueError(f"bf16 must be true or false, got {self.bf16!r}")
         if self.model_path is not None and (not isinstance(self.model_path, str) or not self.model_path.strip()):
             raise ValueError(f"model_path must be a folder or None, got {self.model_path!r}")
-        from setpo.embed import check_embedder_spec  # here: importing the config loads no torch
-
         check_embedder_spec(self.embedder)
         _check_kinds(self.kinds)
 
