@@ -13,9 +13,7 @@ import pytest
 from setpo_lab.repro.at_commit import changed_since, environment_at, has_commit, temporary_worktree
 from setpo_lab.repro.provenance import (ROOT, CODE_HASH, code_changes, code_fingerprint, code_identity, identity_differences,
                                     import_closure, recorded_code)
-from setpo_lab.studies import countdown
-from setpo_lab.studies.countdown_record import (commit_arguments, read_back_stage, record_identities, recorded_time,
-                                            restamped_code, summary_agreement)
+from setpo_lab.studies import countdown, countdown_record
 
 MODULE = '''"""A module."""
 
@@ -99,9 +97,9 @@ def test_a_record_hashed_any_other_way_differs_in_every_file(tmp_path):
 def test_a_restamp_changes_only_the_code_fingerprints_and_names_the_commit_they_are_of():
     recorded = {"files": {"setpo/old.py": "ab" * 8}, "commit": "c" * 40, "dirty": True}
     now = {"hash": CODE_HASH, "files": {"setpo/new.py": "cd" * 8}, "commit": "d" * 40, "dirty": False}
-    assert restamped_code(recorded, now) == {"hash": CODE_HASH, "files": {"setpo/new.py": "cd" * 8},
+    assert countdown_record._restamped_code(recorded, now) == {"hash": CODE_HASH, "files": {"setpo/new.py": "cd" * 8},
                                              "commit": "c" * 40, "dirty": True, "restamped_at": "d" * 40}
-    assert code_changes(restamped_code(recorded, now), now) == []
+    assert code_changes(countdown_record._restamped_code(recorded, now), now) == []
 
 
 def test_every_identity_of_a_record_is_found_and_the_judges_texts_are_not(tmp_path):
@@ -111,7 +109,7 @@ def test_every_identity_of_a_record_is_found_and_the_judges_texts_are_not(tmp_pa
                          "eval/a_T1.json": {"correct": [1], "identity": {"code": {}}},
                          "eval/a_T1.texts.json": [["x"]], "selection.json": {"chosen": "a"}}.items():
         (tmp_path / path).write_text(json.dumps(record))
-    assert sorted(str(p.relative_to(tmp_path)) for p in record_identities(tmp_path)) == [
+    assert sorted(str(p.relative_to(tmp_path)) for p in countdown_record._record_identities(tmp_path)) == [
         "eval/a_T1.json", "identity.json", "rl/a/identity.json"]
 
 
@@ -138,35 +136,35 @@ def test_the_temporary_worktree_holds_the_commits_code_and_is_removed_even_on_er
 def test_the_commits_study_reads_a_copy_back_at_the_same_size_and_settings_and_trains_nothing(tmp_path):
     argv = ["--full", "--set", "headline_seeds=[5,6]", "threads=2", "--out", "results/countdown", "--stages",
             "rl", "--redo", "--judge-url", "http://x"]
-    assert commit_arguments(argv, tmp_path, "evaluate") == ["--full", "--set", "headline_seeds=[5,6]", "threads=2",
-                                                            "--out", str(tmp_path), "--stages", "evaluate"]
-    assert commit_arguments(["--smoke"], tmp_path, "eval")[:2] == ["--smoke", "--out"]
+    assert countdown_record._commit_arguments(argv, tmp_path, "evaluate") == [
+        "--full", "--set", "headline_seeds=[5,6]", "threads=2", "--out", str(tmp_path), "--stages", "evaluate"]
+    assert countdown_record._commit_arguments(["--smoke"], tmp_path, "eval")[:2] == ["--smoke", "--out"]
 
 
 def test_a_commits_study_is_asked_for_its_own_name_of_the_evaluating_stage(tmp_path):
     """Since every study names its stages alike the Countdown study evaluates with "evaluate"; a commit from before
     (whose record the re-stamp reads back with that commit's code) knew it as "eval"."""
-    assert read_back_stage(ROOT) == "evaluate" and "evaluate" in countdown.STAGES
+    assert countdown_record._read_back_stage(ROOT) == "evaluate" and "evaluate" in countdown.STAGES
     module = tmp_path / "setpo_lab" / "studies" / "countdown.py"
     module.parent.mkdir(parents=True)
     module.write_text('STAGES = ("sft", "rl", "eval", "judge")\n')
-    assert read_back_stage(tmp_path) == "eval"
+    assert countdown_record._read_back_stage(tmp_path) == "eval"
 
 
 def test_summaries_agree_on_what_both_carry_except_seconds_and_folder():
     committed = {"runs": [{"name": "a", "accuracy": 0.5, "seconds": 3}], "config": {"out": "x", "lr": 1},
                  "identical": {"models": 9}}
     made = {"runs": [{"name": "a", "accuracy": 0.5, "seconds": 4}], "config": {"out": "/tmp/y", "lr": 1}}
-    assert summary_agreement(made, committed) == (3, [])
+    assert countdown_record._summary_agreement(made, committed) == (3, [])
     made["runs"][0]["accuracy"] = 0.25
-    assert summary_agreement(made, committed) == (3, ["runs.0.accuracy"])
+    assert countdown_record._summary_agreement(made, committed) == (3, ["runs.0.accuracy"])
 
 
 def test_the_remake_time_comes_from_the_records_own_stage_timings():
     summary = {"config": {"threads": 2}, "timings": {"totals": {"sft": 1800.0, "evaluation": 1800.0, "rl": None}},
                "replication": {"config": {"threads": 1}, "timings": {"totals": {"sft": 7200.0}}}}
-    assert recorded_time(summary).startswith("3.0 h of recorded work (1.0 h at 2 threads, the replication 2.0 h at "
-                                             "1 thread;")
+    assert countdown_record._recorded_time(summary).startswith(
+        "3.0 h of recorded work (1.0 h at 2 threads, the replication 2.0 h at 1 thread;")
 
 
 COMMITTED_RECORD = Path(__file__).resolve().parent.parent / "results" / "countdown"
@@ -179,7 +177,7 @@ def test_the_committed_countdown_record_is_at_the_studys_current_code():
     import setpo_lab.studies.countdown as countdown
 
     now = code_identity(countdown.IDENTITY_MODULES, exclude=countdown.NOT_IN_IDENTITY)
-    identities = record_identities(COMMITTED_RECORD)
+    identities = countdown_record._record_identities(COMMITTED_RECORD)
     assert len(identities) > 400
     differ = {str(p.relative_to(COMMITTED_RECORD)): code_changes(i["code"], now) for p, i in identities.items()}
     assert {p: d for p, d in differ.items() if d} == {}

@@ -20,7 +20,8 @@ from setpo_lab.studies.countdown import (
     run_study,
     sft_examples,
 )
-from setpo_lab.studies.countdown_data import answer_text, prompt_text, solution_key
+from setpo_lab.studies import countdown_data
+from setpo_lab.studies.countdown_data import prompt_text, solution_key
 from setpo.trl.tiny_models import ModelSize, build_tokenizer
 from setpo.trl.rewards import countdown_reward
 
@@ -52,7 +53,7 @@ def test_sft_examples_are_distinct_correct_solutions():
 
 
 def test_reward_and_solution_key():
-    good, reordered = answer_text("2*3*4"), answer_text("4*(3*2)")
+    good, reordered = countdown_data._answer_text("2*3*4"), countdown_data._answer_text("4*(3*2)")
     assert countdown_reward([good, "<answer>2+3+4</answer>", "nothing"], numbers=[[2, 3, 4]] * 3,
                             target=[24] * 3) == [1.0, 0.1, 0.0]
     assert solution_key(good) == solution_key(reordered) is not None
@@ -61,9 +62,10 @@ def test_reward_and_solution_key():
 
 def test_evaluate_samples_pass_at_k_and_diversity():
     a, b = CountdownInstance((2, 3, 4), 24), CountdownInstance((1, 2, 3, 4), 10)
+    answer = countdown_data._answer_text
     samples = [
-        [answer_text("2*3*4"), answer_text("4*3*2"), "x", "<answer>1</answer>"],          # 2 correct, 1 mode
-        [answer_text("1+2+3+4"), answer_text("2*3+4*1"), answer_text("4+3+2+1"), "y"],  # 3 correct, 2 modes
+        [answer("2*3*4"), answer("4*3*2"), "x", "<answer>1</answer>"],   # 2 correct, 1 mode
+        [answer("1+2+3+4"), answer("2*3+4*1"), answer("4+3+2+1"), "y"],  # 3 correct, 2 modes
     ]
     r = evaluate_samples([a, b], samples)
     assert r["correct"] == [2, 3] and r["distinct"] == [1, 2]
@@ -109,14 +111,15 @@ def test_config_validation_and_runs():
 
 
 def test_selection_respects_the_pass1_floor():
-    from setpo_lab.studies.countdown import select_on_validation
+    from setpo_lab.studies import countdown
 
     cfg = CountdownLMConfig()
     ev = lambda p1, pn: {"accuracy": p1, "pass_at_k": [p1, pn], "average_modes": 1.0}  # noqa: E731
     a, b, c = (cfg.main_cell(lam=lam, embedder="hash", units="term_std") for lam in (0.3, 1.0, 3.0))
-    best, sel = select_on_validation(cfg, ev(0.30, 0.60), {a: ev(0.29, 0.62), b: ev(0.25, 0.70), c: ev(0.30, 0.62)})
+    best, sel = countdown._select_on_validation(cfg, ev(0.30, 0.60),
+                                                   {a: ev(0.29, 0.62), b: ev(0.25, 0.70), c: ev(0.30, 0.62)})
     assert best == a and sel["qualified"] and not sel["candidates"][b.name]["qualifies"]  # b loses 5 points of pass@1
-    best, sel = select_on_validation(cfg, ev(0.50, 0.60), {b: ev(0.25, 0.70), c: ev(0.30, 0.62)})
+    best, sel = countdown._select_on_validation(cfg, ev(0.50, 0.60), {b: ev(0.25, 0.70), c: ev(0.30, 0.62)})
     assert best == b and not sel["qualified"]  # none qualifies: the best pass@n, flagged
 
 

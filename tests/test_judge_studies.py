@@ -72,7 +72,7 @@ def test_math_study_judged_per_method_with_the_prompt_version(tmp_path, server, 
 
     # 2. judge the finished runs: training and evaluation are reused (the judge is result-neutral for the claims)
     cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(run))
-    first = ml.evaluated_problems(cfg, ml.load_study_problems(cfg)[1])[0].question
+    first = ml._evaluated_problems(cfg, ml.load_study_problems(cfg)[1])[0].question
     judge = server([{"when": first, "reply": "I would rather not grade this."}])  # SCORE: 5 for every other set
     argv = ["--smoke", "--run-dir", str(run), "--stages", "judge", "--judge-url", judge.url, "--judge-model", "judge-m"]
     capsys.readouterr()

@@ -75,10 +75,10 @@ def test_the_committed_table_of_real_responses_is_what_the_checker_says_now():
     import json
     from pathlib import Path
 
-    from setpo_lab.studies.math_responses import score_table
+    from setpo_lab.studies import math_responses
 
     folder = Path(__file__).resolve().parent.parent / "results" / "math"
     kept = json.loads((folder / "real_responses.json").read_text())
-    rows, table = score_table(kept["responses"], kept["settings"]["n"])
+    rows, table = math_responses._score_table(kept["responses"], kept["settings"]["n"])
     assert len(rows) == 20 and table in (folder / "real_responses.md").read_text()
     assert sum(r["extracted"] != "—" for r in rows) >= 8  # stated answers are read

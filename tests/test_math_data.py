@@ -252,10 +252,10 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
 def test_run_config_checks_and_presets():
     cfg = ml.MathRunConfig(algo="dapo")
     assert cfg.runs() == {"DAPO": (0.0, "absolute"), "SetPO+DAPO": (0.2, "absolute")}
-    args = ml.trl_args(ml.MathRunConfig(algo="gspo", use_vllm=False), 0.1, "/tmp/x")
+    args = ml._trl_args(ml.MathRunConfig(algo="gspo", use_vllm=False), 0.1, "/tmp/x")
     assert args.importance_sampling_level == "sequence" and args.setpo_lambda == 0.1
     assert args.setpo_lambda_units == "absolute"
-    assert ml.trl_args(ml.MathRunConfig(use_vllm=False), 0.15, "/tmp/x", "term_std").setpo_lambda_units == "term_std"
+    assert ml._trl_args(ml.MathRunConfig(use_vllm=False), 0.15, "/tmp/x", "term_std").setpo_lambda_units == "term_std"
     # the CPU setting: a third run at a λ in units of the term's spread, folders and files named without spaces
     real = ml.MathRunConfig.cpu_real()
     assert real.runs() == {"GRPO": (0.0, "absolute"), "SetPO+GRPO": (0.05, "absolute"),
@@ -271,7 +271,7 @@ def test_run_config_checks_and_presets():
     # one generation batch of 64 prompts x 6 completions = one optimizer step
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 64 * 6
     assert args.lr_scheduler_type == "constant"
-    with pytest.raises(ValueError, match="num_generations >= 3"):
+    with pytest.raises(ValueError, match="num_generations must be a whole number >= 3"):
         ml.MathRunConfig(num_generations=2)
     with pytest.raises(ValueError, match="multiple of micro_batch"):
         ml.MathRunConfig(prompts_per_step=3, micro_batch=4)
@@ -280,9 +280,9 @@ def test_run_config_checks_and_presets():
 
 
 def test_vllm_work_goes_to_fresh_processes(monkeypatch):
-    assert ml.in_fresh_process(md.math_reward, "so \\boxed{3}", "3") == 1.0  # a real spawned process
+    assert ml._in_fresh_process(md.math_reward, "so \\boxed{3}", "3") == 1.0  # a real spawned process
     calls = []
-    monkeypatch.setattr(ml, "in_fresh_process", lambda fn, *args, **kw: calls.append((fn.__name__, args[1])) or args[1])
+    monkeypatch.setattr(ml, "_in_fresh_process", lambda fn, *args, **kw: calls.append((fn.__name__, args[1])) or args[1])
     cfg = ml.MathRunConfig(use_vllm=True, algo="gspo")
     assert ml.train_runs(cfg, [], [], log=lambda *_: None) == {"GSPO": "GSPO", "SetPO+GSPO": "SetPO+GSPO"}
     assert calls == [("train_rl", "GSPO"), ("train_rl", "SetPO+GSPO")]

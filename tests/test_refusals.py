@@ -152,8 +152,8 @@ def test_json_config_of_a_run_folder(tmp_path, monkeypatch):
 
 
 def test_json_records_of_a_model_folder(tmp_path):
-    """``model_identity`` (which evaluations a model shares) and ``sample_settings`` read a model folder's JSON."""
-    from setpo_lab.studies.math_responses import sample_settings
+    """``model_identity`` (which evaluations a model shares) and ``_sample_settings`` read a model folder's JSON."""
+    from setpo_lab.studies import math_responses
     from setpo_lab.studies.sampling import model_identity
 
     folder = tmp_path / "final"
@@ -165,7 +165,7 @@ def test_json_records_of_a_model_folder(tmp_path):
     check_refusals(messages, "final/tokenizer_config.json",
                    "give an intact model folder (a trained one: delete its run and rerun)")
     (folder / "tokenizer_config.json").unlink()
-    messages = {f: refused(lambda p: sample_settings(folder, 1, 8, 0), folder / "setpo_model.json",
+    messages = {f: refused(lambda p: math_responses._sample_settings(folder, 1, 8, 0), folder / "setpo_model.json",
                            fault_bytes(f, VALID_JSON, payload)) for f in FAULTS}
     check_refusals(messages, "final/setpo_model.json",
                    "give an intact model folder (`python -m setpo.models prepare` makes one)")
@@ -259,9 +259,9 @@ def _model_folder_refusals(tiny_model: Path, tmp_path: Path, load, error=ValueEr
 
 
 def test_countdown_trained_model(tiny_model, tmp_path):
-    from setpo_lab.studies.countdown_training import load_trained
+    from setpo_lab.studies import countdown_training
 
-    messages = _model_folder_refusals(tiny_model, tmp_path, load_trained)
+    messages = _model_folder_refusals(tiny_model, tmp_path, countdown_training._load_trained)
     check_refusals(messages, "sft/final", "delete sft and rerun to train that stage again")
     assert all(m.endswith(f"(cause: not a readable model folder; at {tmp_path / 'study' / 'sft' / 'final'})")
                for m in messages.values())

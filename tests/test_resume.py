@@ -278,7 +278,7 @@ def test_study_folder_refuses_another_config_or_a_missing_one(tmp_path):
 
 
 def test_damaged_finished_model_is_named(countdown, tmp_path):
-    from setpo_lab.studies.countdown_training import load_trained
+    from setpo_lab.studies import countdown_training
 
     *_, sft, _, _ = countdown
     broken = tmp_path / "sft" / "final"
@@ -286,4 +286,4 @@ def test_damaged_finished_model_is_named(countdown, tmp_path):
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(ValueError, match=r"^sft/final: cannot be loaded; delete sft and rerun"):
-        load_trained(broken)
+        countdown_training._load_trained(broken)

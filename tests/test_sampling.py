@@ -82,7 +82,7 @@ def test_an_evaluation_stopped_part_way_resumes_with_the_same_samples(tmp_path):
     # in its own folder: an evaluation kept beside another of the same model would be reused, not resumed
     whole = ml.evaluate_avg_at_k(cfg, model_dir, problems, cache=tmp_path / "whole" / "passk.json")
     # a run that kept only its first batch before it was stopped: the partial file, with a last line cut short
-    first_batch = ml.sample_eval_texts(cfg, model_dir, problems[:2], partial=tmp_path / "cut.partial.jsonl")
+    first_batch = ml._sample_eval_texts(cfg, model_dir, problems[:2], partial=tmp_path / "cut.partial.jsonl")
     assert [texts[:2] for texts in first_batch] == whole["examples"][:2]  # the examples: 2 samples each
     with (tmp_path / "cut.partial.jsonl").open("a") as f:
         f.write('{"first": 2, "texts": [["cut')
@@ -157,7 +157,7 @@ def test_a_model_already_evaluated_alike_is_not_sampled_again(tmp_path, monkeypa
     def no_sampling(*args, **kwargs):
         raise AssertionError("sampled a model that was already evaluated")
 
-    monkeypatch.setattr(ml, "sample_eval_texts", no_sampling)
+    monkeypatch.setattr(ml, "_sample_eval_texts", no_sampling)
     lines = []
     grpo = ml.evaluate_avg_at_k(cfg, untrained, problems, cache=tmp_path / "run" / "passk_grpo.json", label="GRPO",
                              log=lines.append)

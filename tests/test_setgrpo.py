@@ -28,7 +28,8 @@ from setpo.setgrpo import (
     safe_recovery,
     worst_case_agreement,
 )
-from setpo_lab.studies.rubric import LinearSoftmaxPolicy, draw_groups, train_method
+from setpo_lab.studies import rubric
+from setpo_lab.studies.rubric import LinearSoftmaxPolicy, draw_groups
 
 G = 8
 
@@ -378,7 +379,7 @@ def test_toy_setgrpo_ends_above_grpo():
     (``setpo_lab.studies.rubric.compare_methods`` runs five)."""
     gains = []
     for seed in range(3):
-        grpo, sg = (train_method(m, seed=seed) for m in ("grpo", "setgrpo"))
+        grpo, sg = (rubric._train_method(m, seed=seed) for m in ("grpo", "setgrpo"))
         gains.append(sg["final_true_quality"] - grpo["final_true_quality"])
         assert 0 < sum(sg["accepted_ratio"]) / len(sg["accepted_ratio"]) < 1
     assert sum(gains) / len(gains) > 0.01 and sum(g > 0 for g in gains) >= 2

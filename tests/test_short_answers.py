@@ -6,7 +6,8 @@ from setpo.envs.short_answers import (EXAMPLES, KINDS, MAX_DIGITS, SPLITS, answe
                                 sample_tasks, score_answer, split_of, task_from_id, task_messages, tasks_of,
                                 text_after_answer, to_trl_records)
 from setpo.trl.rewards import short_answer_reward
-from setpo_lab.studies.short_answers import BaseTableConfig, kind_row, mixed_share
+from setpo_lab.studies import short_answers
+from setpo_lab.studies.short_answers import BaseTableConfig
 
 
 def test_splits_are_disjoint_by_prompt_and_cover_every_kind():
@@ -95,14 +96,14 @@ def test_sample_tasks_is_reproducible_and_bounded():
 
 
 def test_mixed_share_and_kind_row():
-    assert mixed_share(16, 0, 8) == 0.0 and mixed_share(16, 16, 8) == 0.0
-    assert mixed_share(16, 1, 8) == pytest.approx(0.5)  # the one right sample is drawn half the time
+    assert short_answers._mixed_share(16, 0, 8) == 0.0 and short_answers._mixed_share(16, 16, 8) == 0.0
+    assert short_answers._mixed_share(16, 1, 8) == pytest.approx(0.5)  # the one right sample is drawn half the time
     with pytest.raises(ValueError):
-        mixed_share(4, 1, 8)
+        short_answers._mixed_share(4, 1, 8)
     cfg = BaseTableConfig(n=4, group_size=2, max_new_tokens=5)
     tasks = [task_from_id("between:10:28"), task_from_id("add_1x1:1:1")]
     samples = [["Answer: 11", "Answer: 11", "Answer: 12", "no"], ["Answer: 2", "Answer: 3", "x", "y"]]
-    row = kind_row(tasks, samples, [[3, 3, 3, 5], [3, 3, 1, 1]], cfg)
+    row = short_answers._kind_row(tasks, samples, [[3, 3, 3, 5], [3, 3, 1, 1]], cfg)
     assert row["reward"] == 4 / 8 and row["distinct_right"] == (2 + 1) / 2
     assert row["answer_line"] == 5 / 8 and row["truncated"] == 1 / 8
 

@@ -12,13 +12,11 @@ from setpo.trl.training import weights_sha256
 from setpo_lab.studies.intervals import holm, paired_t_test, sign_flip_p, t_interval
 from setpo_lab.studies.short_answers import run_study
 from setpo_lab.studies.short_answers_config import ConfirmStudyConfig, CureStudyConfig
+from setpo_lab.studies import short_answers_confirm
 from setpo_lab.studies.short_answers_confirm import (
     SEQUENCE,
-    arm_means,
-    check_plan,
     confirm_reading,
     results_markdown,
-    run_confirm,
 )
 
 
@@ -40,7 +38,7 @@ def confirm(tiny_model, tmp_path_factory):
     run_study(cure, ["train"], log=lambda *_: None)
     (root / "cure" / "train" / "key_gated_s0" / "final" / "model.safetensors").unlink()
     lines = []
-    return cfg, run_confirm(cfg, log=lines.append, exploratory=root / "cure"), lines
+    return cfg, short_answers_confirm._run_confirm(cfg, log=lines.append, exploratory=root / "cure"), lines
 
 
 def test_the_confirmatory_preset_is_the_plans():
@@ -107,7 +105,7 @@ def test_the_reading_follows_the_plans_sequence_and_holm(confirm):
         assert secondary[name]["verdict"] == ("confirmed" if h["reject"] else "not confirmed")
     assert (Path(cfg.run_dir) / "results.md").read_text().startswith("# The confirmatory test")
     # the description: each arm's mean over its seeds, the base model as an arm of one
-    means = arm_means(record["per_seed"])
+    means = short_answers_confirm._arm_means(record["per_seed"])
     assert means["base"]["seeds"] == 1 and means["key_gated"]["seeds"] == len(cfg.seeds)
     assert means["key_gated"]["distinct_right"] == pytest.approx(
         sum(record["per_seed"][f"key_gated_s{s}"]["distinct_right"] for s in cfg.seeds) / len(cfg.seeds))
@@ -172,9 +170,9 @@ def test_a_changed_plan_is_refused_after_the_first_run(confirm):
     try:
         plan.write_text(original + "a change after the first run\n")
         with pytest.raises(ValueError, match="a plan changed after the first run is a deviation"):
-            check_plan(cfg)
+            short_answers_confirm._check_plan(cfg)
         with pytest.raises(ValueError, match="deviation"):
-            run_confirm(cfg, ["report"])
+            short_answers_confirm._run_confirm(cfg, ["report"])
     finally:
         plan.write_text(original)
-    assert check_plan(cfg)["sha256"]
+    assert short_answers_confirm._check_plan(cfg)["sha256"]

@@ -13,7 +13,8 @@ from setpo.metrics import pass_at_k
 from setpo_lab.studies.short_answers_config import ARMS, CureStudyConfig, ShortAnswerStudyConfig
 from setpo_lab.studies.short_answers import run_study
 from setpo_lab.studies.intervals import BOOTSTRAP_SEED, paired_bootstrap
-from setpo_lab.studies.short_answers_cure_results import guessing_pass_at_k, prompt_metrics, cure_reading
+from setpo_lab.studies import short_answers_cure_results
+from setpo_lab.studies.short_answers_cure_results import cure_reading
 
 
 @pytest.fixture(scope="module")
@@ -136,13 +137,13 @@ def test_prompt_metrics_and_the_guesser_against_hand_counts():
             import torch
             return torch.ones(len(texts), 2)
 
-    m = prompt_metrics(evaluation, Flat())
+    m = short_answers_cure_results._prompt_metrics(evaluation, Flat())
     assert m["distinct_right"] == [1, None] and m["distinct_all"] == [2, None]
     assert m["answer_entropy"][0] == pytest.approx(-(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3))
     assert m["pass@1"] == [None, 0.75] and m["after_answer"] == [0.25, 0.0]
     assert m["answer_similarity"] == [pytest.approx(1.0), pytest.approx(1.0)]
     # the guesser: 3 of the 4 pooled add_1x1 answers are 4, so q = 3/4 and pass@2 = 1 - (1/4)^2
-    g = guessing_pass_at_k(evaluation, [1, 2])
+    g = short_answers_cure_results._guessing_pass_at_k(evaluation, [1, 2])
     assert g[1][1] == pytest.approx(0.75) and g[2][1] == pytest.approx(1 - 0.25 ** 2)
     assert pass_at_k(4, 3, 1) == pytest.approx(0.75)
 
@@ -179,7 +180,7 @@ def test_presets_and_arms():
 
 
 def test_pilot_choice_takes_the_most_distinct_right_answers_within_pass_at_1_tolerance():
-    from setpo_lab.studies.short_answers_cure_results import pilot_choice
+    from setpo_lab.studies import short_answers_cure_results
 
     cfg = CureStudyConfig.preset("pilot")
     means = {"GRPO": {"pass@1": 0.70, "distinct_right": 3.0}, "base model": {"pass@1": 0.2, "distinct_right": 6.0}}
@@ -188,7 +189,8 @@ def test_pilot_choice_takes_the_most_distinct_right_answers_within_pass_at_1_tol
               ("key_gated", 0.15): (0.50, 4.0), ("key_gated", 0.5): (0.40, 4.5)}
     for (arm, lam), (p1, d) in values.items():
         means[cfg.method_name(arm, lam)] = {"pass@1": p1, "distinct_right": d}
-    assert pilot_choice({"means": means}, cfg) == {"answer": 0.15, "key": 0.5, "key_gated": None}
+    assert short_answers_cure_results._pilot_choice({"means": means}, cfg) == {
+        "answer": 0.15, "key": 0.5, "key_gated": None}
 
 
 def test_the_reading_names_which_half_of_the_rule_fails():

@@ -12,7 +12,8 @@ import scipy.stats
 from setpo_lab.studies.arguments import run_command
 from setpo_lab.studies.short_answers import COMMAND, STAGES, run_study
 from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
-from setpo_lab.studies.short_answers_results import model_metrics, powers_of_two, reading, results_markdown
+from setpo_lab.studies import short_answers_results
+from setpo_lab.studies.short_answers_results import powers_of_two, reading, results_markdown
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +70,15 @@ def test_a_second_call_reuses_every_piece(study):
 def test_a_rerun_of_one_seed_reproduces_its_record(study, tmp_path):
     """The same run in a fresh folder gives the recorded weights and logged steps bit for bit (CPU, one thread
     count); a run with no record, or an unknown one, is refused."""
-    from setpo_lab.studies.short_answers import rerun_check
+    from setpo_lab.studies import short_answers
 
     cfg, _, _ = study
-    check = rerun_check(cfg, "setpo_s1", tmp_path / "again", log=lambda *_: None)
+    check = short_answers._rerun_check(cfg, "setpo_s1", tmp_path / "again", log=lambda *_: None)
     assert check == {"label": "setpo_s1", "same_weights": True, "steps_compared": 3, "differing_steps": {}}
     with pytest.raises(ValueError, match="unknown run"):
-        rerun_check(cfg, "ppo_s9", tmp_path / "x")
+        short_answers._rerun_check(cfg, "ppo_s9", tmp_path / "x")
     with pytest.raises(ValueError, match="no record"):
-        rerun_check(replace(cfg, run_dir=str(tmp_path / "empty")), "grpo_s0", tmp_path / "y")
+        short_answers._rerun_check(replace(cfg, run_dir=str(tmp_path / "empty")), "grpo_s0", tmp_path / "y")
 
 
 def test_the_folder_is_claimed_for_one_configuration(study):
@@ -91,7 +92,7 @@ def test_model_metrics_count_pass_at_k_and_distinct_right_answers():
                   "answers": [[25, 25, 30, 99], [7, None, 8, 7]], "similarity": [0.5, None],
                   "texts": [["Answer: 25", "Answer: 25\nNo, 30.", "Answer: 30\n", "Answer: 99"],
                             ["Answer: 7", "seven\n", "Answer: 8\n\n Question: 2 + 2?", "Answer: 7"]]}
-    m = model_metrics(evaluation)
+    m = short_answers_results._model_metrics(evaluation)
     assert m["distinct_right"] == 2  # 25 and 30; 99 is out of range
     assert m["pass@1"] == pytest.approx(0.5) and m["pass_at_k"][4] == 1.0
     assert m["reward"] == pytest.approx((3 / 4 + 2 / 4) / 2)
@@ -213,7 +214,8 @@ def test_bf16_work_is_refused_on_a_cpu_without_bf16_matrix_units(study, tmp_path
     import shutil
 
     import setpo_lab.repro.arithmetic as arithmetic
-    from setpo_lab.studies.short_answers import evaluate_answers, require_bf16_units, train_run
+    from setpo_lab.studies import short_answers
+    from setpo_lab.studies.short_answers import evaluate_answers, train_run
 
     cfg, _, _ = study
     copy = tmp_path / "kept"
@@ -228,6 +230,6 @@ def test_bf16_work_is_refused_on_a_cpu_without_bf16_matrix_units(study, tmp_path
     with pytest.raises(ValueError, match="evaluating extra runs in bf16 .*bf16=False"):
         evaluate_answers(in_bf16, "extra", final.parent.parent / "grpo_s0" / "final", None, folder="eval_extra")
     assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before  # nothing moved, nothing written
-    require_bf16_units(replace(in_bf16, bf16=False), "float32 work")  # not refused
+    short_answers._require_bf16_units(replace(in_bf16, bf16=False), "float32 work")  # not refused
     monkeypatch.setattr(arithmetic, "bf16_matrix_units", lambda: True)
-    require_bf16_units(in_bf16, "bf16 work on a CPU with the units")  # not refused
+    short_answers._require_bf16_units(in_bf16, "bf16 work on a CPU with the units")  # not refused

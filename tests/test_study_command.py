@@ -1,6 +1,7 @@
 """The one command line of every study (``python -m setpo_lab run STUDY``, ``setpo_lab.studies.arguments``): one
 parser, one preset mechanism, every value checked before any work, and the old module commands forwarding to it."""
 
+import re
 import subprocess
 import sys
 
@@ -51,7 +52,7 @@ def test_a_preset_flag_is_the_preset_and_set_accumulates():
     ("short_answers_base", ["--out", "x", "--set", "kinds=no_such_kind"], "no_such_kind"),
     ("short_answers_base", ["--out", "x", "--set", "n=0"], "n must be a whole number >= 1"),
     ("short_answers_base", ["--out", "x", "--set", "temperatures=hot"], "temperatures: expected comma-separated"),
-    ("short_answers_base", ["--out", "x", "--set", "temperatures=0,1"], "temperatures must be finite numbers > 0"),
+    ("short_answers_base", ["--out", "x", "--set", "temperatures=0,1"], "temperatures must be positive finite numbers"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2_before_any_work(study, argv, match, capsys):
     command = _command(study)
@@ -146,8 +147,8 @@ def test_a_set_value_that_is_not_finite_is_refused_naming_the_field(study, setti
 
 def test_a_value_of_the_wrong_type_names_the_set_fields(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
-        parse_study_args(_command("short_answers_cure"), ["--smoke", "--out", str(tmp_path), "--set", "lam_key=abc"])
-    assert stop.value.code == 2 and "(a value of the wrong type? --set lam_key)" in capsys.readouterr().err
+        parse_study_args(_command("short_answers_cure"), ["--smoke", "--out", str(tmp_path), "--set", "kinds=5"])
+    assert stop.value.code == 2 and "(a value of the wrong type? --set kinds)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("study, setting", [
@@ -171,4 +172,28 @@ def test_countdown_refuses_evaluation_temperatures_without_the_one_its_record_co
     setting ("stage 'train' has not finished")."""
     with pytest.raises(SystemExit) as stop:
         parse_study_args(_command("countdown"), ["--smoke", "--out", str(tmp_path / "out"), "--set", setting])
-    assert stop.value.code == 2 and "1.0 among them" in capsys.readouterr().err
+    assert stop.value.code == 2 and "eval_temperatures must" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rule, good, bad", [
+    ("count", [1, 10**6], [0, -1, True, 1.0, "1", None]), ("seed", [0, 7], [-1, False, 0.0, "0"]),
+    ("group", [3, 8], [2, True, 3.0]), ("limit", [None, 1], [0, "x", True]),
+    ("positive", [1e-9, 2, 0.5], [0, -1, float("nan"), float("inf"), True, "0.5", None]),
+    ("nonnegative", [0, 0.0, 2.5], [-0.1, float("nan"), float("inf"), False, "0"]),
+    ("share", [0, 0.5, 1], [-0.1, 1.1, float("nan"), True, "0.5"]),
+    ("probability", [0.1, 1], [0, 1.1, float("nan"), True]),
+    ("positives", [(0.5,), [1, 2]], [(), (0,), (float("nan"),), "1", (True,)]),
+    ("seeds", [(0,), [3, 1]], [(), (1, 1), (-1,), (True,), ("a",), "01"]), ("flag", [True, False], [1, 0, "true", None]),
+])
+def test_each_field_rule_refuses_what_it_names_and_keeps_what_it_allows(rule, good, bad):
+    """The shared config checks (``arguments.check_fields``): a bool is never a number, NaN and infinity never pass a
+    bound, text is never a number, and the error names the field and the value."""
+    from types import SimpleNamespace
+
+    from setpo_lab.studies.arguments import check_fields
+
+    for value in good:
+        check_fields(SimpleNamespace(x=value), **{rule: ("x",)})
+    for value in bad:
+        with pytest.raises(ValueError, match=rf"^x must be .*, got {re.escape(repr(value))}$"):
+            check_fields(SimpleNamespace(x=value), **{rule: ("x",)})

@@ -3,15 +3,15 @@
 import torch
 
 from setpo.envs.bandit import BanditConfig, MultiModalBandit
-from setpo_lab.studies.toy import ToyConfig, TrajectoryPolicy, mode_mass, train
-from setpo_lab.studies.toy_results import covered_modes
+from setpo_lab.studies import toy, toy_results
+from setpo_lab.studies.toy import ToyConfig, mode_mass, train
 
 SMALL = dict(steps=12, groups_per_step=4, snapshot_every=6, snapshot_samples=16)
 
 
 def test_policy_log_probs_are_a_distribution():
     torch.manual_seed(0)
-    pol = TrajectoryPolicy(num_prompts=2, vocab_size=3, traj_len=3)
+    pol = toy._TrajectoryPolicy(num_prompts=2, vocab_size=3, traj_len=3)
     for p in range(2):
         assert abs(float(pol.sequence_probs(p).sum()) - 1.0) < 1e-5
     masses = mode_mass(pol, MultiModalBandit(BanditConfig(vocab_size=3, num_prompts=2)))
@@ -52,9 +52,9 @@ def test_lambda_zero_setpo_equals_grpo():
 def test_covered_modes_threshold():
     run = train(ToyConfig(**SMALL), progress=False)
     masses = run.history[-1]["mode_mass"]
-    assert covered_modes(run, 1e-9) == [0, 1, 2, 3]
-    assert covered_modes(run, 1.0) == []
-    assert all(masses[m] >= 0.05 for m in covered_modes(run))
+    assert toy_results._covered_modes(run, 1e-9) == [0, 1, 2, 3]
+    assert toy_results._covered_modes(run, 1.0) == []
+    assert all(masses[m] >= 0.05 for m in toy_results._covered_modes(run))
 
 
 def test_compare_shows_one_progress_bar_over_all_runs(capsys):

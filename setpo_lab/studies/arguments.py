@@ -63,6 +63,46 @@ def _finite(value) -> bool:
     return True
 
 
+# ---- a config's fields, checked when it is built (before a folder is claimed) -------------------------------------
+def _whole(value, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+
+
+#: what a study config's field may be: rule -> (the words of its error, the test). Each test checks the type too
+#: (True is not a count, "0.5" is not a λ), and NaN fails every comparison.
+FIELD_RULES = {
+    "count": ("a whole number >= 1", lambda v: _whole(v, 1)),
+    "seed": ("a whole number >= 0", lambda v: _whole(v, 0)),
+    "group": ("a whole number >= 3 (SetPO's leave-one-out set)", lambda v: _whole(v, 3)),
+    "limit": ("a whole number >= 1, or null for none", lambda v: v is None or _whole(v, 1)),
+    "positive": ("a positive finite number", _positive),
+    "nonnegative": ("a finite number >= 0", lambda v: v == 0 and not isinstance(v, bool) or _positive(v)),
+    "share": ("a number in [0, 1]", lambda v: v == 0 and not isinstance(v, bool) or _positive(v) and v <= 1),
+    "probability": ("a number in (0, 1]", lambda v: _positive(v) and v <= 1),
+    "positives": ("positive finite numbers, at least one",
+                  lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(map(_positive, v))),
+    "seeds": ("distinct whole numbers >= 0, at least one", lambda v: isinstance(v, (list, tuple)) and len(v) > 0
+              and all(_whole(s, 0) for s in v) and len(set(v)) == len(v)),
+    "flag": ("true or false", lambda v: isinstance(v, bool)),
+}
+
+
+def check_fields(config, **rules: Sequence[str]) -> None:
+    """A ValueError naming the first field of ``config`` (a study's config dataclass) that breaks its rule:
+    ``rules`` maps a rule of ``FIELD_RULES`` to the fields it governs, e.g. ``check_fields(self, count=("steps",),
+    positive=("lr",))``. Every study's config calls it in ``__post_init__``, so a bad ``--set`` is refused before
+    any work, and the rerun with it fixed is not refused as another configuration's folder."""
+    for rule, names in rules.items():
+        what, ok = FIELD_RULES[rule]
+        for name in names:
+            if not ok(getattr(config, name)):
+                raise ValueError(f"{name} must be {what}, got {getattr(config, name)!r}")
+
+
 # ---- the one study command: python -m setpo_lab run STUDY --preset ... --out ... --stages ... --set ... ----------
 #: options a study may take beyond --preset, --out, --stages and --set: name -> (flags, argparse keywords)
 STUDY_OPTIONS = {

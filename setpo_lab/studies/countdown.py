@@ -150,7 +150,7 @@ def _replication_config(cfg: CountdownLMConfig) -> CountdownLMConfig | None:
                    grid_seeds=cfg.replication_grid_seeds)
 
 
-def select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
+def _select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
                          candidates: dict[RLRun, dict | Sequence[dict]]) -> tuple[RLRun, dict]:
     """The candidate with the highest mean validation pass@n among those whose mean pass@1 is at most
     ``cfg.max_pass1_loss`` below GRPO's (ties: the smaller λ); none qualifying: the highest pass@n, flagged.
@@ -370,11 +370,11 @@ def _train_everything(cfg: CountdownLMConfig, data: CountdownData, warm_start: C
     (out / "val").mkdir(exist_ok=True)
     grpo_val = validate(cfg.main_cell())
     chosen: dict[str, RLRun] = {}
-    setpo, selection = select_on_validation(cfg, grpo_val, {r: validate(r) for r in cfg.search_runs()})
+    setpo, selection = _select_on_validation(cfg, grpo_val, {r: validate(r) for r in cfg.search_runs()})
     chosen["setpo"] = setpo
     for key, candidates in cfg.searches(setpo.embedder).items():
         if key != "setpo":
-            chosen[key], selection[key] = select_on_validation(cfg, grpo_val, {r: validate(r) for r in candidates})
+            chosen[key], selection[key] = _select_on_validation(cfg, grpo_val, {r: validate(r) for r in candidates})
     write_json(out / "selection.json", selection)
     log("[select] chosen on validation: " + "; ".join(f"{k}: {r.variant}" for k, r in chosen.items()))
     runs = cfg.final_runs(chosen)

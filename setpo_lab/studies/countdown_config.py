@@ -46,6 +46,7 @@ from setpo.embed import check_embedder_spec
 from setpo.presets import PRESETS
 from setpo.records import read_json, write_json
 from setpo_lab.studies import stages
+from setpo_lab.studies.arguments import check_fields
 from setpo_lab.studies.judging import JUDGE_FIELDS, JudgeSettings, check_judge_fields, judge_configured, without_judge
 from setpo.trl.tiny_models import ModelSize
 
@@ -219,19 +220,13 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
                                   else c[1]) for c in self.other_cells)
         _check_types(self)
         _check_types(self.model, "model.")
-        for name in ("threads", "n_train", "n_val", "n_test", "sft_solutions_per_problem", "sft_batch_size",
-                     "rl_steps", "rl_prompts_per_step", "rl_max_completion_length", "rl_save_steps", "eval_samples",
-                     "eval_batch_sequences", "n_probe", "probe_samples", "probe_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("sft_epochs", "sft_lr", "rl_lr", "rl_temperature", "paper_lambda"):
-            if not math.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a positive finite number, got {getattr(self, name)}")
-        for name in ("search_lambdas", "pairwise_lambdas", "ceiling_lambdas"):
-            if not getattr(self, name) or any(not math.isfinite(v) or v <= 0 for v in getattr(self, name)):
-                raise ValueError(f"{name} must be non-empty positive finite numbers, got {getattr(self, name)}")
-        if not self.rl_seeds or len(set(self.rl_seeds)) != len(self.rl_seeds):
-            raise ValueError(f"rl_seeds must be distinct and non-empty, got {self.rl_seeds}")
+        check_fields(self, count=("threads", "n_train", "n_val", "n_test", "sft_solutions_per_problem",
+                                  "sft_batch_size", "rl_steps", "rl_prompts_per_step", "rl_max_completion_length",
+                                  "rl_save_steps", "eval_samples", "eval_batch_sequences", "n_probe", "probe_samples",
+                                  "probe_every"),
+                     positive=("sft_epochs", "sft_lr", "rl_lr", "rl_temperature", "paper_lambda"),
+                     positives=("search_lambdas", "pairwise_lambdas", "ceiling_lambdas", "eval_temperatures"),
+                     seeds=("rl_seeds",))
         if len(set(self.headline_seeds)) != len(self.headline_seeds) or set(self.headline_seeds) & set(self.rl_seeds):
             raise ValueError(f"headline_seeds must be distinct and not among rl_seeds {self.rl_seeds}, got "
                              f"{self.headline_seeds}")
@@ -261,9 +256,9 @@ class CountdownLMConfig(JudgeSettings):  # + the optional judge's fields (judgin
             raise ValueError(f"max_pass1_loss must be in [0, 1], got {self.max_pass1_loss}")
         if not 0 < self.eval_top_p <= 1:
             raise ValueError(f"eval_top_p must be in (0, 1], got {self.eval_top_p}")
-        if any(not math.isfinite(t) or t <= 0 for t in self.eval_temperatures) or 1.0 not in self.eval_temperatures:
-            raise ValueError(f"eval_temperatures must be positive finite numbers, 1.0 among them (the record compares "
-                             f"the methods at T = 1), got {self.eval_temperatures}")
+        if 1.0 not in self.eval_temperatures:
+            raise ValueError(f"eval_temperatures must hold 1.0 (the record compares the methods at T = 1), got "
+                             f"{self.eval_temperatures}")
         betas = (self.main_beta, *(b for _, b in self.other_cells))
         if any(not math.isfinite(b) or b < 0 for b in betas):
             raise ValueError(f"KL betas must be finite numbers >= 0, got {betas}")

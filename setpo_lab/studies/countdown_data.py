@@ -36,7 +36,7 @@ def prompt_text(inst: CountdownInstance) -> str:
     return " ".join(str(v) for v in inst.numbers) + f" = {inst.target}\n"
 
 
-def answer_text(expression: str) -> str:
+def _answer_text(expression: str) -> str:
     return f"{ANSWER_OPEN}{expression}{ANSWER_CLOSE}"
 
 
@@ -105,7 +105,7 @@ def sft_examples(instances: Sequence[CountdownInstance], solutions_per_problem: 
         sols = solve(inst.numbers, inst.target)
         if len(sols) > solutions_per_problem:
             sols = rng.sample(sols, solutions_per_problem)
-        out.extend({"prompt": prompt_text(inst), "completion": answer_text(s)} for s in sols)
+        out.extend({"prompt": prompt_text(inst), "completion": _answer_text(s)} for s in sols)
     rng.shuffle(out)
     return out
 
@@ -192,7 +192,7 @@ def diagnose_embedders(cfg: CountdownLMConfig, data: CountdownData, embedders: d
         sols = solve(inst.numbers, inst.target)
         if len(sols) >= 4:
             picked = rng.sample(sols, min(6, len(sols)))
-            problems.append([(answer_text(v), s) for s in picked for v in _surface_variants(s, 3, rng)])
+            problems.append([(_answer_text(v), s) for s in picked for v in _surface_variants(s, 3, rng)])
         if len(problems) >= max_problems:
             break
     specs = dict.fromkeys((cfg.paper_embedder, *cfg.search_embedders))

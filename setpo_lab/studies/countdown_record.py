@@ -11,7 +11,7 @@ study's own arguments:
 
 ``restamp`` says what it checks before it rewrites anything: the record at the code it names
 (``_check_at_commit``: that commit's study, in a temporary git worktree, reads a copy back with its evaluating stage
-(``read_back_stage``), nothing trained, and remakes the committed summary), the two codes' smoke studies bit for bit
+(``_read_back_stage``), nothing trained, and remakes the committed summary), the two codes' smoke studies bit for bit
 (``_same_study_at``), and the re-stamped copy at the new code. Only the ``code`` of each identity changes.
 
 No module of the study imports this one, so it is not part of the study's code identity.
@@ -57,9 +57,9 @@ def _record_at_other_code(cfg: CountdownLMConfig, root: Path = ROOT) -> tuple[di
     return saved, code_changes(saved.get("code", {}), now["code"])
 
 
-def commit_arguments(argv: Sequence[str], out: Path, stage: str) -> list[str]:
+def _commit_arguments(argv: Sequence[str], out: Path, stage: str) -> list[str]:
     """The study's arguments for the commit's own code: the same size (``--full``/``--smoke``) and ``--set``
-    fields, the copy ``out``, and only the ``stage`` that evaluates (``read_back_stage``: read back and summarise;
+    fields, the copy ``out``, and only the ``stage`` that evaluates (``_read_back_stage``: read back and summarise;
     never train, never judge)."""
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--full", action="store_true")
@@ -70,7 +70,7 @@ def commit_arguments(argv: Sequence[str], out: Path, stage: str) -> list[str]:
         "--out", str(out), "--stages", stage]
 
 
-def read_back_stage(tree: Path) -> str:
+def _read_back_stage(tree: Path) -> str:
     """The name of the stage that reads a record back in the study of ``tree`` (a checkout or a worktree of any
     commit with a record): "evaluate" since every study names its stages alike, "eval" before (its stages were
     sft, rl, eval, judge)."""
@@ -88,7 +88,7 @@ def _leaves(value, prefix: str = "") -> dict[str, object]:
     return {prefix.rstrip("."): value}
 
 
-def summary_agreement(made: Mapping, committed: Mapping) -> tuple[int, list[str]]:
+def _summary_agreement(made: Mapping, committed: Mapping) -> tuple[int, list[str]]:
     """(how many values both summaries carry, the paths of those that differ), wall-clock seconds and the folder
     left out; a summary format that gained fields since is compared on what both have."""
     a, b = _leaves(made), _leaves(committed)
@@ -100,7 +100,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 360 else f"{seconds:.0f} s"
 
 
-def recorded_time(summary: Mapping) -> str:
+def _recorded_time(summary: Mapping) -> str:
     """The work the record's stage timings measured (``countdown.stage_timings``: the warm start, RL, evaluation;
     its replication's too), as "<total> of recorded work (<main> at <n> threads, the replication <time> at <m>
     thread; ...)"."""
@@ -141,14 +141,14 @@ def _check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping
         with tempfile.TemporaryDirectory(prefix="setpo-record-") as tmp, temporary_worktree(commit, root) as tree:
             copy = Path(tmp) / out.name
             shutil.copytree(out, copy)
-            failed = _run_study_at(tree, commit_arguments(argv, copy, read_back_stage(tree)), timeout)
+            failed = _run_study_at(tree, _commit_arguments(argv, copy, _read_back_stage(tree)), timeout)
             made = read_json(copy / "results.json", "that commit's study wrote it; rerun the check") \
                 if not failed else {}
         seconds = time.time() - t0
         if failed:
             log(f"the record does NOT check at {when} ({seconds:.0f} s): its code refused it: {failed}")
         else:
-            shared, differ = summary_agreement(made, committed)
+            shared, differ = _summary_agreement(made, committed)
             ok = not differ and shared > 0
             log(f"the record {'checks' if ok else 'does NOT check'} at {when} ({seconds:.0f} s): its code accepted "
                 f"every run and evaluation and remade the summary, which agrees with the committed results.json on "
@@ -156,7 +156,7 @@ def _check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping
                 + (f"; differing: {', '.join(differ[:6])}" + (" ..." if len(differ) > 6 else "") if differ else ""))
     log(f"to finish or resume it at the code that made it: `git checkout {str(commit)[:10]}` and rerun this command")
     log("to remake it at the current code"
-        + (f" ({recorded_time(committed)})" if committed else "") + f": {remake}")
+        + (f" ({_recorded_time(committed)})" if committed else "") + f": {remake}")
     return ok
 
 
@@ -204,8 +204,8 @@ def _same_study_at(commit: str, threads: int, log: Callable[[str], object] = pri
             made[name] = Path(tmp) / name
         agreement = bitwise_agreement(made["now"], made["then"])
         configs = [read_json(made[n] / "config.json") for n in ("then", "now")]
-        _, config_differ = summary_agreement(*configs)
-        shared, summary_differ = summary_agreement(read_json(made["now"] / "results.json"),
+        _, config_differ = _summary_agreement(*configs)
+        shared, summary_differ = _summary_agreement(read_json(made["now"] / "results.json"),
                                                    read_json(made["then"] / "results.json"))
     same = (agreement["models"] > 0 and agreement["models_identical"] == agreement["models"]
             and agreement["evaluations"] > 0 and agreement["evaluations_identical"] == agreement["evaluations"]
@@ -218,7 +218,7 @@ def _same_study_at(commit: str, threads: int, log: Callable[[str], object] = pri
     return same
 
 
-def record_identities(out: Path) -> dict[Path, dict]:
+def _record_identities(out: Path) -> dict[Path, dict]:
     """Every identity a study folder records, by file: its ``identity.json`` files (the study's, each run's, the
     replication's) and the ``identity`` of each cached evaluation."""
     found = {}
@@ -233,7 +233,7 @@ def record_identities(out: Path) -> dict[Path, dict]:
     return found
 
 
-def restamped_code(recorded: Mapping, now: Mapping) -> dict:
+def _restamped_code(recorded: Mapping, now: Mapping) -> dict:
     """A recorded ``code`` identity re-stamped as the code identity ``now`` (``setpo_lab.repro.provenance.
     code_identity`` of this checkout): the files' fingerprints become ``now``'s; the commit that made the
     record and whether its tree was dirty stay, and ``restamped_at`` names the commit whose code the
@@ -248,7 +248,7 @@ def restamp(cfg: CountdownLMConfig, argv: Sequence[str], log: Callable[[str], ob
     checks pass: (1) the code the record is stamped with accepts it and remakes its summary
     (``_check_at_commit``); (2) that code and this checkout's make the same smoke study bit for bit
     (``_same_study_at``); (3) every identity the record holds names the same code; (4) re-stamped in a copy (the
-    ``code`` of each identity, ``record_identities``, becomes ``restamped_code``; nothing else changes), the
+    ``code`` of each identity, ``_record_identities``, becomes ``_restamped_code``; nothing else changes), the
     record is accepted by this checkout's study, which reads it back (``--stages evaluate``) and remakes the same
     summary. Only then is the record itself re-stamped. True when it was."""
     out = Path(cfg.out)
@@ -268,7 +268,7 @@ def restamp(cfg: CountdownLMConfig, argv: Sequence[str], log: Callable[[str], ob
         return False
     if not _same_study_at(stamped_at, cfg.threads, log, root):
         return False
-    identities = record_identities(out)
+    identities = _record_identities(out)
     others = sorted(str(p.relative_to(out)) for p, ident in identities.items()
                     if ident.get("code", {}).get("files") != saved["code"]["files"]
                     or ident.get("code", {}).get("hash") != saved["code"].get("hash"))
@@ -280,9 +280,9 @@ def restamp(cfg: CountdownLMConfig, argv: Sequence[str], log: Callable[[str], ob
         copy = Path(tmp) / out.name
         shutil.copytree(out, copy)
         _write_stamps(copy, [copy / p.relative_to(out) for p in identities], now)
-        failed = _run_study_at(root, commit_arguments(argv, copy, read_back_stage(root)), CHECK_TIMEOUT_S)
+        failed = _run_study_at(root, _commit_arguments(argv, copy, _read_back_stage(root)), CHECK_TIMEOUT_S)
         made = read_json(copy / "results.json") if not failed else {}
-    shared, differ = summary_agreement(made, read_json(out / "results.json", "restore it from git")) \
+    shared, differ = _summary_agreement(made, read_json(out / "results.json", "restore it from git")) \
         if not failed else (0, [])
     ok = not failed and not differ and shared > 0
     log(f"this checkout's study {'accepts' if ok else 'does NOT accept'} a re-stamped copy of the record"
@@ -295,11 +295,11 @@ def restamp(cfg: CountdownLMConfig, argv: Sequence[str], log: Callable[[str], ob
 
 
 def _write_stamps(out: Path, paths: Sequence[Path], now: Mapping) -> None:
-    """Each identity of ``paths`` (``record_identities``'s files) with its ``code`` re-stamped as ``now``."""
+    """Each identity of ``paths`` (``_record_identities``'s files) with its ``code`` re-stamped as ``now``."""
     for path in paths:
         record = read_json(path, "restore it from git")
         target = record if path.name == IDENTITY_FILE else record["identity"]
-        target["code"] = restamped_code(target["code"], now)
+        target["code"] = _restamped_code(target["code"], now)
         write_json(path, record)
 
 

@@ -74,7 +74,7 @@ def train_sft(cfg: CountdownLMConfig, data: CountdownData, out_dir: Path, log=pr
     return train_stage(out_dir, "[sft] the warm start", "the warm start", fit_warm_start, log, identity, redo)
 
 
-def load_trained(model_dir: Path):
+def _load_trained(model_dir: Path):
     """(tokenizer, float32 model) of a finished stage; a damaged folder is a ValueError naming it."""
     if stage_done(model_dir) and not has_model(model_dir):
         raise refusal("recorded as trained, but its model is not here (a study folder keeps its records, not its "
@@ -121,7 +121,7 @@ def train_rl(cfg: CountdownLMConfig, run: RLRun, data: CountdownData, init_dir: 
         run_embedder = make_embedder() if make_embedder is not None else embedder
         out_dir.mkdir(parents=True, exist_ok=True)
         resumed = last_checkpoint(out_dir) is not None
-        tokenizer, model = load_trained(warm_start)
+        tokenizer, model = _load_trained(warm_start)
         tokenizer.padding_side = "left"
         g = run.group_size
         per_step = cfg.rl_prompts_per_step * g  # validated by the config: a multiple of STEPS_PER_GENERATION
@@ -149,7 +149,7 @@ def sample_eval(cfg: CountdownLMConfig, model_dir: Path, instances: Sequence[Cou
                 temperature: float, label: str = "", log=None) -> list[list[str]]:
     """The ``cfg.eval_samples`` completions per problem an evaluation scores (seeded: sampling again gives them
     again). log: a progress line at most every 10 s."""
-    tokenizer, model = load_trained(model_dir)
+    tokenizer, model = _load_trained(model_dir)
     return sample_evaluation(model, tokenizer, [prompt_text(i) for i in instances], cfg.eval_samples,
                              seed=cfg.seed + 1, log=log, label=f"eval {label}", temperature=temperature,
                              top_p=cfg.eval_top_p, max_new_tokens=cfg.rl_max_completion_length,

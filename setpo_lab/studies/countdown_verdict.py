@@ -22,7 +22,7 @@ from setpo_lab.studies.intervals import interval_side, interval_text
 # --------------------------------------------------------------------------------------------------
 
 
-def machine_label(machine: Mapping | None) -> str:
+def _machine_label(machine: Mapping | None) -> str:
     """A short name of the processor an identity records (``setpo_lab.repro.provenance.machine``): its model, its widest
     vector extension and its flags digest, e.g. "AMD EPYC avx512f 6a93d771"; "unrecorded" if none."""
     if not machine:
@@ -37,8 +37,8 @@ def made_on(out: Path, name: str, evaluation: Mapping) -> dict:
     evaluated it (the evaluation's identity): a study of several sittings may have had several."""
     folder = _run_folder(out, name) / "identity.json"
     trained = read_json(folder, "delete the run's folder and rerun").get("machine") if folder.exists() else None
-    return {"trained_on": machine_label(trained),
-            "evaluated_on": machine_label((evaluation.get("identity") or {}).get("machine"))}
+    return {"trained_on": _machine_label(trained),
+            "evaluated_on": _machine_label((evaluation.get("identity") or {}).get("machine"))}
 
 
 def fingerprints(out: Path, name: str, evaluation: Mapping) -> dict:
@@ -118,7 +118,7 @@ def ci_text(d: dict, scale: float = 100.0, digits: int = 1) -> str:
 PASS1_LOSS_BAR = 0.02  # the headline's bar: its pass@n interval above 0 with a mean pass@1 loss ≤ 2 points
 
 
-def headline_bar(head: dict | None) -> bool | None:
+def _headline_bar(head: dict | None) -> bool | None:
     """Whether a headline (chosen SetPO+GRPO − GRPO, a ``paired`` entry) meets the study's bar: pass@n interval
     above 0 and mean pass@1 at most ``PASS1_LOSS_BAR`` below GRPO's (None: no headline or no interval)."""
     if head is None or interval_side(head["passn"]) is None:
@@ -157,7 +157,7 @@ def verdict(summary: dict) -> list[dict]:
                 f"Δ avg modes {ci_text(d['avg_modes'], 1.0, 2)}, Δ width {ci_text(d['width'], 1.0, 1)} ({len(d['seeds'])} seeds)")
 
     if head is not None:
-        bar = headline_bar(head)
+        bar = _headline_bar(head)
         add(f"Does the chosen SetPO+GRPO beat GRPO at pass@{n} in the main cell (interval above 0, pass@1 loss ≤ "
             f"{100 * PASS1_LOSS_BAR:.0f} points)?",
             "yes" if bar else "no" if bar is False else "cannot tell", bar,
@@ -210,7 +210,7 @@ def verdict(summary: dict) -> list[dict]:
     agreement = summary.get("agreement")
     if agreement:
         heads = {k: a["headline"] for k, a in agreement.items()}
-        bars = {k: headline_bar(h) for k, h in heads.items()}
+        bars = {k: _headline_bar(h) for k, h in heads.items()}
         signs = {k: None if h is None else h["passn"]["mean"] > 0 for k, h in heads.items()}
         agree = None if None in bars.values() else len(set(bars.values())) == 1 and len(set(signs.values())) == 1
         add("Does the replication (the whole study at another thread count) agree?",

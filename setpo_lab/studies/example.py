@@ -17,7 +17,7 @@ from pathlib import Path
 from setpo.embed import check_embedder_spec
 from setpo.envs.short_answers import KINDS, parse_answer, sample_tasks, task_messages, to_trl_records
 from setpo.trl.rewards import short_answer_reward
-from setpo_lab.studies.arguments import StudyCommand
+from setpo_lab.studies.arguments import StudyCommand, check_fields
 from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
 from setpo_lab.studies.intervals import interval_text, paired_ci
 from setpo_lab.studies.stages import cached_evaluation, chosen_stages, claim_folder, print_flushed, write_report
@@ -48,14 +48,12 @@ class ExampleConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(self.seeds))
-        counts = ("steps", "prompts", "group", "max_new_tokens", "eval_prompts", "eval_n")
-        for name, value, low in [(n, getattr(self, n), 1) for n in counts] + [("a seed", s, 0) for s in self.seeds]:
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 100_000:
-                raise ValueError(f"{name} must be a whole number in [{low}, 100000], got {value!r}")
+        check_fields(self, count=("steps", "prompts", "max_new_tokens", "eval_prompts", "eval_n"), group=("group",),
+                     seeds=("seeds",))
         if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not 0 <= self.lam <= 10:
             raise ValueError(f"lam must be a number in [0, 10], got {self.lam!r}")  # NaN too: no comparison holds
-        if self.kind not in KINDS or not self.seeds or self.group < 3:  # SetPO's leave-one-out set needs 2 others
-            raise ValueError(f"needs a kind of {KINDS}, a seed and a group >= 3: {self.kind!r}, {self.seeds}, {self.group}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         check_embedder_spec(self.embedder)  # here, before the folder is claimed: nothing is written for a bad one
 
     @classmethod

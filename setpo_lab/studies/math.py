@@ -76,7 +76,7 @@ def load_model(model_path: str | Path, dtype):
     return toolkit.load_causal_lm(model_path, dtype, remedy=MODEL_REMEDY)
 
 
-def in_fresh_process(fn, *args, **kwargs):
+def _in_fresh_process(fn, *args, **kwargs):
     """Run ``fn(*args, **kwargs)`` in a newly spawned Python process and return its result.
 
     Used for everything that starts a vLLM engine: an engine keeps its GPU memory and distributed state until
@@ -112,7 +112,7 @@ def load_study_problems(cfg: MathRunConfig) -> tuple[list[MathProblem], list[Mat
     return train, val
 
 
-def trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str = "absolute"):
+def _trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str = "absolute"):
     """The ``setpo.trl`` config of one run: the preset's loss settings, the paper's sampling, our batch shape."""
     on_gpu = cuda()
     completions = cfg.prompts_per_step * cfg.num_generations
@@ -174,7 +174,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
         tokenizer = load_tokenizer(model_path, tiny=cfg.tiny)
         # float32 master weights (bf16 autocast on a GPU): at lr 1e-6 an update is far below bf16's resolution
         model = load_model(model_path, torch.float32)
-        args = trl_args(cfg, lam, out, units)
+        args = _trl_args(cfg, lam, out, units)
         train_setpo(out, final, model=model, tokenizer=tokenizer, args=args, reward=math_reward_func,
                     rows=to_trl_records(train), embedder=embedder, probes=_math_probes(cfg, probes, tokenizer),
                     probe_every=cfg.probe_every, probes_at_end=True, callbacks=callbacks,
@@ -190,7 +190,7 @@ def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPro
 
 def _generate_vllm(model_dir: str, prompts: list[str], k: int, temperature: float, top_p: float,
                    max_new_tokens: int, seed: int, gpu_memory_utilization: float) -> list[list[str]]:
-    """k samples per (already templated) prompt with vLLM; run it through ``in_fresh_process``."""
+    """k samples per (already templated) prompt with vLLM; run it through ``_in_fresh_process``."""
     from vllm import LLM, SamplingParams  # only in the spawned process that generates: vLLM is heavy and GPU-only
 
     llm = LLM(model=model_dir, seed=seed, gpu_memory_utilization=gpu_memory_utilization)
@@ -203,20 +203,20 @@ def train_runs(cfg: MathRunConfig, train: Sequence[MathProblem], probes: Sequenc
                log=print) -> dict[str, Path]:
     """Every run of ``cfg.runs()`` (baseline, then SetPO), each with ``train_rl``; label -> final model dir.
 
-    With vLLM each run trains in its own spawned process (``in_fresh_process``; the embedder is then loaded
+    With vLLM each run trains in its own spawned process (``_in_fresh_process``; the embedder is then loaded
     there from ``cfg.embedder``), otherwise in this one with the given embedder.
     """
     finals = {}
     for label, (lam, units) in cfg.runs().items():
         if uses_vllm(cfg):
             log(f"[{label}] training in a fresh process (vLLM)")
-            finals[label] = in_fresh_process(train_rl, cfg, label, lam, list(train), list(probes), units=units)
+            finals[label] = _in_fresh_process(train_rl, cfg, label, lam, list(train), list(probes), units=units)
         else:
             finals[label] = train_rl(cfg, label, lam, train, probes, embedder=embedder, log=log, units=units)
     return finals
 
 
-def evaluated_problems(cfg: MathRunConfig, problems: Sequence[MathProblem]) -> list[MathProblem]:
+def _evaluated_problems(cfg: MathRunConfig, problems: Sequence[MathProblem]) -> list[MathProblem]:
     """The problems an evaluation samples: the first ``eval_limit`` (all without one)."""
     return list(problems[:cfg.eval_limit] if cfg.eval_limit else problems)
 
@@ -232,7 +232,7 @@ def passk_file(cfg: MathRunConfig, label: str) -> Path:
     return Path(cfg.run_dir) / f"passk_{folder_name(label)}.json"
 
 
-def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], log=None,
+def _sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], log=None,
                       label: str = "eval", partial: str | Path | None = None) -> list[list[str]]:
     """The ``eval_k`` responses per problem an evaluation scores (seeded: sampling again gives them again): by vLLM
     when ``use_vllm`` resolves true (in a fresh process), else ``generate``, batch by batch. partial: a JSONL file
@@ -245,7 +245,7 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     if uses_vllm(cfg):
         prompts = chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages)
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
-        return in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
+        return _in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
                                 cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
     on_gpu = cuda()
     model = load_model(model_dir, torch.bfloat16 if on_gpu else torch.float32)
@@ -259,7 +259,7 @@ def sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
 
 
 def _sampling_record(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem]) -> dict:
-    """Everything an evaluation's samples depend on (``sample_eval_texts``): the model (``model_identity``;
+    """Everything an evaluation's samples depend on (``_sample_eval_texts``): the model (``model_identity``;
     None for a folder without weight files), the questions, and the settings, batch size and seed included."""
     questions = json.dumps([p.question for p in problems]).encode()
     return {"model": model_identity(model_dir), "questions_sha256": hashlib.sha256(questions).hexdigest(),
@@ -290,14 +290,14 @@ def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
     """Pass@1 as avg@k: k samples per problem at T = eval_temperature, top-p eval_top_p, mean fraction correct.
 
     Also the unbiased pass@j curve for j = 1..k (``setpo.pass_at_k``) and avg@k per data source
-    (``sample_eval_texts`` samples; ``log``/``label``: its progress lines). Cached as JSON in ``cache`` when given;
+    (``_sample_eval_texts`` samples; ``log``/``label``: its progress lines). Cached as JSON in ``cache`` when given;
     texts_file: a JSON file that keeps the sampled responses (for the judge, ``judging.texts_path``; None keeps none).
     A model that an evaluation kept beside ``cache`` already sampled alike (``_evaluation_of_same_model``) gets that
     evaluation, marked ``same_model_as`` its label, with 0 s of sampling.
     Returns {"avg_at_k", "k", "per_source", "pass_at_k", "correct", "n_problems", "examples", "seconds", "label",
     "sampled"} (``_sampling_record``).
     """
-    problems = evaluated_problems(cfg, problems)
+    problems = _evaluated_problems(cfg, problems)
     partial = None if cache is None else Path(cache).with_suffix(".partial.jsonl")
 
     def evaluate() -> dict:
@@ -309,7 +309,7 @@ def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
                     "alike: its evaluation is that one's")
             return {**same, "label": label, "same_model_as": same["label"], "seconds": 0.0}
         t0 = time.time()
-        texts = sample_eval_texts(cfg, model_dir, problems, log=log, label=label, partial=partial)
+        texts = _sample_eval_texts(cfg, model_dir, problems, log=log, label=label, partial=partial)
         if texts_file is not None:
             write_json(Path(texts_file), texts)
         seconds = time.time() - t0 if partial is None else sittings_seconds(partial.with_suffix(".clock.json"))
@@ -373,10 +373,10 @@ def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: S
     run sampled in its avg@k evaluation (``eval_file``; kept beside it when the evaluation ran with a judge,
     else sampled again with its seeds), on the evaluated validation problems; verdicts cached in
     ``run_dir/judge_cache.jsonl``. Returns the judged record ({"judge", "prompt_version", "methods", ...})."""
-    problems = evaluated_problems(cfg, problems)
+    problems = _evaluated_problems(cfg, problems)
     members = [(label, eval_file(cfg, label), Path(final)) for label, final in finals.items()]
     return judging.judge_evaluations(
-        cfg, [p.question for p in problems], members, lambda d: sample_eval_texts(cfg, d, problems),
+        cfg, [p.question for p in problems], members, lambda d: _sample_eval_texts(cfg, d, problems),
         lambda texts: [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts, strict=True)],
         cfg.eval_k,
         cfg.run_dir, log, judge)

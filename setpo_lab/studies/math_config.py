@@ -10,6 +10,7 @@ import torch
 
 from setpo.embed import check_embedder_spec
 from setpo.presets import LAMBDA_UNITS, PAPER_RUN, get_preset
+from setpo_lab.studies.arguments import check_fields
 from setpo_lab.studies.judging import JUDGE_FIELDS, JudgeSettings, check_judge_fields
 
 
@@ -94,20 +95,20 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
     def __post_init__(self):
         get_preset(self.algo)
         check_embedder_spec(self.embedder)  # before the base model is evaluated and a run folder claimed
+        check_fields(self, group=("num_generations",), count=("eval_k", "probe_samples", "probe_every", "save_steps",
+                                                               "prompts_per_step", "n_probe", "passk_max", "micro_batch",
+                                                               "max_completion_length"),
+                     limit=("eval_limit", "train_limit", "val_limit", "passk_limit"), seed=("seed",),
+                     positive=("temperature", "num_train_epochs", "eval_temperature"), nonnegative=("beta",),
+                     probability=("eval_top_p", "vllm_gpu_memory_utilization"))
         for name in ("lam_units", "alt_lam_units"):
             if getattr(self, name) not in LAMBDA_UNITS:
                 raise ValueError(f"{name} must be one of {LAMBDA_UNITS}, got {getattr(self, name)!r}")
         if self.alt_lam is not None and not self.alt_lam > 0:
             raise ValueError(f"alt_lam must be > 0 (or None: no second SetPO run), got {self.alt_lam}")
-        if self.num_generations < 3:
-            raise ValueError(f"SetPO needs num_generations >= 3, got {self.num_generations}")
         if (self.prompts_per_step * self.num_generations) % self.micro_batch:
             raise ValueError(f"prompts_per_step * num_generations ({self.prompts_per_step * self.num_generations}) "
                              f"must be a multiple of micro_batch ({self.micro_batch})")
-        for name in ("eval_k", "probe_samples", "probe_every", "save_steps", "prompts_per_step", "n_probe",
-                     "passk_max"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         check_judge_fields(self, self.eval_k)
 
     @classmethod

@@ -22,14 +22,14 @@ from setpo.envs.math import final_answer, load_math_problems, math_reward
 from setpo.presets import PAPER_RUN
 from setpo_lab import ROOT
 from setpo.records import markdown_table, read_json, write_json, write_text
-from setpo_lab.studies.arguments import StudyCommand, flags_as_set, run_command
+from setpo_lab.studies.arguments import StudyCommand, check_fields, flags_as_set, run_command
 
 GSM8K_TEST = ROOT / "data" / "gsm8k" / "test.parquet"
 #: characters of each response's end shown in the table (the answer sits at the end)
 EXCERPT_CHARS = 160
 
 
-def sample_settings(model_path: str | Path, n: int, max_new_tokens: int, seed: int) -> dict:
+def _sample_settings(model_path: str | Path, n: int, max_new_tokens: int, seed: int) -> dict:
     """What the sampled responses depend on (a rerun with other settings samples again)."""
     record = Path(model_path) / "setpo_model.json"
     remedy = "give an intact model folder (`python -m setpo.models prepare` makes one)"
@@ -60,7 +60,7 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def score_table(responses: list[str], n: int) -> tuple[list[dict], str]:
+def _score_table(responses: list[str], n: int) -> tuple[list[dict], str]:
     """Rows (reference, extracted answer, reward, excerpt) and the markdown table, from the current checker."""
     problems = load_math_problems(GSM8K_TEST, limit=n)
     rows = []
@@ -74,7 +74,7 @@ def score_table(responses: list[str], n: int) -> tuple[list[dict], str]:
 
 
 @dataclass(frozen=True)
-class ResponsesConfig:
+class _ResponsesConfig:
     """What the table samples: one response to each of the first ``n`` GSM8K test problems, at most
     ``max_new_tokens`` tokens, seeded ``seed``, from the model folder ``model_path`` (``--model-path``); ``resample``:
     sample anew even when the kept responses match."""
@@ -90,11 +90,10 @@ class ResponsesConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be a whole number in [{low}, {high}], got {value!r}")
-        if not isinstance(self.resample, bool):
-            raise ValueError(f"resample must be true or false, got {self.resample!r}")
+        check_fields(self, flag=("resample",))
 
 
-def write_table(cfg: ResponsesConfig, out: str | Path) -> str:
+def write_table(cfg: _ResponsesConfig, out: str | Path) -> str:
     """Sample (or take the kept responses), score them with the current checker and write
     ``out/real_responses.json`` and ``out/real_responses.md``; returns the markdown."""
     model_path = cfg.model_path
@@ -104,7 +103,7 @@ def write_table(cfg: ResponsesConfig, out: str | Path) -> str:
                          "smollm2-135m-instruct DIR`)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = sample_settings(model_path, cfg.n, cfg.max_new_tokens, cfg.seed)
+    settings = _sample_settings(model_path, cfg.n, cfg.max_new_tokens, cfg.seed)
     kept = read_json(out / "real_responses.json") if (out / "real_responses.json").is_file() else None
     if kept is not None and kept.get("settings") == settings and not cfg.resample:
         responses, seconds = kept["responses"], kept["sample_seconds"]
@@ -114,7 +113,7 @@ def write_table(cfg: ResponsesConfig, out: str | Path) -> str:
         seconds = round(time.perf_counter() - t0, 1)
         write_json(out / "real_responses.json", {"settings": settings, "sample_seconds": seconds,
                                                  "responses": responses})
-    rows, table = score_table(responses, cfg.n)
+    rows, table = _score_table(responses, cfg.n)
     right = sum(r["reward"] for r in rows)
     found = sum(r["extracted"] != "—" for r in rows)
     text = (f"# Real responses on GSM8K test, scored by `setpo.envs.math`\n\n"
@@ -130,15 +129,15 @@ def write_table(cfg: ResponsesConfig, out: str | Path) -> str:
     return text
 
 
-def _run(cfg: ResponsesConfig, stages, args) -> int:
+def _run(cfg: _ResponsesConfig, stages, args) -> int:
     print(write_table(cfg, args.out))
     return 0
 
 
 #: ``python -m setpo_lab run math_responses --model-path DIR --out results/math --set n=20``
-COMMAND = StudyCommand("math_responses", {"default": ResponsesConfig}, ("evaluate",), _run, default_preset="default",
+COMMAND = StudyCommand("math_responses", {"default": _ResponsesConfig}, ("evaluate",), _run, default_preset="default",
                        folder=None, default_out={"default": "results/math"},
-                       fields=frozenset(f.name for f in fields(ResponsesConfig)) - {"model_path"}, options=("model_path",),
+                       fields=frozenset(f.name for f in fields(_ResponsesConfig)) - {"model_path"}, options=("model_path",),
                        doc=__doc__)
 
 if __name__ == "__main__":  # the recorded form `... math_responses --model-path DIR --n 20 --max-new-tokens 256 ...`

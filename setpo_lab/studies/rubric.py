@@ -5,7 +5,7 @@ Policy (``LinearSoftmaxPolicy``). π(a | x) ∝ exp(φ(x, a)·θ), one θ ∈ R^
 per-response gradient feature is exact: ∇θ log π(a | x) = φ(x, a) − Σ_b π(b | x) φ(x, b) (a response is
 one action, so there is no length to normalise by).
 
-Training (``train_method``). Each step samples ``batch_prompts`` prompts and G responses each, grades them with
+Training (``_train_method``). Each step samples ``batch_prompts`` prompts and G responses each, grades them with
 both graders and takes an Adam step on −(1/N) Σ_i c_i log π(a_i | x_i), where c is
 - "grpo": GRPO's advantage of the mean grader score (the mean of ``grpo_gradings`` gradings per grader), or
 - "setgrpo": SetGRPO's coefficients, recalibrated every K steps on ``n_cal_groups`` fresh groups from the
@@ -46,7 +46,7 @@ from setpo_lab.studies.rubric_results import format_table
 from setpo_lab.studies.stages import StudyResult, chosen_stages, print_flushed
 
 __all__ = ["LinearSoftmaxPolicy", "RubricStudyConfig", "TrainConfig", "compare_methods", "coverage_study",
-           "draw_groups", "format_table", "invariance_table", "risk_study", "run_study", "train_method"]
+           "draw_groups", "format_table", "invariance_table", "risk_study", "run_study"]
 
 
 class LinearSoftmaxPolicy:
@@ -88,7 +88,7 @@ def draw_groups(task: RubricTask, policy: LinearSoftmaxPolicy, n_groups: int, gr
     return heads.repeat_interleave(group_size), policy.sample(heads, group_size, gen)
 
 
-def train_method(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
+def _train_method(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
           train_config: TrainConfig | None = None, seed: int = 0) -> dict:
     """Train the linear policy on the toy with "grpo" or "setgrpo"; return the history.
 
@@ -167,9 +167,9 @@ def compare_methods(seeds=range(5), task_config: RubricToyConfig | None = None,
                                                   / tc.grader_calls_per_step("grpo")))
     rows = []
     for s in seeds:
-        h_g = train_method("grpo", task_config, tc, seed=s)
-        h_m = train_method("grpo", task_config, matched, seed=s)
-        h_s = train_method("setgrpo", task_config, tc, seed=s)
+        h_g = _train_method("grpo", task_config, tc, seed=s)
+        h_m = _train_method("grpo", task_config, matched, seed=s)
+        h_s = _train_method("setgrpo", task_config, tc, seed=s)
         rows.append({"seed": s, "grpo": h_g["final_true_quality"], "grpo_matched": h_m["final_true_quality"],
                      "setgrpo": h_s["final_true_quality"], "best": h_s["best_true_quality"],
                      "gain": h_s["final_true_quality"] - h_g["final_true_quality"],
@@ -310,7 +310,7 @@ def run_study(cfg: RubricStudyConfig, stages: Sequence[str] | None = None, *, lo
                        seconds)
 
 
-def rubric_config(seeds: int = 5, **train) -> RubricStudyConfig:
+def _rubric_config(seeds: int = 5, **train) -> RubricStudyConfig:
     """``--set seeds=5 steps=200 reference=expert``: the seeds and any field of ``TrainConfig`` but SetGRPO's."""
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds must be a whole number >= 1, got {seeds!r}")
@@ -325,7 +325,7 @@ def _run(cfg: RubricStudyConfig, stages: Sequence[str], args) -> int:
 #: ``python -m setpo_lab run rubric --set seeds=5 steps=200 reference=regrade``: GRPO vs SetGRPO on the rubric toy
 #: (true-quality reward at the end); reference: SetGRPO's calibration reference, re-gradings by the same graders
 #: ("regrade") or the expert
-COMMAND = StudyCommand("rubric", {"default": rubric_config}, STAGES, _run, default_preset="default", writes=False,
+COMMAND = StudyCommand("rubric", {"default": _rubric_config}, STAGES, _run, default_preset="default", writes=False,
                        fields=frozenset({"seeds", *TrainConfig.__dataclass_fields__} - {"setgrpo"}),
                        doc="GRPO vs SetGRPO on the rubric toy (true-quality reward at the end).")
 

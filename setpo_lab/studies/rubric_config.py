@@ -3,11 +3,11 @@ knob (``TrainConfig``, CleanRL style) and the study around it (``RubricStudyConf
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from setpo.envs.rubric import RubricToyConfig
 from setpo.setgrpo import SetGRPOConfig
+from setpo_lab.studies.arguments import check_fields
 
 
 def _toy_setgrpo() -> SetGRPOConfig:
@@ -36,14 +36,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.reference not in ("regrade", "expert"):
             raise ValueError(f"reference must be 'regrade' or 'expert', got {self.reference!r}")
-        for name in ("steps", "batch_prompts", "grpo_gradings", "n_cal_groups", "n_regrades"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "n_regrades" else 1):
-                raise ValueError(f"{name} must be a whole number >= {0 if name == 'n_regrades' else 1}, got {value!r}")
-        if self.group_size < 3:
-            raise ValueError(f"group_size must be >= 3, got {self.group_size}")
-        if not math.isfinite(self.lr) or self.lr <= 0:
-            raise ValueError(f"lr must be a positive finite number, got {self.lr}")
+        check_fields(self, count=("steps", "batch_prompts", "grpo_gradings", "n_cal_groups"), seed=("n_regrades",),
+                     group=("group_size",), positive=("lr",))
 
     def grader_calls_per_step(self, method: str) -> float:
         """Training plus amortised calibration grader calls per step (expert calls not included)."""

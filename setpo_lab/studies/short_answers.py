@@ -74,7 +74,7 @@ from setpo_lab.studies.stages import (StudyResult, cached_evaluation, chosen_sta
 from setpo.trl.rewards import short_answer_reward
 
 
-def mixed_share(n: int, right: int, g: int) -> float:
+def _mixed_share(n: int, right: int, g: int) -> float:
     """Probability that g of n samples drawn without replacement, ``right`` of them right, are not all alike."""
     if g > n:
         raise ValueError(f"group_size {g} exceeds the {n} samples per prompt")
@@ -82,7 +82,7 @@ def mixed_share(n: int, right: int, g: int) -> float:
     return 1.0 - alike / math.comb(n, g)
 
 
-def kind_row(tasks: list[TaskSpec], samples: list[list[str]], lengths: list[list[int]], cfg: BaseTableConfig) -> dict:
+def _kind_row(tasks: list[TaskSpec], samples: list[list[str]], lengths: list[list[int]], cfg: BaseTableConfig) -> dict:
     """One row of the table: a kind's numbers over its prompts' samples (texts and their token counts)."""
     rewards, distinct, mixed, answered, cut = [], [], [], 0, 0
     for task, texts, lens in zip(tasks, samples, lengths, strict=True):
@@ -90,7 +90,7 @@ def kind_row(tasks: list[TaskSpec], samples: list[list[str]], lengths: list[list
         right = [task.is_right(v) for v in values]
         rewards += right
         distinct.append(len({v for v, ok in zip(values, right) if ok}))
-        mixed.append(mixed_share(len(texts), sum(right), cfg.group_size))
+        mixed.append(_mixed_share(len(texts), sum(right), cfg.group_size))
         answered += sum(v is not None for v in values)
         cut += sum(k >= cfg.max_new_tokens for k in lens)
     count = len(rewards)
@@ -130,7 +130,7 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
                 cache.write_text(json.dumps({"questions": [t.question for t in tasks], "samples": samples,
                                              "seconds": time.perf_counter() - started}))
             lengths = [[len(tok(s, add_special_tokens=False)["input_ids"]) for s in texts] for texts in samples]
-            row = {"kind": kind, "temperature": temperature, **kind_row(tasks, samples, lengths, cfg)}
+            row = {"kind": kind, "temperature": temperature, **_kind_row(tasks, samples, lengths, cfg)}
             log(f"T={temperature} {kind}: reward {row['reward']:.2f}, mixed groups {row['mixed_groups']:.2f}, "
                 f"distinct right {row['distinct_right']:.1f}, truncated {row['truncated']:.2f}")
             rows.append(row)
@@ -252,7 +252,7 @@ def trainer_args(cfg: ShortAnswerStudyConfig, settings: dict, seed: int, output_
         setpo_share_prompt_pass=True, gradient_checkpointing=False)
 
 
-def require_bf16_units(cfg: ShortAnswerStudyConfig, what: str) -> None:
+def _require_bf16_units(cfg: ShortAnswerStudyConfig, what: str) -> None:
     """Refuse bf16 work (``cfg.bf16``, as every committed short-answer record was made) on a CPU without bf16 matrix
     units: there it runs hundreds of times slower (409 s a training step where the records took about 10), and a
     model trained again there need not round as the recorded one did. A ValueError that says what to do."""
@@ -299,7 +299,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
                              f"prompts × G={cfg.group_size}", heartbeat_label=f"[{label}]")
 
     return train_stage(out, f"[{label}]", f"run {label}", fit, log, need_model=need_model,
-                       can_train=lambda: require_bf16_units(cfg, f"training run {label}"))
+                       can_train=lambda: _require_bf16_units(cfg, f"training run {label}"))
 
 
 def evaluate_answers(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed, *,
@@ -315,7 +315,7 @@ def evaluate_answers(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, e
 
     def evaluate() -> dict:
         chosen = _test_tasks(cfg) if tasks is None else list(tasks)
-        require_bf16_units(cfg, f"evaluating {label}")
+        _require_bf16_units(cfg, f"evaluating {label}")
         # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
         tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32, remedy=MODEL_REMEDY)
         started = time.perf_counter()
@@ -331,7 +331,7 @@ def evaluate_answers(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, e
                              remedy=f"delete {path} and rerun to evaluate {label} again")
 
 
-def rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, log=print_flushed) -> dict:
+def _rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, log=print_flushed) -> dict:
     """Train run ``label`` again in ``scratch`` (same config, a fresh folder) and compare it with the recorded
     run: its weights (SHA-256 in ``done.json``) and every logged step. Returns {"label", "same_weights",
     "steps_compared", "differing_steps" (step -> keys whose values differ)}; on one machine and thread count a
@@ -364,12 +364,12 @@ def rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, lo
 
 
 def rerun_status(cfg: ShortAnswerStudyConfig, label: str) -> int:
-    """``--rerun LABEL`` of a short-answer command: ``rerun_check`` in a temporary folder; the exit status, 0 when
+    """``--rerun LABEL`` of a short-answer command: ``_rerun_check`` in a temporary folder; the exit status, 0 when
     the run came back bit for bit, else 1."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="setpo_rerun_") as scratch:
-        again = rerun_check(cfg, label, scratch)
+        again = _rerun_check(cfg, label, scratch)
     return 0 if again["same_weights"] and not again["differing_steps"] else 1
 
 

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import math
-
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import ClassVar
@@ -13,6 +11,7 @@ from setpo.embed import check_embedder_spec
 from setpo.envs.short_answers import KINDS, STUDY_KINDS, TaskSpec, sample_tasks
 from setpo.presets import LAMBDA_UNITS
 from setpo.records import read_json
+from setpo_lab.studies.arguments import check_fields
 from setpo_lab.studies.stages import refusal
 
 PROG = "python -m setpo_lab run short_answers"
@@ -43,13 +42,8 @@ class BaseTableConfig:
 
     def __post_init__(self):
         _check_kinds(self.kinds)
-        for name in ("per_kind", "n", "max_new_tokens", "group_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-        if not self.temperatures or not all(isinstance(t, (int, float)) and not isinstance(t, bool)
-                                            and math.isfinite(t) and t > 0 for t in self.temperatures):
-            raise ValueError(f"temperatures must be finite numbers > 0, got {self.temperatures!r}")
+        check_fields(self, count=("per_kind", "n", "max_new_tokens", "group_size"), seed=("seed",),
+                     positives=("temperatures",))
 
 
 def _check_kinds(kinds) -> None:
@@ -117,29 +111,15 @@ class ShortAnswerStudyConfig:
     def __post_init__(self):
         # every field is checked here, before a folder is claimed: a setting refused only when the first run used
         # it left config.json behind, and the rerun with it fixed was refused as another configuration's folder
-        whole = lambda v, low: not isinstance(v, bool) and isinstance(v, int) and v >= low  # noqa: E731
-        if (not isinstance(self.seeds, (tuple, list)) or not self.seeds or len(set(self.seeds)) != len(self.seeds)
-                or not all(whole(s, 0) for s in self.seeds)):
-            raise ValueError(f"seeds must be distinct whole numbers >= 0, at least one, got {self.seeds!r}")
-        for name in ("lam", "lr", "temperature"):  # lam: the SetPO runs' λ (GRPO is λ = 0)
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-        for name in ("steps", "prompts_per_step", "train_per_kind", "eval_per_kind", "eval_n", "probe_samples",
-                     "probe_every", "max_new_tokens", "save_steps", "group_size", "probe_per_kind"):
-            if not whole(getattr(self, name), 1):
-                raise ValueError(f"{name} must be a whole number >= 1, got {getattr(self, name)!r}")
-        if self.group_size < 3:
-            raise ValueError(f"group_size must be >= 3 (SetPO's leave-one-out set), got {self.group_size}")
+        check_fields(self, seeds=("seeds",), positive=("lam", "lr", "temperature"),  # lam: the SetPO runs' λ
+                     count=("steps", "prompts_per_step", "train_per_kind", "eval_per_kind", "eval_n", "probe_samples",
+                            "probe_every", "max_new_tokens", "save_steps", "probe_per_kind"),
+                     group=("group_size",), seed=("eval_seed",), flag=("bf16",))
         if self.max_new_tokens > MAX_NEW_TOKENS:
             raise ValueError(f"max_new_tokens must be at most {MAX_NEW_TOKENS} (an answer is one short line), got "
                              f"{self.max_new_tokens}")
-        if not whole(self.eval_seed, 0):
-            raise ValueError(f"eval_seed must be a whole number >= 0, got {self.eval_seed!r}")
         if self.lam_units not in LAMBDA_UNITS:
             raise ValueError(f"lam_units must be one of {LAMBDA_UNITS}, got {self.lam_units!r}")
-        if not isinstance(self.bf16, bool):
-            raise ValueError(f"bf16 must be true or false, got {self.bf16!r}")
         if self.model_path is not None and (not isinstance(self.model_path, str) or not self.model_path.strip()):
             raise ValueError(f"model_path must be a folder or None, got {self.model_path!r}")
         check_embedder_spec(self.embedder)
@@ -305,11 +285,8 @@ class CureStudyConfig(ShortAnswerStudyConfig):
             raise ValueError(f"eval_split must be 'test' or 'val' (never train), got {self.eval_split!r}")
         if self.hard_kinds:
             _check_kinds(self.hard_kinds)
-        for name in ("lam_answer", "lam_key", "lam_key_gated"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if any(not lam > 0 for lam in self.lam_grid):
-            raise ValueError(f"lam_grid values must be > 0, got {self.lam_grid!r}")
+        check_fields(self, positive=("lam_answer", "lam_key", "lam_key_gated"),
+                     positives=("lam_grid",) if self.lam_grid else ())  # () is no grid
 
     PRESETS: ClassVar[dict] = CURE_PRESETS
     COMMAND: ClassVar[str] = f"{PROG}_cure"
@@ -434,10 +411,10 @@ class ConfirmStudyConfig(CureStudyConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_fields(self, positive=("lam_obe",), seeds=("peer_seeds",), share=("heldout_min_right", "heldout_max_right"),
+                     count=("heldout_select_per_kind", "heldout_per_kind"), nonnegative=("heldout_min_distinct",))
         if not set(self.peer_seeds) <= set(self.seeds):
             raise ValueError(f"peer_seeds must be some of seeds {self.seeds}, got {self.peer_seeds}")
-        if not self.lam_obe > 0:
-            raise ValueError(f"lam_obe must be > 0, got {self.lam_obe!r}")
         if self.heldout_candidates:
             _check_kinds(self.heldout_candidates)
         trained = set(self.kinds)

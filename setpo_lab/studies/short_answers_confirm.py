@@ -5,7 +5,7 @@ run (results/short_answers/confirm/PLAN.md; docs/studies/short_answers.md, "The 
 The stages, in order, each resumable (a finished piece is never redone):
 
 - the plan: the record pins the plan's SHA-256 at its first run (``plan.json``) and refuses to run when the file
-  differs (``check_plan``);
+  differs (``_check_plan``);
 - the held-out kinds: the base model on ``heldout_select_per_kind`` train prompts of each candidate kind
   (``heldout_selection/``), and the kinds the plan's rule keeps (``heldout_kinds.json``), before any training;
 - the cure study's ``train`` and ``evaluate`` (``short_answers.run_study``): every (arm, seed) run, each model on the
@@ -79,7 +79,7 @@ STAGES = ("train", "evaluate", "report")
 
 # ---- the plan, pinned ---------------------------------------------------------------------------------------------
 
-def check_plan(cfg: ConfirmStudyConfig) -> dict | None:
+def _check_plan(cfg: ConfirmStudyConfig) -> dict | None:
     """Pin the plan's SHA-256 in ``plan.json`` at the first run; refuse (naming the file and what to do) when the
     plan differs from the one pinned. None when the config names no plan."""
     if cfg.plan is None:
@@ -334,7 +334,7 @@ def results_markdown(record: Mapping) -> str:
     lines += ["", *_decision_notes(record), *_cost_line(record.get("cost"))]
     lines += ["", "Every metric, each arm's mean over its seeds (description; `per_seed` in results.json holds each "
               "model's value):", ""]
-    means = arm_means(record["per_seed"])
+    means = _arm_means(record["per_seed"])
     metrics = list(dict.fromkeys(m for values in means.values() for m in values if m != "seeds"))
     lines += ["| arm | seeds | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 2) + "|"]
     for arm, values in means.items():
@@ -342,7 +342,7 @@ def results_markdown(record: Mapping) -> str:
         lines.append(f"| {arm} | {values['seeds']} | " + " | ".join(cells) + " |")
     exploratory = record.get("exploratory_heldout_distinct_right") or {}
     if exploratory:
-        by_arm = arm_means({label: {"heldout_distinct_right": v} for label, v in exploratory.items()})
+        by_arm = _arm_means({label: {"heldout_distinct_right": v} for label, v in exploratory.items()})
         lines += ["", "The exploratory record's models on the held-out kinds (evaluation only): distinct right answers "
                   "per held-out prompt, each arm's mean over its seeds (per model in results.json):", "",
                   "| arm | seeds | distinct right, held-out kinds |", "|---|---|---|"]
@@ -425,7 +425,7 @@ def _decision_notes(record: Mapping) -> list[str]:
     return [rules, "", agreement]
 
 
-def arm_means(per_seed: Mapping[str, Mapping]) -> dict[str, dict]:
+def _arm_means(per_seed: Mapping[str, Mapping]) -> dict[str, dict]:
     """Each arm's mean of every metric over the seeds that have it ({arm: {"seeds": n, metric: mean or None}});
     labels are ``<arm>_s<seed>``, and "base" is an arm of one model."""
     arms: dict[str, list[Mapping]] = {}
@@ -441,14 +441,14 @@ def arm_means(per_seed: Mapping[str, Mapping]) -> dict[str, dict]:
 
 
 def report(cfg: ConfirmStudyConfig, log=print_flushed, exploratory: str | Path | None = None) -> dict:
-    record = {"command": cfg.command(), "plan": check_plan(cfg), "config": asdict(cfg),
+    record = {"command": cfg.command(), "plan": _check_plan(cfg), "config": asdict(cfg),
               **confirm_reading(cfg, exploratory), "cost": _cost(cfg)}
     write_report(cfg.run_dir, record, results_markdown(record))
     log(f"[report] {record['headline']}")
     return record
 
 
-def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = None, *, log=print_flushed,
+def _run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = None, *, log=print_flushed,
                 exploratory: str | Path | None = None) -> dict:
     """The plan pinned, the held-out kinds chosen, then the study's stages (``run_study``), the models of the
     exploratory record in ``exploratory`` on the held-out kinds (``_evaluate_exploratory``; None: none, the
@@ -458,7 +458,7 @@ def run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = No
     chosen = chosen_stages(stages, STAGES)
     claim_folder(cfg.run_dir, asdict(cfg), REUSE_NEUTRAL_FIELDS, record="config.json", results=cfg.RESULTS,
                  remedy="use another --out, or delete that folder and rerun")
-    check_plan(cfg)
+    _check_plan(cfg)
     embedder = load_embedder(cfg.embedder) if cfg.heldout_candidates or "evaluate" in chosen else None
     if cfg.heldout_candidates:
         _select_heldout(cfg, embedder, log)
@@ -474,7 +474,7 @@ def _run(cfg: ConfirmStudyConfig, stages: Sequence[str], args) -> int:
     if args.rerun:
         return rerun_status(cfg, args.rerun)
     # the committed study evaluates the committed exploratory record's models; a smoke run evaluates none
-    record = run_confirm(cfg, stages, exploratory=EXPLORATORY_RECORD if args.preset in (None, "confirm") else None)
+    record = _run_confirm(cfg, stages, exploratory=EXPLORATORY_RECORD if args.preset in (None, "confirm") else None)
     if record:
         print(results_markdown(record), flush=True)
     return 0

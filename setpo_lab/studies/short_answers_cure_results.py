@@ -66,7 +66,7 @@ def _answer_similarity(answers: Sequence, embedder) -> float | None:
     return round(mean_pairwise_similarity(embedder(lines)), SIMILARITY_DECIMALS) if len(lines) > 1 else None
 
 
-def prompt_metrics(evaluation: Mapping, embedder) -> dict[str, list]:
+def _prompt_metrics(evaluation: Mapping, embedder) -> dict[str, list]:
     """Each metric of ``METRICS`` per prompt of one evaluation (None where it does not apply)."""
     tasks = [task_from_id(t) for t in evaluation["task_ids"]]
     out: dict[str, list] = {key: [] for key in METRICS}
@@ -93,7 +93,7 @@ def _hard_pass_at_k(evaluation: Mapping) -> dict[int, list[float]]:
     return {k: [pass_at_k(n, c, k) for c in right] for k in powers_of_two(n)}
 
 
-def guessing_pass_at_k(base: Mapping, ks: Sequence[int]) -> dict[int, list[float]]:
+def _guessing_pass_at_k(base: Mapping, ks: Sequence[int]) -> dict[int, list[float]]:
     """k -> the guessing baseline's pass@k per prompt (module docstring), from the base model's evaluation."""
     tasks = [task_from_id(t) for t in base["task_ids"]]
     pools: dict[str, Counter] = {}
@@ -178,7 +178,7 @@ def report(cfg: CureStudyConfig, log=print_flushed) -> dict:
     methods = list(cfg.methods())
     by_method = {m: [label for label, (mm, _) in labels.items() if mm == m] for m in methods}
     evaluations = {label: read_json(eval_path(cfg, label), "run the evaluate stage") for label in ["base", *labels]}
-    per_prompt = {label: prompt_metrics(e, minilm) for label, e in evaluations.items()}
+    per_prompt = {label: _prompt_metrics(e, minilm) for label, e in evaluations.items()}
     grpo = next((m for m in methods if cfg.arm_of(m) == "grpo"), None)
     comparisons = []
     for m in methods:
@@ -199,7 +199,7 @@ def report(cfg: CureStudyConfig, log=print_flushed) -> dict:
               "comparisons": comparisons, "hard": hard, "runs": runs, "reading": None}
     record["reading"] = cure_reading(record)
     if cfg.lam_grid:
-        record["pilot_choice"] = pilot_choice(record, cfg)
+        record["pilot_choice"] = _pilot_choice(record, cfg)
         record["reading"] += "- Pilot's λ per arm (most distinct right answers at a pass@1 within 0.05 of GRPO's): " \
             + ", ".join(f"{a}: {lam if lam is not None else 'none qualifies'}"
                         for a, lam in record["pilot_choice"].items()) + ".\n"
@@ -217,7 +217,7 @@ def _hard(cfg: CureStudyConfig, by_method: Mapping[str, list[str]]) -> dict:
     base_k = _hard_pass_at_k(base)
     ks = list(base_k)
     curves = {"base model": {k: float(np.mean(v)) for k, v in base_k.items()},
-              "guessing": {k: float(np.mean(v)) for k, v in guessing_pass_at_k(base, ks).items()}}
+              "guessing": {k: float(np.mean(v)) for k, v in _guessing_pass_at_k(base, ks).items()}}
     per_method = {}
     for m, labels in by_method.items():
         rows = [_hard_pass_at_k(read_json(folder / f"{label}.json", "run the evaluate stage")) for label in labels
@@ -231,7 +231,7 @@ def _hard(cfg: CureStudyConfig, by_method: Mapping[str, list[str]]) -> dict:
     for m, rows in per_method.items():
         a = np.array([r[k_max] for r in rows])
         for other, b in ((grpo, np.array([r[k_max] for r in per_method[grpo]]) if grpo else None),
-                         ("base", np.array([base_k[k_max]])), ("guessing", np.array([guessing_pass_at_k(base, [k_max])[k_max]]))):
+                         ("base", np.array([base_k[k_max]])), ("guessing", np.array([_guessing_pass_at_k(base, [k_max])[k_max]]))):
             if other is None or other == m or b is None or (b.shape[0] > 1 and b.shape != a.shape):
                 continue
             comparisons.append({"metric": f"pass@{k_max} (pass@k prompts)", "a": m, "b": other,
@@ -279,7 +279,7 @@ def cure_reading(record: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pilot_choice(record: Mapping, cfg: CureStudyConfig, tolerance: float = 0.05) -> dict[str, float | None]:
+def _pilot_choice(record: Mapping, cfg: CureStudyConfig, tolerance: float = 0.05) -> dict[str, float | None]:
     """The pilot's λ for each arm with a λ grid: the λ whose run keeps the most distinct right answers among
     those whose pass@1 is within ``tolerance`` of GRPO's (on the pilot's validation prompts); None when no λ
     qualifies (then the arm's λ needs another look, not a default)."""

@@ -45,7 +45,7 @@ def powers_of_two(n: int) -> list[int]:
     return [2 ** j for j in range(n.bit_length()) if 2 ** j <= n]
 
 
-def model_metrics(evaluation: Mapping) -> dict:
+def _model_metrics(evaluation: Mapping) -> dict:
     """The metrics of one ``eval/<label>.json`` (module docstring)."""
     tasks = [task_from_id(t) for t in evaluation["task_ids"]]
     answers = evaluation["answers"]
@@ -92,10 +92,10 @@ def report(cfg: ShortAnswerStudyConfig, log=print_flushed) -> dict:
     """Read every evaluation and run of the study, write ``results.json`` and ``results.md`` into its folder and
     log where; returns the results record (``results_markdown`` renders its tables; the command line prints them)."""
     root = Path(cfg.run_dir)
-    models = {"base": model_metrics(read_json(root / "eval" / "base.json", "run the evaluate stage"))}
+    models = {"base": _model_metrics(read_json(root / "eval" / "base.json", "run the evaluate stage"))}
     runs = {}
     for label in cfg.run_labels():
-        models[label] = model_metrics(read_json(root / "eval" / f"{label}.json", "run the evaluate stage"))
+        models[label] = _model_metrics(read_json(root / "eval" / f"{label}.json", "run the evaluate stage"))
         runs[label] = training_series(root / "train" / label)
     by_method, paired = {}, []
     labels = cfg.run_labels()

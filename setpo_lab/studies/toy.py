@@ -36,7 +36,7 @@ from setpo_lab.studies.toy_config import REUSE_NEUTRAL_FIELDS, ToyConfig, ToyStu
 from setpo_lab.studies.toy_results import coverage_rows, summary_rows, write_figure1
 
 
-class TrajectoryPolicy(nn.Module):
+class _TrajectoryPolicy(nn.Module):
     """π(t_1..t_L | prompt) = Π_k π(t_k | prompt, t_<k): an MLP over one-hots of the prompt, the position and
     the prefix (later tokens zeroed), so every position is scored in one batched pass."""
 
@@ -76,7 +76,7 @@ class TrajectoryPolicy(nn.Module):
         return self.token_log_probs(torch.full((len(grid),), prompt), grid).sum(-1).exp()
 
 
-def mode_mass(policy: TrajectoryPolicy, world: MultiModalBandit) -> torch.Tensor:
+def mode_mass(policy: _TrajectoryPolicy, world: MultiModalBandit) -> torch.Tensor:
     """(num_prompts, num_modes) exact probability mass the policy puts on each mode, per prompt."""
     c = world.config
     return torch.stack([
@@ -88,7 +88,7 @@ def mode_mass(policy: TrajectoryPolicy, world: MultiModalBandit) -> torch.Tensor
 @dataclass
 class ToyRun:
     config: ToyConfig
-    policy: TrajectoryPolicy
+    policy: _TrajectoryPolicy
     history: list[dict]      # one row of metrics per step
     snapshots: list[dict]    # {"step", "embeddings" (n, D), "modes" (n,), "tokens" (n, L)}
 
@@ -176,8 +176,8 @@ def _train(cfg: ToyConfig, bar) -> ToyRun:
     preset = get_preset(cfg.algo)
     world = MultiModalBandit(cfg.bandit)
     torch.manual_seed(cfg.seed)
-    policy = TrajectoryPolicy(cfg.bandit.num_prompts, cfg.bandit.vocab_size, cfg.bandit.traj_len, cfg.hidden)
-    ref = TrajectoryPolicy(cfg.bandit.num_prompts, cfg.bandit.vocab_size, cfg.bandit.traj_len, cfg.hidden)
+    policy = _TrajectoryPolicy(cfg.bandit.num_prompts, cfg.bandit.vocab_size, cfg.bandit.traj_len, cfg.hidden)
+    ref = _TrajectoryPolicy(cfg.bandit.num_prompts, cfg.bandit.vocab_size, cfg.bandit.traj_len, cfg.hidden)
     ref.load_state_dict(policy.state_dict())
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed + 1)

@@ -17,7 +17,7 @@ from setpo_lab.studies.figures import SETPO_COLOURS, project_2d, run_record, sav
 from setpo_lab.studies.figures import trajectory_figure
 
 
-def covered_modes(run, threshold: float = 0.05) -> list[int]:
+def _covered_modes(run, threshold: float = 0.05) -> list[int]:
     """Correct modes holding at least ``threshold`` of the final policy's exact mass (averaged over prompts)."""
     masses = run.history[-1]["mode_mass"]
     cov = mode_coverage(range(len(masses)), range(run.config.bandit.num_correct), threshold, weights=masses)
@@ -30,7 +30,7 @@ def coverage_rows(results: dict[str, list], threshold: float = 0.05) -> list[dic
     for label, runs in results.items():
         for run in runs:
             last = run.history[-1]
-            rows.append({"method": label, "seed": run.config.seed, "modes_covered": len(covered_modes(run, threshold)),
+            rows.append({"method": label, "seed": run.config.seed, "modes_covered": len(_covered_modes(run, threshold)),
                          "correct_mass": round(last["correct_mass"], 3),
                          "correct_mode_masses": [round(m, 2) for m in last["mode_mass"][: run.config.bandit.num_correct]]})
     return rows
@@ -39,7 +39,7 @@ def coverage_rows(results: dict[str, list], threshold: float = 0.05) -> list[dic
 def summary_rows(results: dict[str, list], threshold: float = 0.05) -> list[dict]:
     out = []
     for label, runs in results.items():
-        cov = [len(covered_modes(r, threshold)) for r in runs]
+        cov = [len(_covered_modes(r, threshold)) for r in runs]
         reward = sum(r.history[-1]["correct_mass"] for r in runs) / len(runs)
         out.append({"method": label, "seeds": len(runs), "modes covered per seed": cov, "min modes": min(cov),
                     "mean final reward": round(reward, 3)})
