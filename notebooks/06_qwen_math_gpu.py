@@ -56,7 +56,8 @@ from setpo.envs.math import qwen_math_messages
 from setpo_lab.studies import judging
 from setpo_lab.studies import math as ml
 from setpo_lab.studies import math_results as mr
-from setpo_lab.studies.figures import probe_trajectory_figure, read_probes, save_figure, save_table, show, show_table
+from setpo_lab.studies.figures import (models_pass_at_k_figure, probe_trajectory_figure, read_probes, save_figure,
+                                      save_table, show, show_table, trainer_log_figure)
 from setpo_lab.studies.toolkit import chat_prompts
 from setpo.trl import quiet_libraries
 
@@ -151,7 +152,7 @@ if MATH:
 # %%
 if MATH:
     record = mr.figure_record(cfg)
-    fig = mr.training_figure(run_dirs, title=f"{ALGO.upper()} vs SetPO+{ALGO.upper()} during training{NOTE}")
+    fig = trainer_log_figure(run_dirs, title=f"{ALGO.upper()} vs SetPO+{ALGO.upper()} during training{NOTE}")
     html, png = save_figure(fig, out / "06_math_training", record)
     show(fig, png)
 
@@ -178,7 +179,7 @@ if MATH:
     diffs = mr.paired_differences(passk, pairs)
     show_table(mr.paired_table(diffs))
     save_table(mr.paired_table(diffs), out / "06_math_paired", {**record, "paired": diffs})
-    passk_fig = mr.pass_at_k_figure(passk, title=f"Base model vs {ALGO.upper()} vs SetPO+{ALGO.upper()}{NOTE}")
+    passk_fig = models_pass_at_k_figure(passk, title=f"Base model vs {ALGO.upper()} vs SetPO+{ALGO.upper()}{NOTE}")
     html, png = save_figure(passk_fig, out / "06_math_pass_at_k",
                             {**record, "pass_at_k": {k: r["pass_at_k"] for k, r in passk.items()}})
     show(passk_fig, png)

@@ -25,7 +25,7 @@ from setpo.envs.arguments import Parser, nonnegative_float, positive_int
 
 # Notebooks whose full run regenerates committed figures. 04 runs its own study (the cure study's notebook
 # preset: resumable in runs/real_llm_notebook; later runs only draw) and draws the committed short-answer
-# records (`python -m setpo_lab.studies.short_answers study`, `python -m setpo_lab.studies.short_answers_cure`). 06 needs a
+# records (`python -m setpo_lab run short_answers`, `python -m setpo_lab run short_answers_cure`). 06 needs a
 # model path (a GPU): without one its cells say so and draw nothing.
 FIGURE_NOTEBOOKS = [
     "01_toy_mode_collapse",

@@ -11,7 +11,8 @@ from setpo.envs import math as md
 from setpo_lab.studies import math as ml
 from setpo_lab.studies.math_config import folder_name
 from setpo_lab.studies import math_results as mr
-from setpo_lab.studies.figures import hover_text, probe_trajectory_figure, read_probes
+from setpo_lab.studies.figures import (hover_text, models_pass_at_k_figure, probe_trajectory_figure, read_probes,
+                                      trainer_log_figure)
 from setpo.trl.tiny_models import build_chat_tokenizer
 from setpo.trl.rewards import math_reward_func
 
@@ -221,11 +222,11 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
     probes = val[:cfg.n_probe]
     emb = HashedNgramEmbedder()
     with pytest.raises(_Crash):
-        ml.train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, callbacks=[CrashAfterFirstSave()])
+        ml._train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, callbacks=[CrashAfterFirstSave()])
     run_dir = tmp_path / "run" / "SetPO_GRPO"
     assert (run_dir / "checkpoint-1").is_dir() and not (run_dir / "final").exists()
     logs = []
-    final = ml.train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, log=logs.append)
+    final = ml._train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, embedder=emb, log=logs.append)
     assert "resuming from checkpoint-1" in logs[0]
     assert json.loads((final / "done.json").read_text())["steps"] == 2
     assert json.loads((run_dir / "run_config.json").read_text())["lambda"] == 0.05
@@ -236,7 +237,7 @@ def test_train_resume_evaluate_and_trajectories_on_cpu(tmp_path):
     assert sorted({r["step"] for r in records}) == [0, 1, 2]  # the resumed run did not sample step 0 or 1 again
     assert len(records) == 3 * cfg.n_probe * cfg.probe_samples
     n_logs = len(logs)  # a finished run is returned as is: nothing trained, nothing logged
-    assert ml.train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, log=logs.append) == final and len(logs) == n_logs
+    assert ml._train_rl(cfg, "SetPO+GRPO", 0.05, train, probes, log=logs.append) == final and len(logs) == n_logs
 
     result = ml.evaluate_avg_at_k(cfg, final, val, cache=tmp_path / "eval.json")
     assert result["k"] == cfg.eval_k and result["n_problems"] == cfg.eval_limit
@@ -285,7 +286,23 @@ def test_vllm_work_goes_to_fresh_processes(monkeypatch):
     monkeypatch.setattr(ml, "_in_fresh_process", lambda fn, *args, **kw: calls.append((fn.__name__, args[1])) or args[1])
     cfg = ml.MathRunConfig(use_vllm=True, algo="gspo")
     assert ml.train_runs(cfg, [], [], log=lambda *_: None) == {"GSPO": "GSPO", "SetPO+GSPO": "SetPO+GSPO"}
-    assert calls == [("train_rl", "GSPO"), ("train_rl", "SetPO+GSPO")]
+    assert calls == [("_train_rl", "GSPO"), ("_train_rl", "SetPO+GSPO")]
+
+
+def test_the_trainer_log_figure_draws_each_runs_logged_steps(tmp_path):
+    """Any run's log_history.json (SetPOTrainer's): a panel per logged metric, a line per run at the steps that
+    logged it (a step without the key, like the trainer's final summary, is left out)."""
+    runs = {}
+    for name, offset in (("GRPO", 0), ("SetPO+GRPO", 10)):
+        folder = tmp_path / name
+        folder.mkdir()
+        history = [{"step": s, "reward": offset + s, "setpo/pairwise_similarity": 0.9 - s / 100} for s in (1, 2, 3)]
+        (folder / "log_history.json").write_text(json.dumps([*history, {"step": 3, "train_runtime": 9.0}]))
+        runs[name] = folder
+    fig = trainer_log_figure(runs, title="t")
+    reward = [t for t in fig.data if list(t.y) in ([1, 2, 3], [11, 12, 13])]
+    assert [t.name for t in reward] == ["GRPO", "SetPO+GRPO"] and [list(t.x) for t in reward] == [[1, 2, 3]] * 2
+    assert not any("distinct" in (t.name or "") for t in fig.data)  # never logged: no line
 
 
 def test_pass_at_k_curves_table_and_figure():
@@ -293,7 +310,7 @@ def test_pass_at_k_curves_table_and_figure():
     dashed grey, powers of two marked on a log axis, and a table at the k that were sampled."""
     results = {name: {"pass_at_k": [min(1.0, p * k) for k in range(1, 17)], "n_problems": 30}
                for name, p in (("base model", 0.02), ("GRPO", 0.05), ("SetPO+GRPO", 0.04))}
-    fig = mr.pass_at_k_figure(results, title="t")
+    fig = models_pass_at_k_figure(results, title="t")
     names = [t.name for t in fig.data]
     assert names == ["base model", "GRPO", "SetPO+GRPO"]
     assert fig.data[0].line.dash == "dash" and list(fig.data[1].x) == list(range(1, 17))

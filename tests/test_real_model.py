@@ -3,7 +3,7 @@
 
 The model folder is prepared once into ``.cache/models/`` (git-ignored) and reused by later sessions (about 25 s
 the first time). The slow tests train SetPO+GRPO for 2 steps on verl's own trainer on the CPU
-(``python -m setpo.verl train --device cpu``) and on TRL (``setpo_lab.studies.math.train_rl``), as small as a step
+(``python -m setpo.verl train --device cpu``) and on TRL (``setpo_lab.studies.math._train_rl``), as small as a step
 gets: 2 prompts x G = 4 rollouts of at most 32-48 tokens.
 """
 
@@ -150,7 +150,8 @@ def test_verl_trains_setpo_on_gsm8k_with_the_real_model_on_the_cpu(model_dir, tm
 @pytest.mark.slow
 def test_trl_trains_setpo_on_gsm8k_with_the_real_model(model_dir, tmp_path):
     from setpo.envs.math import gsm8k_file
-    from setpo_lab.studies.math import load_study_problems, train_rl
+    from setpo_lab.studies import math as ml
+    from setpo_lab.studies.math import load_study_problems
     from setpo_lab.studies.math_config import MathRunConfig
 
     cfg = MathRunConfig(model_path=str(model_dir), train_file=str(gsm8k_file("train")),
@@ -160,7 +161,7 @@ def test_trl_trains_setpo_on_gsm8k_with_the_real_model(model_dir, tmp_path):
     train, val = load_study_problems(cfg)
     assert train[0].source == "openai/gsm8k" and train[0].answer.isdigit()
     t0 = time.perf_counter()
-    final = train_rl(cfg, "SetPO+GRPO", cfg.lam_value, train, val[:1], log=lambda *a: None)
+    final = ml._train_rl(cfg, "SetPO+GRPO", cfg.lam_value, train, val[:1], log=lambda *a: None)
     print(f"TRL, real model, 2 steps: {time.perf_counter() - t0:.0f} s")
     history = json.loads((tmp_path / "SetPO_GRPO" / "log_history.json").read_text())
     steps = [h for h in history if "reward" in h]

@@ -83,19 +83,19 @@ def test_math_refuses_a_run_folder_made_with_another_config(tmp_path):
     """The math study compares the run_config.json it wrote, like the other studies."""
     cfg = ml.MathRunConfig.cpu_demo(smoke=True, run_dir=str(tmp_path / "run"))
     run = _math_folder(tmp_path, cfg)
-    assert ml.train_rl(cfg, "SetPO+GRPO", 0.05, [], []) == run / "final"  # same config: the finished run
+    assert ml._train_rl(cfg, "SetPO+GRPO", 0.05, [], []) == run / "final"  # same config: the finished run
     # evaluation settings and the checkpoint interval change nothing the folder holds
-    assert ml.train_rl(replace(cfg, eval_k=7, save_steps=3), "SetPO+GRPO", 0.05, [], []) == run / "final"
+    assert ml._train_rl(replace(cfg, eval_k=7, save_steps=3), "SetPO+GRPO", 0.05, [], []) == run / "final"
     with pytest.raises(ValueError) as err:
-        ml.train_rl(replace(cfg, lr=0.5, seed=3), "SetPO+GRPO", 0.05, [], [])
+        ml._train_rl(replace(cfg, lr=0.5, seed=3), "SetPO+GRPO", 0.05, [], [])
     msg = str(err.value)
     assert "['config.lr', 'config.seed']" in msg and len(msg.splitlines()) == 1
     assert msg.endswith(f"{run / 'run_config.json'}; use another run_dir, or delete that folder and rerun")
     with pytest.raises(ValueError, match=r"\['lambda'\]"):
-        ml.train_rl(cfg, "SetPO+GRPO", 0.2, [], [])
+        ml._train_rl(cfg, "SetPO+GRPO", 0.2, [], [])
     (run / "run_config.json").unlink()
     with pytest.raises(ValueError, match="but no run_config.json"):
-        ml.train_rl(cfg, "SetPO+GRPO", 0.05, [], [])
+        ml._train_rl(cfg, "SetPO+GRPO", 0.05, [], [])
 
 
 def test_math_defaults_are_the_papers_run_settings():

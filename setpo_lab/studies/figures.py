@@ -37,7 +37,7 @@ import numpy as np
 
 from setpo_lab import ROOT
 
-from setpo.records import read_records, write_text
+from setpo.records import read_json, read_records, write_text
 from setpo_lab.studies.static_render import plotly_to_png
 
 STATIC_ENV = "SETPO_STATIC_FIGURES"
@@ -302,6 +302,42 @@ def metric_curves(runs: Sequence[tuple[str, str, Mapping]], metrics: Sequence[tu
                                        **({"markers": True} if markers else {})})
     return line_grid(panels, cols=len(metrics), x_title="step", title=title, panel_px=panel_px)
 
+
+
+def models_pass_at_k_figure(results: Mapping[str, dict], title: str = ""):
+    """pass@k against k (log scale, powers of two marked) for each model of ``results`` (label -> {"pass_at_k": the
+    curve from k = 1, "n_problems"}; the math study's pass@k evaluation), a model labelled "base..." in grey, dashed."""
+    lines, i = [], 0
+    for label, r in results.items():
+        ks = list(range(1, len(r["pass_at_k"]) + 1))
+        if label.lower().startswith("base"):
+            style = {"color": "#7f7f7f", "dash": "dash"}
+        else:
+            style = {"color": run_colour(i)}
+            i += 1
+        lines.append({"x": ks, "y": r["pass_at_k"], "name": label, **style})
+    k_max = max(len(r["pass_at_k"]) for r in results.values())
+    n = next(iter(results.values()))["n_problems"]
+    return pass_at_k_curves([{"title": f"pass@k on {n} problems (n = {k_max} samples each)", "lines": lines}], k_max,
+                            x_title="k (samples)", y_title="pass@k", title=title, panel_px=(640, 400))
+
+
+#: what ``trainer_log_figure`` draws: SetPOTrainer's log key -> its panel's title
+TRAINER_LOG_KEYS = (("reward", "mean reward"), ("setpo/pairwise_similarity", "within-group similarity"),
+                 ("setpo/distinct_correct", "distinct correct per group"))
+
+
+def trainer_log_figure(run_dirs: Mapping[str, str | Path], title: str = ""):
+    """Reward, within-group similarity and distinct correct responses per group over training, as ``SetPOTrainer``
+    logs them in any study's run folder (``log_history.json`` of each of ``run_dirs``: label -> folder): a panel per
+    metric, a line per run (``metric_curves``)."""
+    series = []
+    for i, (label, d) in enumerate(run_dirs.items()):
+        history = read_json(Path(d) / "log_history.json", "delete the run folder and rerun to train it again")
+        points = {key: [(h["step"], h[key]) for h in history if h.get(key) is not None] for key, _ in TRAINER_LOG_KEYS}
+        series.append((label, run_colour(i),
+                       {key: tuple(zip(*pts, strict=True)) for key, pts in points.items() if pts}))
+    return metric_curves(series, TRAINER_LOG_KEYS, title=title, markers=True, panel_px=(380, 280))
 
 
 def line_grid(panels: Sequence[Mapping], cols: int = 3, title: str = "", x_title: str = "", y_title: str = "",

@@ -6,7 +6,7 @@ initialised Qwen2 model with a character-level ChatML tokenizer on a CPU, where 
 but every code path runs. Data, template and reward come from ``setpo.envs.math``.
 
 Laid out like the other studies: the config in ``math_config`` (``MathRunConfig``, the paper's run settings
-as defaults), the stages here (data: ``load_study_problems``; "train": ``train_rl`` per run, ``train_runs`` for
+as defaults), the stages here (data: ``load_study_problems``; "train": ``_train_rl`` per run, ``train_runs`` for
 both; "evaluate": ``evaluate_avg_at_k``, avg@k, and ``evaluate_pass_at_k``; "judge", only with a judge configured:
 ``judge_runs``, the LLM-judged diversity of each run's evaluation responses; ``run_study`` runs them, ``COMMAND``
 is ``python -m setpo_lab run math``), the figures and tables in ``math_results``.
@@ -151,7 +151,7 @@ def _math_probes(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
                          max_new_tokens=cfg.max_completion_length, batch_sequences=64, add_special_tokens=False)
 
 
-def train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathProblem],
+def _train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathProblem],
              probes: Sequence[MathProblem], embedder=None, callbacks: Sequence = (), log=print,
              units: str = "absolute") -> Path:
     """Train one run (λ = 0: the baseline; λ in ``units``) from the base model; resumes from its last checkpoint.
@@ -201,7 +201,7 @@ def _generate_vllm(model_dir: str, prompts: list[str], k: int, temperature: floa
 
 def train_runs(cfg: MathRunConfig, train: Sequence[MathProblem], probes: Sequence[MathProblem], embedder=None,
                log=print) -> dict[str, Path]:
-    """Every run of ``cfg.runs()`` (baseline, then SetPO), each with ``train_rl``; label -> final model dir.
+    """Every run of ``cfg.runs()`` (baseline, then SetPO), each with ``_train_rl``; label -> final model dir.
 
     With vLLM each run trains in its own spawned process (``_in_fresh_process``; the embedder is then loaded
     there from ``cfg.embedder``), otherwise in this one with the given embedder.
@@ -210,9 +210,9 @@ def train_runs(cfg: MathRunConfig, train: Sequence[MathProblem], probes: Sequenc
     for label, (lam, units) in cfg.runs().items():
         if uses_vllm(cfg):
             log(f"[{label}] training in a fresh process (vLLM)")
-            finals[label] = _in_fresh_process(train_rl, cfg, label, lam, list(train), list(probes), units=units)
+            finals[label] = _in_fresh_process(_train_rl, cfg, label, lam, list(train), list(probes), units=units)
         else:
-            finals[label] = train_rl(cfg, label, lam, train, probes, embedder=embedder, log=log, units=units)
+            finals[label] = _train_rl(cfg, label, lam, train, probes, embedder=embedder, log=log, units=units)
     return finals
 
 

@@ -1,8 +1,10 @@
 """Reading the math study (notebook 06): its figures and tables, each drawn from what the runs wrote (probe
 records, ``log_history.json``, evaluation results), with the shared builders of ``setpo_lab.studies.figures``.
 
-- ``pass_at_k_figure`` / ``pass_at_k_table``: the large-budget pass@k comparison against the base model;
-- ``training_figure``: reward, within-group similarity and distinct correct responses over training;
+- ``pass_at_k_table``: the large-budget pass@k comparison against the base model (its figure:
+  ``figures.models_pass_at_k_figure``, any study's pass@k per model);
+- reward, within-group similarity and distinct correct responses over training: ``figures.trainer_log_figure`` (any
+  run's ``log_history.json``);
 - where the responses to fixed prompts go over training: ``figures.probe_trajectory_figure`` (any study's probes);
 - ``results_table``: Pass@1 as avg@k per run and data source (and the judged diversity, with a judge);
   ``figure_record``: the record beside a figure; ``results_record`` (written by ``math._write_results``): the
@@ -16,34 +18,11 @@ from pathlib import Path
 
 from setpo.metrics import pass_at_k
 from setpo.records import markdown_table, read_json
-from setpo_lab.studies.figures import (
-    embedder_name,
-    metric_curves,
-    pass_at_k_curves,
-    run_colour,
-    run_record,
-)
+from setpo_lab.studies.figures import embedder_name, run_record
 from setpo_lab.studies.intervals import interval_side, interval_text, paired_ci
 from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
 from setpo_lab.studies.math_config import MathRunConfig, cuda, uses_vllm
 from setpo_lab.studies.stages import sittings_seconds
-
-
-def pass_at_k_figure(results: Mapping[str, dict], title: str = ""):
-    """pass@k against k (log scale, powers of two marked) for each model, the base model in grey, dashed."""
-    lines, i = [], 0
-    for label, r in results.items():
-        ks = list(range(1, len(r["pass_at_k"]) + 1))
-        if label.lower().startswith("base"):
-            style = {"color": "#7f7f7f", "dash": "dash"}
-        else:
-            style = {"color": run_colour(i)}
-            i += 1
-        lines.append({"x": ks, "y": r["pass_at_k"], "name": label, **style})
-    k_max = max(len(r["pass_at_k"]) for r in results.values())
-    n = next(iter(results.values()))["n_problems"]
-    return pass_at_k_curves([{"title": f"pass@k on {n} problems (n = {k_max} samples each)", "lines": lines}], k_max,
-                            x_title="k (samples)", y_title="pass@k", title=title, panel_px=(640, 400))
 
 
 def pass_at_k_table(results: Mapping[str, dict], ks: Sequence[int] = (1, 4, 16, 64, 256)) -> str:
@@ -52,23 +31,6 @@ def pass_at_k_table(results: Mapping[str, dict], ks: Sequence[int] = (1, 4, 16, 
     ks = [k for k in ks if k <= k_max] or [k_max]
     return markdown_table([{"model": label, **{f"pass@{k}": f"{100 * r['pass_at_k'][k - 1]:.1f}" for k in ks}}
                            for label, r in results.items()])
-
-
-TRAINING_KEYS = (("reward", "mean reward"), ("setpo/pairwise_similarity", "within-group similarity"),
-                 ("setpo/distinct_correct", "distinct correct per group"))
-
-
-def training_figure(run_dirs: Mapping[str, str | Path], title: str = ""):
-    """Reward, within-group similarity and distinct correct responses per group over training, as logged by
-    ``SetPOTrainer`` (``log_history.json`` of each run): a panel per metric, a line per run
-    (``setpo_lab.studies.figures.metric_curves``)."""
-    series = []
-    for i, (label, d) in enumerate(run_dirs.items()):
-        history = read_json(Path(d) / "log_history.json", "delete the run folder and rerun to train it again")
-        points = {key: [(h["step"], h[key]) for h in history if h.get(key) is not None] for key, _ in TRAINING_KEYS}
-        series.append((label, run_colour(i),
-                       {key: tuple(zip(*pts, strict=True)) for key, pts in points.items() if pts}))
-    return metric_curves(series, TRAINING_KEYS, title=title, markers=True, panel_px=(380, 280))
 
 
 def results_table(results: Mapping[str, dict], eval_k: int, note: str = "", judged: Mapping | None = None) -> str:
