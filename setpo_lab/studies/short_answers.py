@@ -98,9 +98,9 @@ def _kind_row(tasks: list[TaskSpec], samples: list[list[str]], lengths: list[lis
     # pass@n: the share of prompts with a right answer among their n samples (unbiased, Chen et al. 2021)
     passed = [pass_at_k(len(texts), sum(task.is_right(parse_answer(t)) for t in texts), n)
               for task, texts in zip(tasks, samples)]
-    return {"prompts": len(tasks), "samples": count, "reward": sum(rewards) / count, "pass_at_n": sum(passed) / len(passed),
-            "mixed_groups": sum(mixed) / len(mixed), "distinct_right": sum(distinct) / len(distinct),
-            "answer_line": answered / count, "truncated": cut / count}
+    return {"prompts": len(tasks), "samples": count, "reward": sum(rewards) / count,
+            "pass_at_n": sum(passed) / len(passed), "mixed_groups": sum(mixed) / len(mixed),
+            "distinct_right": sum(distinct) / len(distinct), "answer_line": answered / count, "truncated": cut / count}
 
 
 def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> dict:
@@ -123,9 +123,8 @@ def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> d
                 samples = read_json(cache, "delete it and rerun to sample this kind again")["samples"]
             else:
                 started = time.perf_counter()
-                prompts = chat_prompts(tok, tasks, task_messages)
-                samples = sample_completions(model, tok, prompts, n=cfg.n, temperature=temperature,
-                                             max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                samples = sample_completions(model, tok, chat_prompts(tok, tasks, task_messages), n=cfg.n,
+                                             temperature=temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                                              add_special_tokens=False, share_prompt=True)
                 cache.write_text(json.dumps({"questions": [t.question for t in tasks], "samples": samples,
                                              "seconds": time.perf_counter() - started}))
@@ -161,10 +160,8 @@ def _model_record(model_dir: Path) -> dict:
     from setpo_lab.studies.sampling import model_identity
 
     folder, here = Path(model_dir).resolve(), Path.cwd().resolve()
-    if folder == (CACHE_DIR / DEFAULT_MODEL).resolve():
-        name = DEFAULT_MODEL
-    else:
-        name = str(folder.relative_to(here)) if folder.is_relative_to(here) else folder.name
+    name = (DEFAULT_MODEL if folder == (CACHE_DIR / DEFAULT_MODEL).resolve()
+            else str(folder.relative_to(here)) if folder.is_relative_to(here) else folder.name)
     return {"model": name, "model_identity": model_identity(folder)}
 
 
@@ -201,6 +198,8 @@ def _base_table_markdown(record: dict) -> str:
 
 
 STAGES = ("train", "evaluate", "report")
+
+
 def train_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
     """The training pool: the same for every run (a seed orders it)."""
     return sample_tasks(cfg.kinds, "train", cfg.train_per_kind, seed=0)
@@ -322,10 +321,10 @@ def evaluate_answers(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, e
         texts = sample_evaluation(model, tokenizer, chat_prompts(tokenizer, chosen, task_messages),
                                   cfg.eval_n if n is None else n, seed=cfg.eval_seed, log=log, label=f"eval {label}",
                                   **_sampling_settings(cfg))
-        similarity = [mean_pairwise_similarity(embedder(xs)) if len(xs) > 1 else None for xs in texts]
         return {"label": label, **_model_record(model_dir), "task_ids": [t.task_id for t in chosen],
                 "answers": [[parse_answer(x) for x in xs] for xs in texts], "texts": texts,
-                "similarity": similarity, "seconds": time.perf_counter() - started}
+                "similarity": [mean_pairwise_similarity(embedder(xs)) if len(xs) > 1 else None for xs in texts],
+                "seconds": time.perf_counter() - started}
 
     return cached_evaluation(path, evaluate, reuse=lambda kept: _reused_evaluation(kept, path, model_dir),
                              remedy=f"delete {path} and rerun to evaluate {label} again")
@@ -349,13 +348,10 @@ def _rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, l
     old_log = read_json(recorded_dir / "log_history.json")
     new_log = read_json(Path(scratch) / "train" / label / "log_history.json")
     timing = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
-    differing = {}
-    for a, b in zip(old_log, new_log, strict=True):
-        # every value the record logged must come back; a metric logged only by newer code (the exploit monitor's,
-        # say) is not a difference in the run
-        keys = sorted(k for k in a if k not in timing and a.get(k) != b.get(k))
-        if keys:
-            differing[a.get("step")] = keys
+    # every value the record logged must come back; a metric logged only by newer code (the exploit monitor's, say)
+    # is not a difference in the run
+    differing = {a.get("step"): keys for a, b in zip(old_log, new_log, strict=True)
+                 if (keys := sorted(k for k in a if k not in timing and a.get(k) != b.get(k)))}
     result = {"label": label, "same_weights": recorded["weights_sha256"] == fresh["weights_sha256"],
               "steps_compared": len(old_log), "differing_steps": differing}
     log(f"[{label}] trained again: weights {'identical' if result['same_weights'] else 'DIFFERENT'} "
@@ -417,15 +413,17 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
                                       need_model="evaluate" in chosen and not evaluated(label))
         if "evaluate" in chosen:
             evaluate(label, finals[label])
-    summary = {}
-    if "report" in chosen:
-        if isinstance(cfg, CureStudyConfig):
-            from setpo_lab.studies.short_answers_cure_results import report
-        else:
-            from setpo_lab.studies.short_answers_results import report
-        summary = report(cfg, log=log)
+    summary = _results_module(cfg).report(cfg, log=log) if "report" in chosen else {}
     name = "short_answers_cure" if isinstance(cfg, CureStudyConfig) else "short_answers"
     return StudyResult(name, Path(cfg.run_dir), finals, summary, time.time() - t0)
+
+
+def _results_module(cfg: ShortAnswerStudyConfig):
+    """The module that reports ``cfg``'s study: ``short_answers_cure_results`` for the extended study (a
+    ``CureStudyConfig``, the confirmatory one's too), else ``short_answers_results``."""
+    from setpo_lab.studies import short_answers_cure_results, short_answers_results
+
+    return short_answers_cure_results if isinstance(cfg, CureStudyConfig) else short_answers_results
 
 
 def _base_config(**values) -> BaseTableConfig:
@@ -454,14 +452,10 @@ def run_extended(cfg: ShortAnswerStudyConfig, stages: Sequence[str], args) -> in
         return rerun_status(cfg, args.rerun)
     result = run_study(cfg, stages)
     if result.summary:
-        if isinstance(cfg, CureStudyConfig):
-            from setpo_lab.studies.short_answers_cure_results import results_markdown
-        else:
-            from setpo_lab.studies.short_answers_results import results_markdown, write_figures
-
-        print(results_markdown(result.summary), flush=True)
-        if getattr(args, "figures", None):
-            write_figures(cfg, result.summary, Path(args.figures), command=" ".join([PROG, *args.argv]))
+        results = _results_module(cfg)
+        print(results.results_markdown(result.summary), flush=True)
+        if getattr(args, "figures", None):  # the committed study's figures (only its command has --figures)
+            results.write_figures(cfg, result.summary, Path(args.figures), command=" ".join([PROG, *args.argv]))
     return 0
 
 

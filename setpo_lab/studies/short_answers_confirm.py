@@ -118,8 +118,7 @@ def _select_heldout(cfg: ConfirmStudyConfig, embedder, log=print_flushed) -> dic
         right = [[task_from_id(t).is_right(a) for a in row] for t, row in zip(record["task_ids"], record["answers"],
                                                                                strict=True)]
         share = sum(map(sum, right)) / sum(map(len, right))
-        distinct = statistics.mean(len({a for a, ok in zip(row, oks) if ok})
-                                   for row, oks in zip(record["answers"], right, strict=True))
+        distinct = statistics.mean(_per_prompt(record, "heldout_distinct_right"))  # every prompt of the kind
         kept = cfg.heldout_min_right <= share <= cfg.heldout_max_right and distinct >= cfg.heldout_min_distinct
         measured[kind] = {"right_share": share, "distinct_right": distinct, "kept": kept}
     kept = [k for k, m in measured.items() if m["kept"]]
@@ -182,10 +181,9 @@ def _plan_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = 
     if test is not None:
         tasks = [task_from_id(t) for t in test["task_ids"]]
         many = [(t, row) for t, row in zip(tasks, test["answers"], strict=True) if t.many_answers]
-        one = [(t, row) for t, row in zip(tasks, test["answers"], strict=True) if not t.many_answers]
         rights = [[a for a in row if t.is_right(a)] for t, row in many]
         out["distinct_right"] = statistics.mean(len(set(r)) for r in rights)
-        out["pass@1"] = statistics.mean(sum(map(t.is_right, row)) / len(row) for t, row in one)
+        out["pass@1"] = statistics.mean(_per_prompt(test, "pass@1"))
         rarefied = [x for x in (rarefied_distinct(r, RAREFY_TO) for r in rights) if x is not None]
         out[f"rarefied_distinct_right@{RAREFY_TO}"] = statistics.mean(rarefied) if rarefied else None
         out[f"prompts_under_{RAREFY_TO}_right"] = len(rights) - len(rarefied)  # left out of the rarefied mean
@@ -208,23 +206,13 @@ def _plan_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = 
             out["hard_near_miss_guesser"] = statistics.mean(guess) if guess else None
     heldout = _read(cfg, label, "eval_heldout")
     if heldout is not None:
-        out["heldout_distinct_right"] = _distinct_right(heldout)
+        out["heldout_distinct_right"] = statistics.mean(_per_prompt(heldout, "heldout_distinct_right"))
     return out
 
 
-def _distinct_right(evaluation: Mapping) -> float:
-    """Distinct right answers per prompt of one evaluation record, the mean over its prompts."""
-    return statistics.mean(len({a for a in row if task_from_id(t).is_right(a)})
-                           for t, row in zip(evaluation["task_ids"], evaluation["answers"], strict=True))
-
-
-def _prompt_values(cfg: ConfirmStudyConfig, label: str, metric: str) -> list[float] | None:
-    """One model's values of a tested metric, one per prompt of its set (their mean is the model's value), for the
-    bootstrap the plan keeps as description; None where the evaluation is missing."""
-    evaluation = _read(cfg, label, {"distinct_right": "eval", "pass@1": "eval", "hard_pass@n": "eval_hard",
-                                    "heldout_distinct_right": "eval_heldout"}[metric])
-    if evaluation is None:
-        return None
+def _per_prompt(evaluation: Mapping, metric: str) -> list[float]:
+    """One evaluation record's values of a tested metric, one per prompt it applies to (their mean is the model's
+    value); "heldout_distinct_right": the distinct right answers of every prompt of the record."""
     rows = [(task_from_id(t), row) for t, row in zip(evaluation["task_ids"], evaluation["answers"], strict=True)]
     if metric == "pass@1":
         return [sum(map(t.is_right, row)) / len(row) for t, row in rows if not t.many_answers]
@@ -232,6 +220,14 @@ def _prompt_values(cfg: ConfirmStudyConfig, label: str, metric: str) -> list[flo
         return [float(any(map(t.is_right, row))) for t, row in rows]
     return [len({a for a in row if t.is_right(a)}) for t, row in rows
             if t.many_answers or metric == "heldout_distinct_right"]
+
+
+def _prompt_values(cfg: ConfirmStudyConfig, label: str, metric: str) -> list[float] | None:
+    """One model's ``_per_prompt`` values of a tested metric, for the bootstrap the plan keeps as description; None
+    where the evaluation is missing."""
+    evaluation = _read(cfg, label, {"distinct_right": "eval", "pass@1": "eval", "hard_pass@n": "eval_hard",
+                                    "heldout_distinct_right": "eval_heldout"}[metric])
+    return None if evaluation is None else _per_prompt(evaluation, metric)
 
 
 def _described(cfg: ConfirmStudyConfig, arm: str, metric: str, seeds: Sequence[int], d: list[float],
@@ -270,38 +266,33 @@ def confirm_reading(cfg: ConfirmStudyConfig, exploratory_record: str | Path | No
     per_seed["base"] = _plan_metrics(cfg, "base")
     exploratory = {}
     for path in sorted((Path(cfg.run_dir) / "eval_heldout").glob("exploratory_*.json")):
-        exploratory[path.stem.removeprefix("exploratory_")] = _distinct_right(
-            read_json(path, f"delete {path} and rerun --stages evaluate"))
+        exploratory[path.stem.removeprefix("exploratory_")] = statistics.mean(_per_prompt(
+            read_json(path, f"delete {path} and rerun --stages evaluate"), "heldout_distinct_right"))
 
     def diffs(arm: str, metric: str, seeds: Sequence[int]) -> list[float] | None:
         values = [(per_seed.get(f"{arm}_s{s}", {}).get(metric), per_seed.get(f"grpo_s{s}", {}).get(metric))
                   for s in seeds]
         return None if any(a is None or b is None for a, b in values) else [a - b for a, b in values]
 
-    primary = {}
-    for name, (metric, margin) in SEQUENCE.items():
-        d = diffs("key_gated", metric, cfg.seeds)
+    def tested(head: dict, arm: str, metric: str, margin: float, seeds: Sequence[int], missing: str) -> dict:
+        """One hypothesis, ``arm`` against GRPO over ``seeds``: the record's entry (``head`` first) before its
+        verdict; ``missing`` is its verdict where a run or an evaluation is missing."""
+        d = diffs(arm, metric, seeds)
         if d is None:
-            primary[name] = {"metric": metric, "verdict": "not measured (runs or evaluations missing)"}
-            continue
+            return {**head, "verdict": missing}
         test = paired_t_test(d, margin=margin)
-        primary[name] = {"metric": metric, "margin": margin, "differences": d, **test,
-                         **_described(cfg, "key_gated", metric, cfg.seeds, d, {**test, "margin": margin})}
+        return {**head, "margin": margin, "differences": d, **test,
+                **_described(cfg, arm, metric, seeds, d, {**test, "margin": margin})}
+
+    primary = {name: tested({"metric": metric}, "key_gated", metric, margin, cfg.seeds,
+                            "not measured (runs or evaluations missing)")
+               for name, (metric, margin) in SEQUENCE.items()}
     for name, h in fixed_sequence({name: primary[name].get("p") for name in SEQUENCE}, ALPHA).items():
         if "p" in primary[name]:
             primary[name]["verdict"] = _verdict(name, primary[name], h["tested"], primary[name]["ci90"])
-    secondary_p, secondary = {}, {}
-    for name, (arm, metric, margin) in SECONDARY.items():
-        if arm not in cfg.arms:
-            continue
-        d = diffs(arm, metric, cfg.peer_seeds)
-        if d is None:
-            secondary[name] = {"arm": arm, "metric": metric, "verdict": "not measured"}
-            continue
-        test = paired_t_test(d, margin=margin)
-        secondary[name] = {"arm": arm, "metric": metric, "margin": margin, "differences": d, **test,
-                           **_described(cfg, arm, metric, cfg.peer_seeds, d, {**test, "margin": margin})}
-        secondary_p[name] = test["p"]
+    secondary = {name: tested({"arm": arm, "metric": metric}, arm, metric, margin, cfg.peer_seeds, "not measured")
+                 for name, (arm, metric, margin) in SECONDARY.items() if arm in cfg.arms}
+    secondary_p = {name: h["p"] for name, h in secondary.items() if "p" in h}
     for name, h in holm(secondary_p, ALPHA).items():
         secondary[name].update(holm_adjusted=h["adjusted"], verdict="confirmed" if h["reject"] else "not confirmed")
     h1, h2 = primary["H1"].get("verdict"), primary["H2"].get("verdict")

@@ -20,8 +20,6 @@ again in a scratch folder and says whether it came back bit for bit (exit status
 
 from __future__ import annotations
 
-import sys
-
 from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.short_answers import STAGES, presets_of, run_extended
 from setpo_lab.studies.short_answers_config import CureStudyConfig
@@ -32,4 +30,4 @@ COMMAND = StudyCommand("short_answers_cure", presets_of(CureStudyConfig), STAGES
                        doc=__doc__)
 
 if __name__ == "__main__":
-    sys.exit(run_command(COMMAND))
+    raise SystemExit(run_command(COMMAND))

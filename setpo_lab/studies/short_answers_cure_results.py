@@ -99,14 +99,8 @@ def _guessing_pass_at_k(base: Mapping, ks: Sequence[int]) -> dict[int, list[floa
     pools: dict[str, Counter] = {}
     for task, row in zip(tasks, base["answers"], strict=True):
         pools.setdefault(task.kind, Counter()).update(a for a in row if a is not None)
-    out = {}
-    for k in ks:
-        out[k] = []
-        for task in tasks:
-            pool = pools[task.kind]
-            q = pool[task.low] / max(1, sum(pool.values()))
-            out[k].append(1.0 - (1.0 - q) ** k)
-    return out
+    shares = [pools[t.kind][t.low] / max(1, sum(pools[t.kind].values())) for t in tasks]  # q of each prompt
+    return {k: [1.0 - (1.0 - q) ** k for q in shares] for k in ks}
 
 
 # ---- metrics the gated kernel does not pay for directly (the confirmatory plan, results/short_answers/confirm) ----
@@ -177,25 +171,24 @@ def report(cfg: CureStudyConfig, log=print_flushed) -> dict:
     labels = cfg.run_labels()
     methods = list(cfg.methods())
     by_method = {m: [label for label, (mm, _) in labels.items() if mm == m] for m in methods}
-    evaluations = {label: read_json(eval_path(cfg, label), "run the evaluate stage") for label in ["base", *labels]}
-    per_prompt = {label: _prompt_metrics(e, minilm) for label, e in evaluations.items()}
+    per_prompt = {label: _prompt_metrics(read_json(eval_path(cfg, label), "run the evaluate stage"), minilm)
+                  for label in ["base", *labels]}
     grpo = next((m for m in methods if cfg.arm_of(m) == "grpo"), None)
-    comparisons = []
-    for m in methods:
-        for other in ([grpo] if grpo and m != grpo else []) + ["base"]:
-            for key in METRICS:
-                b = _matrix(per_prompt, ["base"] if other == "base" else by_method[other], key)
-                comparisons.append({"metric": key, "a": m, "b": other,
-                                    **paired_bootstrap(_matrix(per_prompt, by_method[m], key), b)})
-    means = {m: {key: _nanmean(_matrix(per_prompt, by_method[m], key)) for key in METRICS} for m in methods}
-    means["base model"] = {key: _nanmean(_matrix(per_prompt, ["base"], key)) for key in METRICS}
+    comparisons = [{"metric": key, "a": m, "b": other,
+                    **paired_bootstrap(_matrix(per_prompt, by_method[m], key),
+                                       _matrix(per_prompt, ["base"] if other == "base" else by_method[other], key))}
+                   for m in methods for other in ([grpo] if grpo and m != grpo else []) + ["base"] for key in METRICS]
+
+    def means_of(group: Sequence[str]) -> dict[str, float]:
+        return {key: _nanmean(_matrix(per_prompt, group, key)) for key in METRICS}
+
+    means = {**{m: means_of(by_method[m]) for m in methods}, "base model": means_of(["base"])}
     hard = _hard(cfg, by_method)
     if hard:
         comparisons += hard.pop("comparisons")
     runs = {label: training_series(run_folder(cfg, label)) for label in labels}
     record = {"config": json.loads(json.dumps(asdict(cfg))), "command": cfg.command(), "means": means,
-              "per_seed": {label: {key: _nanmean(_matrix(per_prompt, [label], key)) for key in METRICS}
-                           for label in labels},
+              "per_seed": {label: means_of([label]) for label in labels},
               "comparisons": comparisons, "hard": hard, "runs": runs, "reading": None}
     record["reading"] = cure_reading(record)
     if cfg.lam_grid:
@@ -216,8 +209,9 @@ def _hard(cfg: CureStudyConfig, by_method: Mapping[str, list[str]]) -> dict:
     base = read_json(folder / "base.json", "run the evaluate stage")
     base_k = _hard_pass_at_k(base)
     ks = list(base_k)
+    guess = _guessing_pass_at_k(base, ks)
     curves = {"base model": {k: float(np.mean(v)) for k, v in base_k.items()},
-              "guessing": {k: float(np.mean(v)) for k, v in _guessing_pass_at_k(base, ks).items()}}
+              "guessing": {k: float(np.mean(v)) for k, v in guess.items()}}
     per_method = {}
     for m, labels in by_method.items():
         rows = [_hard_pass_at_k(read_json(folder / f"{label}.json", "run the evaluate stage")) for label in labels
@@ -227,15 +221,13 @@ def _hard(cfg: CureStudyConfig, by_method: Mapping[str, list[str]]) -> dict:
             curves[m] = {k: float(np.mean([r[k] for r in rows])) for k in ks}
     k_max = ks[-1]
     grpo = next((m for m in per_method if cfg.arm_of(m) == "grpo"), None)
-    comparisons = []
-    for m, rows in per_method.items():
-        a = np.array([r[k_max] for r in rows])
-        for other, b in ((grpo, np.array([r[k_max] for r in per_method[grpo]]) if grpo else None),
-                         ("base", np.array([base_k[k_max]])), ("guessing", np.array([_guessing_pass_at_k(base, [k_max])[k_max]]))):
-            if other is None or other == m or b is None or (b.shape[0] > 1 and b.shape != a.shape):
-                continue
-            comparisons.append({"metric": f"pass@{k_max} (pass@k prompts)", "a": m, "b": other,
-                                **paired_bootstrap(a, b)})
+    at_max = {m: np.array([r[k_max] for r in rows]) for m, rows in per_method.items()}  # seeds × prompts
+    others = {**({grpo: at_max[grpo]} if grpo else {}), "base": np.array([base_k[k_max]]),
+              "guessing": np.array([guess[k_max]])}
+    # GRPO only where its seeds match the method's; the base model and the guesser (one row each) against any
+    comparisons = [{"metric": f"pass@{k_max} (pass@k prompts)", "a": m, "b": other, **paired_bootstrap(a, b)}
+                   for m, a in at_max.items() for other, b in others.items()
+                   if other != m and (len(b) == 1 or b.shape == a.shape)]
     return {"k": ks, "curves": curves, "prompts": len(base["task_ids"]), "n": len(base["answers"][0]),
             "comparisons": comparisons}
 
@@ -348,8 +340,8 @@ def results_markdown(record: Mapping) -> str:
                       f"(the guesser draws from the base model's pooled answers of the prompt's kind):", "",
                   "| k | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for k in hard["k"]:
-            lines.append(f"| {k} | " + " | ".join(f"{hard['curves'][n][str(k)] if str(k) in hard['curves'][n] else hard['curves'][n][k]:.3f}"
-                                                for n in names) + " |")
+            lines.append(f"| {k} | " + " | ".join(f"{c[str(k)] if str(k) in c else c[k]:.3f}"
+                                                for c in hard["curves"].values()) + " |")
     lines += ["", "| comparison | mean [95% interval] | seeds × prompts |", "|---|---|---|"]
     for c in record["comparisons"]:
         name = METRICS[c["metric"]][0] if c["metric"] in METRICS else c["metric"]

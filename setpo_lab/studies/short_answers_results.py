@@ -55,11 +55,10 @@ def _model_metrics(evaluation: Mapping) -> dict:
     many = [i for i, t in enumerate(tasks) if t.many_answers]
     passk = {k: _mean([pass_at_k(n, sum(right[i]), k) for i in one]) for k in powers_of_two(n)}
     distinct = [len({a for a, ok in zip(answers[i], right[i]) if ok}) for i in many]
-    sims = [s for s in evaluation["similarity"] if s is not None]
-    after = [sum(bool(text_after_answer(t)) for t in row) / n for row in evaluation["texts"]]
     return {"pass_at_k": passk, "pass@1": passk.get(1), "pass@max": passk.get(max(passk)) if passk else None,
             "reward": _mean([sum(r) / n for r in right]), "distinct_right": _mean(distinct),
-            "similarity": _mean(sims), "after_answer": _mean(after),
+            "similarity": _mean(evaluation["similarity"]),  # a prompt of one sample has None, left out
+            "after_answer": _mean([sum(bool(text_after_answer(t)) for t in row) / n for row in evaluation["texts"]]),
             "answered": _mean([sum(a is not None for a in row) / n for row in answers]), "n": n, "prompts": len(tasks)}
 
 
@@ -71,20 +70,14 @@ def training_series(run_dir: Path) -> dict:
     reward = [h["reward"] for h in history]
     third = max(1, len(reward) // 3)
     probes = read_records(run_dir / "probes.jsonl")
-    probe_steps = sorted({r["step"] for r in probes})
-    distinct, probe_reward = [], []
-    for step in probe_steps:
-        rows = [r for r in probes if r["step"] == step]
-        by_probe: dict[int, set] = {}
-        for r in rows:
-            by_probe.setdefault(r["probe"], set())
-            if r["reward"]:
-                by_probe[r["probe"]].add(r["answer"])
-        distinct.append(_mean([len(v) for v in by_probe.values()]))
-        probe_reward.append(_mean([r["reward"] for r in rows]))
+    by_step = {step: [r for r in probes if r["step"] == step] for step in sorted({r["step"] for r in probes})}
+    # a probe prompt's distinct right answers at a step (0 when none of its samples was right)
+    distinct = [_mean([len({r["answer"] for r in rows if r["probe"] == j and r["reward"]})
+                       for j in {r["probe"] for r in rows}]) for rows in by_step.values()]
     return {"step": steps, "reward": reward, "similarity": [h.get("setpo/pairwise_similarity") for h in history],
             "length": [h.get("completions/mean_length") for h in history],
-            "probe_step": probe_steps, "probe_distinct": distinct, "probe_reward": probe_reward,
+            "probe_step": list(by_step), "probe_distinct": distinct,
+            "probe_reward": [_mean([r["reward"] for r in rows]) for rows in by_step.values()],
             "reward_rise": _mean(reward[-third:]) - _mean(reward[:third])}
 
 
@@ -92,41 +85,35 @@ def report(cfg: ShortAnswerStudyConfig, log=print_flushed) -> dict:
     """Read every evaluation and run of the study, write ``results.json`` and ``results.md`` into its folder and
     log where; returns the results record (``results_markdown`` renders its tables; the command line prints them)."""
     root = Path(cfg.run_dir)
-    models = {"base": _model_metrics(read_json(root / "eval" / "base.json", "run the evaluate stage"))}
-    runs = {}
-    for label in cfg.run_labels():
-        models[label] = _model_metrics(read_json(root / "eval" / f"{label}.json", "run the evaluate stage"))
-        runs[label] = training_series(root / "train" / label)
-    by_method, paired = {}, []
     labels = cfg.run_labels()
+    models = {label: _model_metrics(read_json(root / "eval" / f"{label}.json", "run the evaluate stage"))
+              for label in ["base", *labels]}
+    runs = {label: training_series(root / "train" / label) for label in labels}
+
+    def value(label: str, key: str) -> float:
+        return runs[label][key] if key == "reward_rise" else models[label][key]
+
+    def of_seed(method: str, seed: int, key: str) -> float:
+        """A method's run of one seed (the base model: the same for every seed)."""
+        return models["base"][key] if method == "base" else value(
+            next(label for label, (m, s) in labels.items() if m == method and s == seed), key)
+
+    by_method = {}
     for method in cfg.methods():
         mine = [label for label, (m, _) in labels.items() if m == method]
-        by_method[method] = {key: mean_ci([_value(models, runs, label, key) for label in mine])
-                             for key in PAIRED_METRICS}
-        by_method[method]["pass_at_k"] = {k: mean_ci([models[label]["pass_at_k"][k] for label in mine])
-                                          for k in models["base"]["pass_at_k"]}
-    grpo, setpo = (list(cfg.methods()))
-    for key in PAIRED_METRICS:
-        for a, b in ((setpo, grpo), (grpo, "base"), (setpo, "base")):
-            if b == "base" and key == "reward_rise":
-                continue
-            value = lambda m, s: (models["base"][key] if m == "base"  # noqa: E731, B023 (called in this iteration)
-                                  else _value(models, runs, _label(labels, m, s), key))  # noqa: B023
-            paired.append({"metric": key, "a": a, "b": b,
-                           **paired_ci([(value(a, s), value(b, s)) for s in cfg.seeds], differences="per_seed")})
+        by_method[method] = {**{key: mean_ci([value(label, key) for label in mine]) for key in PAIRED_METRICS},
+                             "pass_at_k": {k: mean_ci([models[label]["pass_at_k"][k] for label in mine])
+                                           for k in models["base"]["pass_at_k"]}}
+    grpo, setpo = cfg.methods()
+    paired = [{"metric": key, "a": a, "b": b,
+               **paired_ci([(of_seed(a, s, key), of_seed(b, s, key)) for s in cfg.seeds], differences="per_seed")}
+              for key in PAIRED_METRICS for a, b in ((setpo, grpo), (grpo, "base"), (setpo, "base"))
+              if not (b == "base" and key == "reward_rise")]  # the base model was not trained
     record = {"config": json.loads(json.dumps(asdict(cfg))),
               "command": cfg.command(),
               "models": models, "by_method": by_method, "paired": paired, "runs": runs}
     log(f"report: {write_report(root, record, results_markdown(record))} and results.json")
     return record
-
-
-def _label(labels: Mapping, method: str, seed: int) -> str:
-    return next(label for label, (m, s) in labels.items() if m == method and s == seed)
-
-
-def _value(models: Mapping, runs: Mapping, label: str, key: str) -> float:
-    return runs[label][key] if key == "reward_rise" else models[label][key]
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -212,10 +199,9 @@ def write_figures(cfg: ShortAnswerStudyConfig, record: Mapping, folder: Path, co
     from setpo_lab.studies.figures import run_record, save_figure, save_table
 
     rec = run_record(command, config=record["config"], seeds=cfg.seeds)
-    out = [*save_figure(training_figure(cfg, record), folder / "04_short_answers_training", rec),
-           *save_figure(pass_at_k_figure(cfg, record), folder / "04_short_answers_pass_at_k", rec),
-           save_table(results_markdown(record), folder / "04_short_answers_results", rec)]
-    return out
+    return [*save_figure(training_figure(cfg, record), folder / "04_short_answers_training", rec),
+            *save_figure(pass_at_k_figure(cfg, record), folder / "04_short_answers_pass_at_k", rec),
+            save_table(results_markdown(record), folder / "04_short_answers_results", rec)]
 
 
 def _paired(record: Mapping, metric: str, a: str, b: str) -> Mapping:
