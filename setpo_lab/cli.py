@@ -82,13 +82,9 @@ def out_dir(text: str) -> str:
     return text
 
 
-def _twice(values) -> list:
-    seen, twice = set(), []
-    for v in values:
-        if v in seen and v not in twice:
-            twice.append(v)
-        seen.add(v)
-    return twice
+def _twice(values: list) -> list:
+    """The values given more than once, each once, in the order of their second time."""
+    return list(dict.fromkeys(v for i, v in enumerate(values) if v in values[:i]))
 
 
 # ---- commands -----------------------------------------------------------------------------------------
@@ -114,8 +110,7 @@ def cmd_sweep(args) -> None:
     from setpo.records import markdown_table
     from setpo_lab.studies.toy import ToyConfig, lambda_sweep
 
-    rows = lambda_sweep(ToyConfig(algo=args.algo), args.lams, range(args.seeds))
-    print(markdown_table(rows))
+    print(markdown_table(lambda_sweep(ToyConfig(algo=args.algo), args.lams, range(args.seeds))))
 
 
 def cmd_figures(args) -> None:

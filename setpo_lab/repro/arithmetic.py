@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Mapping
 
 # The one place the pin is written. Values as each library spells them.
 PINNED_ARITHMETIC = {
@@ -48,12 +49,18 @@ def active_arithmetic() -> dict:
             **{k: os.environ.get(k) for k in PINNED_ARITHMETIC}}
 
 
-@contextlib.contextmanager
 def pinned_children():
     """Within the block, processes started from this one (a notebook's kernel, a subprocess) run under the
     pin; this process's own arithmetic is unchanged (it was fixed when it started)."""
-    before = {k: os.environ.get(k) for k in PINNED_ARITHMETIC}
-    os.environ.update(PINNED_ARITHMETIC)
+    return children_environment(PINNED_ARITHMETIC)
+
+
+@contextlib.contextmanager
+def children_environment(values: Mapping[str, str]):
+    """Within the block, this process's environment (which the processes it starts inherit) holds ``values``;
+    afterwards each of those variables is what it was again (unset where it was unset)."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:

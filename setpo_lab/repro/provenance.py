@@ -81,10 +81,7 @@ def code_fingerprint(source: str | bytes) -> str:
 def module_file(name: str, root: Path = ROOT) -> Path | None:
     """The source file of project module ``name`` (a package's ``__init__.py``), or None if there is none."""
     base = root.joinpath(*name.split("."))
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
+    return next((path for path in (base.with_suffix(".py"), base / "__init__.py") if path.is_file()), None)
 
 
 def _defines(path: Path) -> set[str]:
@@ -172,15 +169,20 @@ def code_changes(saved: Mapping, now: Mapping) -> list[str]:
     return sorted(set(lost) | {f for f in old.keys() | new.keys() if old.get(f) != new.get(f)})
 
 
-def result_versions() -> dict:
-    """Versions of the packages whose arithmetic makes a result (missing ones left out)."""
+def installed_versions(names: Iterable[str]) -> dict[str, str]:
+    """{name: installed version} of the packages ``names``, in their order; those not installed are left out."""
     out = {}
-    for name in RESULT_PACKAGES:
+    for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def result_versions() -> dict:
+    """Versions of the packages whose arithmetic makes a result (missing ones left out)."""
+    return installed_versions(RESULT_PACKAGES)
 
 
 def machine() -> dict:
@@ -223,18 +225,20 @@ def identity_differences(saved: Mapping, now: Mapping) -> dict[str, str]:
     out: dict[str, str] = {}
     if saved.get("threads") != now.get("threads"):
         out["threads"] = f"{saved.get('threads')} then, {now.get('threads')} now"
-    for name in sorted(saved.get("arithmetic", {}).keys() | now.get("arithmetic", {}).keys()):
-        a, b = saved.get("arithmetic", {}).get(name), now.get("arithmetic", {}).get(name)
-        if a != b:
-            out[f"arithmetic.{name}"] = f"{a} then, {b} now"
+    out.update(_field_differences("arithmetic", saved, now))
     changed = code_changes(saved.get("code", {}), now.get("code", {}))
     if changed:
         shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
         commits = [str(c)[:10] if c else "?" for c in (saved.get("code", {}).get("commit"),
                                                       now.get("code", {}).get("commit"))]
         out["code"] = f"{shown} differ (commit {commits[0]} then, {commits[1]} now)"
-    for name in sorted(saved.get("versions", {}).keys() | now.get("versions", {}).keys()):
-        a, b = saved.get("versions", {}).get(name), now.get("versions", {}).get(name)
-        if a != b:
-            out[f"versions.{name}"] = f"{a} then, {b} now"
+    out.update(_field_differences("versions", saved, now))
     return out
+
+
+def _field_differences(field: str, saved: Mapping, now: Mapping) -> dict[str, str]:
+    """The settings of ``field`` (a dict in each identity) that differ: {"<field>.<name>": "<a> then, <b> now"},
+    by name."""
+    then, current = saved.get(field, {}), now.get(field, {})
+    return {f"{field}.{name}": f"{then.get(name)} then, {current.get(name)} now"
+            for name in sorted(then.keys() | current.keys()) if then.get(name) != current.get(name)}

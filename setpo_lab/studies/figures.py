@@ -38,6 +38,7 @@ import numpy as np
 from setpo_lab import ROOT
 
 from setpo.records import read_json, read_records, write_text
+from setpo_lab.repro.provenance import installed_versions
 from setpo_lab.studies.static_render import plotly_to_png
 
 STATIC_ENV = "SETPO_STATIC_FIGURES"
@@ -76,16 +77,9 @@ def git_commit(root: Path = ROOT) -> dict:
 
 
 def package_versions() -> dict:
-    from importlib import metadata
-
-    out = {"python": sys.version.split()[0]}
-    for name in ("setpo", "torch", "numpy", "plotly", "matplotlib", "transformers", "trl", "sentence-transformers",
-                 "umap-learn"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    return {"python": sys.version.split()[0],
+            **installed_versions(("setpo", "torch", "numpy", "plotly", "matplotlib", "transformers", "trl",
+                                  "sentence-transformers", "umap-learn"))}
 
 
 def embedder_name(spec) -> str:
@@ -123,8 +117,8 @@ def run_record(command: str, config=None, seeds=None, uses: Mapping | None = Non
 def write_record(path: Path, record: Mapping | None, kind: str) -> Path:
     """``path.json``: the record, plus which files it describes."""
     path = Path(path)
-    rec = dict(record) if record is not None else run_record(" ".join(sys.argv))
-    rec = {"figure": path.stem, "files": [path.with_suffix(s).name for s in kind.split(",")], **rec}
+    rec = {"figure": path.stem, "files": [path.with_suffix(s).name for s in kind.split(",")],
+           **(record if record is not None else run_record(" ".join(sys.argv)))}
     out = path.with_suffix(".json")
     write_text(out, json.dumps(rec, indent=1, default=_jsonable) + "\n")
     return out
@@ -135,8 +129,6 @@ def write_record(path: Path, record: Mapping | None, kind: str) -> Path:
 def wrap_title(text: str, chars: int = SCREEN_TITLE_CHARS) -> list[str]:
     """A plotly title (lines split at ``<br>``) as lines of at most ``chars`` characters, broken between words:
     plotly draws a title on one line however narrow the figure, and cuts off what does not fit."""
-    import textwrap
-
     return [part for line in str(text).split("<br>") for part in (textwrap.wrap(line, chars) or [""])]
 
 
@@ -228,9 +220,8 @@ def project_2d(x: np.ndarray, method: str = "umap", seed: int = 0) -> np.ndarray
         import umap  # imported here: it compiles with numba on first use, which takes a while
 
         threads = torch.get_num_threads()  # numba's start-up can change torch's thread count; keep it
-        reducer = umap.UMAP(n_components=2, n_neighbors=min(15, len(x) - 1), min_dist=0.3, metric="cosine",
-                            random_state=seed, n_jobs=1)
-        xy = reducer.fit_transform(x)
+        xy = umap.UMAP(n_components=2, n_neighbors=min(15, len(x) - 1), min_dist=0.3, metric="cosine",
+                       random_state=seed, n_jobs=1).fit_transform(x)
         torch.set_num_threads(threads)
         return xy
     raise ValueError(f"unknown projection {method!r}; use 'umap' or 'pca'")
@@ -293,13 +284,10 @@ def metric_curves(runs: Sequence[tuple[str, str, Mapping]], metrics: Sequence[tu
     """Training metrics against the step, a panel per metric and a line per run: the training figure of every
     language-model study. runs: (name, colour, {metric key: (steps, values)}), a metric left out where the run
     logged none; metrics: (key, panel title)."""
-    panels = [{"title": label, "lines": []} for _, label in metrics]
-    for name, colour, series in runs:
-        for panel, (key, _) in zip(panels, metrics, strict=True):
-            if key in series:
-                x, y = series[key]
-                panel["lines"].append({"x": x, "y": y, "name": name, "color": colour,
-                                       **({"markers": True} if markers else {})})
+    panels = [{"title": label, "lines": [{"x": series[key][0], "y": series[key][1], "name": name, "color": colour,
+                                          **({"markers": True} if markers else {})}
+                                         for name, colour, series in runs if key in series]}
+              for key, label in metrics]
     return line_grid(panels, cols=len(metrics), x_title="step", title=title, panel_px=panel_px)
 
 

@@ -145,7 +145,7 @@ def judge_overrides(args: argparse.Namespace, p: argparse.ArgumentParser, stages
             check_url(args.judge_url)
         except ValueError as err:
             p.error(f"--judge-url: {err}")
-    named = args.judge_url is not None or args.judge_model is not None or args.judge_path is not None
+    named = judge_configured(args)  # the parsed options have the config's field names
     if not named and (args.judge_limit is not None or args.judge_samples is not None):
         p.error("--judge-limit and --judge-samples need a judge: --judge-url URL --judge-model NAME, or --judge-path")
     if list(stages) == ["judge"] and not named:

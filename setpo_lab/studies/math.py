@@ -98,24 +98,24 @@ def resolve_model_path(cfg: MathRunConfig) -> Path:
                                "random model")
 
 
-def _data_file(name: str) -> Path | str:
-    """A data file setting: ``"gsm8k:train"`` / ``"gsm8k:test"`` name the repository's GSM8K; anything else is a path."""
-    return gsm8k_file(name.split(":", 1)[1]) if name.startswith("gsm8k:") else name
+def _problems(name: str | None, limit: int | None, generated: int, seed: int) -> list[MathProblem]:
+    """The first ``limit`` problems (all without one) of a data file setting (``"gsm8k:train"`` / ``"gsm8k:test"``
+    name the repository's GSM8K; anything else is a path), or, without one, ``limit`` (else ``generated``)
+    generated problems seeded ``seed``."""
+    if not name:
+        return smoke_problems(limit or generated, seed=seed)
+    return load_math_problems(gsm8k_file(name.split(":", 1)[1]) if name.startswith("gsm8k:") else name, limit=limit)
 
 
 def load_study_problems(cfg: MathRunConfig) -> tuple[list[MathProblem], list[MathProblem]]:
     """(train, validation) problems from TRAIN_FILE / VAL_FILE, or generated ones."""
-    train = (load_math_problems(_data_file(cfg.train_file), limit=cfg.train_limit) if cfg.train_file
-             else smoke_problems(cfg.train_limit or 256, seed=cfg.seed))
-    val = (load_math_problems(_data_file(cfg.val_file), limit=cfg.val_limit) if cfg.val_file
-           else smoke_problems(cfg.val_limit or 64, seed=cfg.seed + 1))
-    return train, val
+    return (_problems(cfg.train_file, cfg.train_limit, 256, cfg.seed),
+            _problems(cfg.val_file, cfg.val_limit, 64, cfg.seed + 1))
 
 
 def _trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str = "absolute"):
     """The ``setpo.trl`` config of one run: the preset's loss settings, the paper's sampling, our batch shape."""
     on_gpu = cuda()
-    completions = cfg.prompts_per_step * cfg.num_generations
     extra = {} if cfg.lr is None else {"learning_rate": cfg.lr}
     if uses_vllm(cfg):
         extra.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
@@ -123,7 +123,8 @@ def _trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str
         cfg.algo, output_dir, seed=cfg.seed, save_steps=cfg.save_steps, on_cpu=not on_gpu, bf16=on_gpu,
         setpo_lambda=lam, setpo_lambda_units=units, embedder=cfg.embedder, num_generations=cfg.num_generations,
         temperature=cfg.temperature, max_completion_length=cfg.max_completion_length, beta=cfg.beta,
-        per_device_train_batch_size=cfg.micro_batch, gradient_accumulation_steps=completions // cfg.micro_batch,
+        per_device_train_batch_size=cfg.micro_batch,
+        gradient_accumulation_steps=cfg.prompts_per_step * cfg.num_generations // cfg.micro_batch,
         num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
         gradient_checkpointing=on_gpu and not cfg.tiny, **extra)
 
@@ -134,7 +135,8 @@ def sample_responses(model, tokenizer, questions: Sequence[str], n: int, tempera
     """n responses per question, prompted with the Qwen-Math template (``setpo_lab.studies.sampling.sample_completions``;
     progress: called with the prompts each batch finished; first_index, share_prompt, fast_nucleus: see there)."""
     return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions, qwen_math_messages), n, temperature,
-                              top_p, max_new_tokens, seed=seed, batch_sequences=batch_sequences, add_special_tokens=False,
+                              top_p, max_new_tokens, seed=seed, batch_sequences=batch_sequences,
+                              add_special_tokens=False,
                               progress=progress, first_index=first_index, share_prompt=share_prompt,
                               fast_nucleus=fast_nucleus)
 
@@ -164,7 +166,8 @@ def _train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     """
     out = Path(cfg.run_dir) / folder_name(label)
     # λ's units are named only when they are not the paper's, so folders made before units existed stay valid
-    claim_folder(out, {"label": label, "lambda": lam, **({"units": units} if units != "absolute" else {}), "config": judging.without_judge(asdict(cfg))},
+    claim_folder(out, {"label": label, "lambda": lam, **({"units": units} if units != "absolute" else {}),
+                       "config": judging.without_judge(asdict(cfg))},
                  [f"config.{name}" for name in REUSE_NEUTRAL_FIELDS], record="run_config.json",
                  results=("final", "checkpoint-*", "log_history.json", "probes.jsonl"),
                  remedy="use another run_dir, or delete that folder and rerun")
@@ -180,7 +183,8 @@ def _train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
                     probe_every=cfg.probe_every, probes_at_end=True, callbacks=callbacks,
                     record={"label": label, "lam": lam, "units": units}, log=log,
                     describe=f"[{label}] λ={lam_text(lam, units)}, G={cfg.num_generations}, {cfg.prompts_per_step} "
-                             f"prompts/step, vLLM={args.use_vllm}", heartbeat_label=f"[{label}]", clock=out / CLOCK_FILE)
+                             f"prompts/step, vLLM={args.use_vllm}", heartbeat_label=f"[{label}]",
+                    clock=out / CLOCK_FILE)
         del model
         if cuda():
             torch.cuda.empty_cache()  # the next run in this process starts with the memory free
@@ -242,16 +246,16 @@ def _sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequ
     With ``log``, a line at most every 10 s (``engine.sample_evaluation``: prompts sampled so far, and a heartbeat
     inside a long batch)."""
     tokenizer = load_tokenizer(model_dir, tiny=cfg.tiny)
+    prompts = chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages)
     if uses_vllm(cfg):
-        prompts = chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages)
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
         return _in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
                                 cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
     on_gpu = cuda()
     model = load_model(model_dir, torch.bfloat16 if on_gpu else torch.float32)
     model.to("cuda" if on_gpu else "cpu")
-    return sample_evaluation(model, tokenizer, chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages),
-                             cfg.eval_k, seed=cfg.seed + 1, log=log, label=label, partial=partial,
+    return sample_evaluation(model, tokenizer, prompts, cfg.eval_k, seed=cfg.seed + 1, log=log, label=label,
+                             partial=partial,
                              chunk_prompts=batch_prompts(cfg.eval_k, EVAL_BATCH_SEQUENCES),
                              temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
                              max_new_tokens=cfg.max_completion_length, batch_sequences=EVAL_BATCH_SEQUENCES,
@@ -335,9 +339,7 @@ def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Seque
 
 def load_passk_problems(cfg: MathRunConfig) -> list[MathProblem]:
     """The pass@k problems: PASSK_FILE (an AIME-style file), or generated ones (seeded apart from train/val)."""
-    if cfg.passk_file:
-        return load_math_problems(_data_file(cfg.passk_file), limit=cfg.passk_limit)
-    return smoke_problems(cfg.passk_limit or 30, seed=cfg.seed + 2)
+    return _problems(cfg.passk_file, cfg.passk_limit, 30, cfg.seed + 2)
 
 
 def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], problems: Sequence[MathProblem],
@@ -349,11 +351,9 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
     Returns label -> ``evaluate_avg_at_k``'s result (``pass_at_k[k-1]`` is pass@k).
     """
     pcfg = replace(cfg, eval_k=cfg.passk_max, eval_limit=None, **dict.fromkeys(judging.JUDGE_FIELDS))  # no judge
-    out = {}
-    for label, model_dir in models.items():
-        cache = None if cache_dir is None else Path(cache_dir) / passk_file(cfg, label).name
-        out[label] = evaluate_avg_at_k(pcfg, model_dir, problems, cache=cache, log=log, label=label)
-    return out
+    return {label: evaluate_avg_at_k(pcfg, model_dir, problems, log=log, label=label,
+                                     cache=None if cache_dir is None else Path(cache_dir) / passk_file(cfg, label).name)
+            for label, model_dir in models.items()}
 
 
 def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem],
@@ -431,9 +431,8 @@ def _saved_config(path: Path) -> dict:
 def _write_results(cfg: MathRunConfig, out: Mapping, command: str) -> tuple[str, Path]:
     """``run_dir/results.md`` (``results_table``) and ``run_dir/results.json`` (its record, ``results_record``,
     with the pass@k curves when stage "evaluate" ran) from ``run_study``'s summary. Returns (table, path)."""
-    tiny = cfg.tiny
     table = results_table(out["results"], cfg.eval_k, judged=out.get("judged"),
-                          note="Tiny random model: these numbers mean nothing." if tiny else "")
+                          note="Tiny random model: these numbers mean nothing." if cfg.tiny else "")
     extra = {"pass_at_k": {k: r["pass_at_k"] for k, r in out["pass_at_k"].items()}} if "pass_at_k" in out else {}
     record = results_record(figure_record(cfg, command), out["results"], out.get("judged"), **extra)
     return table, save_table(table, Path(cfg.run_dir) / "results", record)

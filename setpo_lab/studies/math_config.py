@@ -96,8 +96,8 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
         get_preset(self.algo)
         check_embedder_spec(self.embedder)  # before the base model is evaluated and a run folder claimed
         check_fields(self, group=("num_generations",), count=("eval_k", "probe_samples", "probe_every", "save_steps",
-                                                               "prompts_per_step", "n_probe", "passk_max", "micro_batch",
-                                                               "max_completion_length"),
+                                                               "prompts_per_step", "n_probe", "passk_max",
+                                                               "micro_batch", "max_completion_length"),
                      limit=("eval_limit", "train_limit", "val_limit", "passk_limit"), seed=("seed",),
                      positive=("temperature", "num_train_epochs", "eval_temperature"), nonnegative=("beta",),
                      probability=("eval_top_p", "vllm_gpu_memory_utilization"))
@@ -114,14 +114,15 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
     @classmethod
     def cpu_demo(cls, smoke: bool = False, **overrides) -> "MathRunConfig":
         """The CPU setting: tiny random model, generated problems, short completions, a few steps."""
-        base = dict(model_path=None, packaged_model=None, train_file=None, val_file=None,
-                    embedder="hash" if smoke else "default",
-                    max_completion_length=16 if smoke else 48, prompts_per_step=2 if smoke else 4,
-                    micro_batch=6, max_steps=2 if smoke else 30, save_steps=1 if smoke else 10,
-                    eval_k=2 if smoke else 8, eval_limit=4 if smoke else 32, train_limit=32 if smoke else 256,
-                    val_limit=8 if smoke else 64, n_probe=2 if smoke else 4, probe_samples=3 if smoke else 8,
-                    probe_every=1 if smoke else 10, passk_max=4 if smoke else 32, passk_limit=2 if smoke else 16)
-        return cls(**{**base, **overrides})
+        return cls(**{**dict(model_path=None, packaged_model=None, train_file=None, val_file=None,
+                             embedder="hash" if smoke else "default",
+                             max_completion_length=16 if smoke else 48, prompts_per_step=2 if smoke else 4,
+                             micro_batch=6, max_steps=2 if smoke else 30, save_steps=1 if smoke else 10,
+                             eval_k=2 if smoke else 8, eval_limit=4 if smoke else 32, train_limit=32 if smoke else 256,
+                             val_limit=8 if smoke else 64, n_probe=2 if smoke else 4, probe_samples=3 if smoke else 8,
+                             probe_every=1 if smoke else 10, passk_max=4 if smoke else 32,
+                             passk_limit=2 if smoke else 16),
+                      **overrides})
 
     @classmethod
     def cpu_real(cls, **overrides) -> "MathRunConfig":
@@ -140,12 +141,12 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
         each of the first ``passk_limit`` GSM8K test problems per model (T = 0.5, top-p 0.9, the paper's), which
         give both pass@1 (avg@256) and the unbiased pass@k to k = 256, paired over problems.
         """
-        base = dict(model_path=None, packaged_model="smollm2-135m-instruct", train_file="gsm8k:train",
-                    val_file="gsm8k:test", embedder="default", num_generations=4, prompts_per_step=4, micro_batch=8,
-                    max_completion_length=192, beta=0.0, lr=1e-5, max_steps=24, save_steps=2, alt_lam=0.15,
-                    alt_lam_units="term_std", eval_k=256, eval_limit=8, passk_file="gsm8k:test", passk_limit=8,
-                    passk_max=256, n_probe=3, probe_samples=8, probe_every=6)
-        return cls(**{**base, **overrides})
+        return cls(**{**dict(model_path=None, packaged_model="smollm2-135m-instruct", train_file="gsm8k:train",
+                             val_file="gsm8k:test", embedder="default", num_generations=4, prompts_per_step=4,
+                             micro_batch=8, max_completion_length=192, beta=0.0, lr=1e-5, max_steps=24, save_steps=2,
+                             alt_lam=0.15, alt_lam_units="term_std", eval_k=256, eval_limit=8, passk_file="gsm8k:test",
+                             passk_limit=8, passk_max=256, n_probe=3, probe_samples=8, probe_every=6),
+                      **overrides})
 
     def shares_samples(self) -> bool:
         """Whether the avg@k evaluation and the pass@k one are the same samples (same problems, same n): then
@@ -196,10 +197,8 @@ def cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None  # looked up, not imported: vllm takes seconds to import
-
-
 def uses_vllm(cfg: MathRunConfig) -> bool:
     """Whether generation goes through vLLM: ``cfg.use_vllm``, or (None) when CUDA and vllm are available."""
-    return (cuda() and _vllm_available()) if cfg.use_vllm is None else bool(cfg.use_vllm)
+    if cfg.use_vllm is not None:
+        return bool(cfg.use_vllm)
+    return cuda() and importlib.util.find_spec("vllm") is not None  # looked up, not imported: vllm takes seconds

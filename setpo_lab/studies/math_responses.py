@@ -63,13 +63,11 @@ def _cell(text: str) -> str:
 def _score_table(responses: list[str], n: int) -> tuple[list[dict], str]:
     """Rows (reference, extracted answer, reward, excerpt) and the markdown table, from the current checker."""
     problems = load_math_problems(GSM8K_TEST, limit=n)
-    rows = []
-    for i, (p, text) in enumerate(zip(problems, responses, strict=True)):
-        extracted = final_answer(text)
-        rows.append({"#": i, "reference": p.answer, "extracted": "—" if extracted is None else _cell(extracted),
-                     "reward": math_reward(text, p.answer), "tokens~": len(text.split()),
-                     "response (last characters)": _cell(("…" if len(text) > EXCERPT_CHARS else "")
-                                                         + text[-EXCERPT_CHARS:])})
+    rows = [{"#": i, "reference": p.answer, "extracted": "—" if extracted is None else _cell(extracted),
+             "reward": math_reward(text, p.answer), "tokens~": len(text.split()),
+             "response (last characters)": _cell(("…" if len(text) > EXCERPT_CHARS else "") + text[-EXCERPT_CHARS:])}
+            for i, (p, text, extracted) in enumerate(zip(problems, responses, map(final_answer, responses),
+                                                         strict=True))]
     return rows, markdown_table(rows, fmt=lambda v: f"{v:g}" if isinstance(v, float) else str(v))
 
 
@@ -137,7 +135,8 @@ def _run(cfg: _ResponsesConfig, stages, args) -> int:
 #: ``python -m setpo_lab run math_responses --model-path DIR --out results/math --set n=20``
 COMMAND = StudyCommand("math_responses", {"default": _ResponsesConfig}, ("evaluate",), _run, default_preset="default",
                        folder=None, default_out={"default": "results/math"},
-                       fields=frozenset(f.name for f in fields(_ResponsesConfig)) - {"model_path"}, options=("model_path",),
+                       fields=frozenset(f.name for f in fields(_ResponsesConfig)) - {"model_path"},
+                       options=("model_path",),
                        doc=__doc__)
 
 if __name__ == "__main__":  # the recorded form `... math_responses --model-path DIR --n 20 --max-new-tokens 256 ...`

@@ -76,8 +76,8 @@ def probe_similarity(probes_by_run: Mapping[str, Sequence[dict]], embedder) -> d
                 continue
             e = torch.nn.functional.normalize(embedder(texts).float(), dim=-1)
             sim = e @ e.T
-            n = len(texts)
-            by_step.setdefault(step, []).append(float((sim.sum() - sim.diagonal().sum()) / (n * (n - 1))))
+            by_step.setdefault(step, []).append(float((sim.sum() - sim.diagonal().sum())
+                                                      / (len(texts) * (len(texts) - 1))))
         out[label] = {step: sum(v) / len(v) for step, v in sorted(by_step.items())}
     return out
 
@@ -145,9 +145,8 @@ def math_reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[
     base = passk["base model"]
     n, problems = base["k"], base["n_problems"]
     mid = min(16, n)
-    lines = []
-    if cfg.tiny:
-        lines.append("**Tiny random model:** every number here means nothing; the text shows what the real run writes.")
+    lines = (["**Tiny random model:** every number here means nothing; the text shows what the real run writes."]
+             if cfg.tiny else [])
     lines.append(f"- **The base model** ({problems} problems, n = {n} samples each): pass@1 "
                  f"{100 * base['pass_at_k'][0]:.1f}%, pass@{mid} {100 * base['pass_at_k'][mid - 1]:.1f}%, "
                  f"pass@{n} {100 * base['pass_at_k'][n - 1]:.1f}%: "
@@ -161,14 +160,10 @@ def math_reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[
                         "moves the model)" if not rewarded else "")
                      + (f"; {100 * sum(clipped) / len(clipped):.0f}% of rollouts were cut at "
                         f"{cfg.max_completion_length} tokens" if clipped else "") + ".")
-    for label, r in passk.items():
-        if r.get("same_model_as"):
-            lines.append(f"- **{label}** after training is the {r['same_model_as']}, bit for bit (weights, tokenizer "
-                         f"and stop ids): training never changed it, so its evaluation is the {r['same_model_as']}'s "
-                         "and every difference between them is 0 by construction.")
-    for d in diffs:
-        if d["k"] in (1, n):
-            lines.append(f"- **{d['a']} − {d['b']}**, pass@{d['k']}: {_moved(d)}.")
+    lines += [f"- **{label}** after training is the {r['same_model_as']}, bit for bit (weights, tokenizer and stop "
+              f"ids): training never changed it, so its evaluation is the {r['same_model_as']}'s and every "
+              "difference between them is 0 by construction." for label, r in passk.items() if r.get("same_model_as")]
+    lines += [f"- **{d['a']} − {d['b']}**, pass@{d['k']}: {_moved(d)}." for d in diffs if d["k"] in (1, n)]
     for label, by_step in similarity.items():
         if len(by_step) >= 2:
             (s0, v0), (s1, v1) = next(iter(by_step.items())), list(by_step.items())[-1]
@@ -196,11 +191,10 @@ def paired_differences(results: Mapping[str, dict], pairs: Sequence[tuple[str, s
         if ra["k"] != rb["k"] or ra["n_problems"] != rb["n_problems"]:
             raise ValueError(f"{a!r} and {b!r} were not evaluated alike: n = {ra['k']} vs {rb['k']} samples of "
                              f"{ra['n_problems']} vs {rb['n_problems']} problems")
-        for k in (k for k in ks if k <= ra["k"]):
-            # ra["k"] == rb["k"] (checked above): one pass@k estimate serves both sides
-            out.append({"a": a, "b": b, "k": k,
-                        **paired_ci(zip(ra["correct"], rb["correct"], strict=False),
-                                    lambda c, ra=ra, k=k: pass_at_k(ra["k"], int(c), k))})
+        # ra["k"] == rb["k"] (checked above): one pass@k estimate serves both sides
+        out += [{"a": a, "b": b, "k": k, **paired_ci(zip(ra["correct"], rb["correct"], strict=False),
+                                                     lambda c, ra=ra, k=k: pass_at_k(ra["k"], int(c), k))}
+                for k in ks if k <= ra["k"]]
     return out
 
 
@@ -218,8 +212,5 @@ def paired_table(diffs: Sequence[dict]) -> str:
 def results_record(record: Mapping, results: Mapping[str, dict], judged: Mapping | None = None, **extra) -> dict:
     """The record beside the results table: ``record`` (``figure_record``), every run's evaluation without its
     example texts, and the judged summaries when there is a judge (no judge: no judge key at all)."""
-    out = {**record, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"} for k, r in results.items()},
-           **extra}
-    if judged is not None:
-        out["judged"] = dict(judged)
-    return out
+    return {**record, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"} for k, r in results.items()},
+            **extra, **({} if judged is None else {"judged": dict(judged)})}

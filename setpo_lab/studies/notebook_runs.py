@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from setpo_lab.repro.arithmetic import children_environment
 from setpo_lab.studies.figures import ROOT, STATIC_ENV
 
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -34,11 +35,7 @@ def _out_dir_param(out_dir: Path) -> str:
     """OUT_DIR as the notebook sees it: relative to notebooks/ when inside the repository (so committed
     outputs name ``../figures/...``, not this machine's paths), absolute otherwise."""
     out_dir = Path(out_dir).resolve()
-    try:
-        out_dir.relative_to(ROOT)
-        return os.path.relpath(out_dir, NOTEBOOKS_DIR)
-    except ValueError:
-        return str(out_dir)
+    return os.path.relpath(out_dir, NOTEBOOKS_DIR) if out_dir.is_relative_to(ROOT) else str(out_dir)
 
 
 def widget_text(model_id: str, widgets: Mapping) -> str | None:
@@ -155,21 +152,13 @@ def execute_notebook(name: str, out_dir: Path, smoke: bool = False, save_to_note
     # installed; the kernel runs in notebooks/), whether or not the venv holds make's setpo_lab.pth
     kernel_env = {STATIC_ENV: "1", "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    previous = {k: os.environ.get(k) for k in kernel_env}
-    os.environ.update(kernel_env)
     t0 = time.time()
-    try:
+    with children_environment(kernel_env):
         # the cells' stdout goes straight to ours: papermill's own log_output goes to a logger that nothing here
         # configures, so a long notebook (04 trains for minutes) would print nothing until it ended
         papermill.execute_notebook(str(src), str(executed), cwd=str(NOTEBOOKS_DIR), progress_bar=False,
                                    stdout_file=sys.stdout if log_output else None,
                                    parameters={"SMOKE": smoke, "OUT_DIR": _out_dir_param(out_dir), **params})
-    finally:
-        for k, v in previous.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     if save_to_notebook:
         write_back(src, executed)
     if log_output:

@@ -127,15 +127,13 @@ def _train_method(method: str = "setgrpo", task_config: RubricToyConfig | None =
         prompts, responses = draw_groups(task, policy, tc.batch_prompts, g, gen)
         if sg is None:
             scores = task.regrade(prompts, responses, tc.grpo_gradings, gen)            # (R, N, 2)
-            calls += scores.numel()
             coef = group_advantages(scores.mean((0, 2)), group_size=g)
             acc, eta, tau, q = 1.0, math.nan, math.nan, math.nan
         else:
             scores = task.grade(prompts, responses, gen)
-            calls += scores.numel()
             out = sg.coefficients(scores, policy.grad_features(prompts, responses), group_size=g)
-            coef = out.coef
-            acc, eta, tau, q = out.accepted_ratio, out.mean_recovery_ratio, out.tau, out.q
+            coef, acc, eta, tau, q = out.coef, out.accepted_ratio, out.mean_recovery_ratio, out.tau, out.q
+        calls += scores.numel()
         logp = policy.log_probs(prompts).gather(1, responses[:, None])[:, 0]
         loss = -(coef.detach() * logp).mean()
         opt.zero_grad()
@@ -143,10 +141,9 @@ def _train_method(method: str = "setgrpo", task_config: RubricToyConfig | None =
         opt.step()
         for k, v in zip(keys[1:], (acc, eta, float(coef.double().pow(2).mean().sqrt()), tau, q), strict=True):
             hist[k].append(v)
-    hist["final_true_quality"] = policy.true_quality()
-    hist["best_true_quality"] = float(task.quality.max(-1).values.mean())
-    hist["grader_calls"] = calls
-    hist["config"] = {"method": method, "seed": seed, "task": asdict(task.config), "train": asdict(tc)}
+    hist.update(final_true_quality=policy.true_quality(), best_true_quality=float(task.quality.max(-1).values.mean()),
+                grader_calls=calls,
+                config={"method": method, "seed": seed, "task": asdict(task.config), "train": asdict(tc)})
     return hist
 
 
@@ -175,9 +172,8 @@ def compare_methods(seeds=range(5), task_config: RubricToyConfig | None = None,
                      "gain": h_s["final_true_quality"] - h_g["final_true_quality"],
                      "accepted": sum(h_s["accepted_ratio"]) / len(h_s["accepted_ratio"]),
                      "calls": (h_g["grader_calls"], h_m["grader_calls"], h_s["grader_calls"]),
-                     "matched_gradings": matched.grpo_gradings})
-        if keep_history:
-            rows[-1]["history"] = {"grpo": h_g, "grpo_matched": h_m, "setgrpo": h_s}
+                     "matched_gradings": matched.grpo_gradings,
+                     **({"history": {"grpo": h_g, "grpo_matched": h_m, "setgrpo": h_s}} if keep_history else {})})
         if verbose:  # a line per seed: a long comparison shows it is moving
             log(f"seed {s}: GRPO {rows[-1]['grpo']:.3f}, GRPO (matched budget) {rows[-1]['grpo_matched']:.3f}, "
                 f"SetGRPO {rows[-1]['setgrpo']:.3f}")
@@ -190,19 +186,24 @@ def compare_methods(seeds=range(5), task_config: RubricToyConfig | None = None,
 # diagnostics behind notebook 05 (the paper's Figure 9 and Table 7, in miniature)
 
 
-def _graded(task, policy, n_groups, g, gen, n_regrades=2):
-    p, r = draw_groups(task, policy, n_groups, g, gen)
-    scores = task.grade(p, r, gen)
-    ref = reference_coefficients(task.regrade(p, r, n_regrades, gen), group_size=g)
-    return scores, ref, policy.grad_features(p, r)
-
-
-def _policy_at(task, theta_scale: float) -> LinearSoftmaxPolicy:
-    """A policy part-way to the optimum, θ = theta_scale · w_true (0 is the uniform starting policy)."""
+def _grader(task_config: RubricToyConfig | None, seed: int, theta_scale: float, group_size: int):
+    """What every diagnostic draws from: ``graded(n_groups)``, ``n_groups`` fresh groups of a policy part-way to the
+    optimum of the world of ``seed``, θ = theta_scale · w_true (0 is the uniform starting policy), graded and
+    re-graded twice per grader: (scores, reference coefficients, gradient features); sampled from a generator
+    seeded ``seed + 1``."""
+    task = RubricTask(task_config, seed=seed)
     policy = LinearSoftmaxPolicy(task)
     with torch.no_grad():
         policy.theta.copy_(theta_scale * task.w_true)
-    return policy
+    gen = torch.Generator().manual_seed(seed + 1)
+
+    def graded(n_groups: int):
+        p, r = draw_groups(task, policy, n_groups, group_size, gen)
+        scores = task.grade(p, r, gen)
+        ref = reference_coefficients(task.regrade(p, r, 2, gen), group_size=group_size)
+        return scores, ref, policy.grad_features(p, r)
+
+    return graded
 
 
 def coverage_study(alphas=(0.05, 0.1, 0.2), trials: int = 300, n_cal: int = 39, seed: int = 0,
@@ -212,19 +213,16 @@ def coverage_study(alphas=(0.05, 0.1, 0.2), trials: int = 300, n_cal: int = 39, 
     Returns one row per α: alpha, target 1 − α, coverage (share of fresh groups whose a* fell in the box),
     and the finite-sample upper bound 1 − α + 1/(n_cal + 1).
     """
-    task = RubricTask(task_config, seed=seed)
-    policy = _policy_at(task, theta_scale)
-    gen = torch.Generator().manual_seed(seed + 1)
-    g = group_size
-    scores, ref, _ = _graded(task, policy, trials * (n_cal + 1), g, gen)
-    centre, sigma, _ = joint_coefficient_set(scores, group_size=g)
-    s = conformal_scores(ref, centre, sigma, group_size=g).reshape(trials, n_cal + 1)
-    rows = []
-    for alpha in alphas:
+    scores, ref, _ = _grader(task_config, seed, theta_scale, group_size)(trials * (n_cal + 1))
+    centre, sigma, _ = joint_coefficient_set(scores, group_size=group_size)
+    s = conformal_scores(ref, centre, sigma, group_size=group_size).reshape(trials, n_cal + 1)
+
+    def coverage(alpha: float) -> float:  # each trial's last group against the quantile of its n_cal others
         q = torch.tensor([conformal_quantile(s[t, :-1], alpha) for t in range(trials)], dtype=s.dtype)
-        rows.append({"alpha": alpha, "target": 1 - alpha, "coverage": float((s[:, -1] <= q).double().mean()),
-                     "upper": 1 - alpha + 1 / (n_cal + 1)})
-    return rows
+        return float((s[:, -1] <= q).double().mean())
+
+    return [{"alpha": alpha, "target": 1 - alpha, "coverage": coverage(alpha), "upper": 1 - alpha + 1 / (n_cal + 1)}
+            for alpha in alphas]
 
 
 def risk_study(seed: int = 0, n_cal: int = 512, n_fresh: int = 2000, theta_scale: float = 2.0,
@@ -236,16 +234,13 @@ def risk_study(seed: int = 0, n_cal: int = 512, n_fresh: int = 2000, theta_scale
     rejected groups at the selected τ, the accepted share, and plain two-grader GRPO's (τ = 0) reversal rate.
     A rejected group's "reversal" is what its centre â would have done, since it applies nothing.
     """
-    task = RubricTask(task_config, seed=seed)
-    policy = _policy_at(task, theta_scale)
-    gen = torch.Generator().manual_seed(seed + 1)
-    g = group_size
+    graded = _grader(task_config, seed, theta_scale, group_size)
     sg = SetGRPO(config or SetGRPOConfig())
-    cal = sg.calibrate(*_graded(task, policy, n_cal, g, gen), group_size=g)
-    scores, ref, feats = _graded(task, policy, n_fresh, g, gen)
-    groups = Groups.build(scores.shape[0], None, g)
+    cal = sg.calibrate(*graded(n_cal), group_size=group_size)
+    scores, ref, feats = graded(n_fresh)
+    groups = Groups.build(scores.shape[0], None, group_size)
     gram = gram_matrices(feats, groups)
-    centre, sigma, _ = joint_coefficient_set(scores, group_size=g, sigma_min=sg.config.sigma_min,
+    centre, sigma, _ = joint_coefficient_set(scores, group_size=group_size, sigma_min=sg.config.sigma_min,
                                              scale=sg.config.scale)
     tau = 0.0 if math.isinf(cal.tau) else cal.tau
     rec = safe_recovery(groups.pad(centre), groups.pad(sigma), cal.q, gram, [tau, 0.0])
@@ -267,17 +262,14 @@ def invariance_table(transforms=((0.5, -1.0), (1.0, 0.0), (2.0, 1.0), (3.0, -2.0
     resulting updates Σ_i c_i g_i, share of groups whose accept/reject decision flips (%), and the mean
     |Δη*| over groups accepted in both (in units of 1e-3).
     """
-    task = RubricTask(task_config, seed=seed)
-    policy = _policy_at(task, theta_scale)
-    gen = torch.Generator().manual_seed(seed + 1)
-    g = group_size
-    cal_scores, cal_ref, cal_feats = _graded(task, policy, n_cal, g, gen)
-    scores, _, feats = _graded(task, policy, n_batch, g, gen)
+    graded = _grader(task_config, seed, theta_scale, group_size)
+    cal_scores, cal_ref, cal_feats = graded(n_cal)
+    scores, _, feats = graded(n_batch)
 
     def run(a, b):
         sg = SetGRPO(SetGRPOConfig())
-        sg.calibrate(a * cal_scores + b, cal_ref, cal_feats, group_size=g)
-        return sg.coefficients(a * scores + b, feats, group_size=g)
+        sg.calibrate(a * cal_scores + b, cal_ref, cal_feats, group_size=group_size)
+        return sg.coefficients(a * scores + b, feats, group_size=group_size)
 
     base = run(1.0, 0.0)
     cos = lambda x, y: float(torch.nn.functional.cosine_similarity(x, y, dim=0))  # noqa: E731

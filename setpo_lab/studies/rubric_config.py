@@ -10,10 +10,6 @@ from setpo.setgrpo import SetGRPOConfig
 from setpo_lab.studies.arguments import check_fields
 
 
-def _toy_setgrpo() -> SetGRPOConfig:
-    return SetGRPOConfig(recalibrate_every=50)
-
-
 @dataclass
 class TrainConfig:
     """Training on the toy (one dataclass holds every knob, CleanRL style).
@@ -31,7 +27,8 @@ class TrainConfig:
     n_cal_groups: int = 512        # calibration groups per recalibration (see above)
     n_regrades: int = 1            # re-gradings per response for the reference (per grader for "regrade")
     reference: str = "regrade"     # what SetGRPO calibrates against: "regrade" or "expert"
-    setgrpo: SetGRPOConfig = field(default_factory=_toy_setgrpo)  # SetGRPO's own knobs (α, β, δ, K, ...)
+    # SetGRPO's own knobs (α, β, δ, K, ...), recalibrating every 50 steps on this toy
+    setgrpo: SetGRPOConfig = field(default_factory=lambda: SetGRPOConfig(recalibrate_every=50))
 
     def __post_init__(self):
         if self.reference not in ("regrade", "expert"):

@@ -28,12 +28,10 @@ def graders_table(task_config, seed: int = 0) -> str:
     scores = task.grade(prompts, responses, gen)
     quality = task.quality[prompts, responses]
     amb = task.ambiguous[prompts]
-    rows = ["| prompts | mean \\|A − B\\| | mean \\|A − q\\| |", "|---|---:|---:|"]
-    for name, mask in (("clear", ~amb), ("ambiguous", amb)):
-        gap = (scores[mask, 0] - scores[mask, 1]).abs().mean()
-        err = (scores[mask, 0] - quality[mask]).abs().mean()
-        rows.append(f"| {name} | {gap:.3f} | {err:.3f} |")
-    return "\n".join(rows)
+    return "\n".join(["| prompts | mean \\|A − B\\| | mean \\|A − q\\| |", "|---|---:|---:|"]
+                     + [f"| {name} | {(scores[mask, 0] - scores[mask, 1]).abs().mean():.3f} | "
+                        f"{(scores[mask, 0] - quality[mask]).abs().mean():.3f} |"
+                        for name, mask in (("clear", ~amb), ("ambiguous", amb))])
 
 
 def training_figure(rows: Sequence[dict], smooth: int = 9):
@@ -89,11 +87,10 @@ def coverage_risk_figure(coverage: Sequence[dict], risks: Sequence[dict]):
 
 def invariance_markdown(rows: Sequence[dict]) -> str:
     """``invariance_table``'s rows as markdown: cosines of coefficients and updates, gate flips, |Δη*|."""
-    lines = ["| transform | coeff. cosine | update cosine | flip (%) | \\|Δη*\\| (1e-3) |", "|---|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| a = {r['a']:g}, b = {r['b']:g} | {r['coef_cosine']:.4f} | {r['update_cosine']:.4f} | "
-                     f"{r['flip_pct']:.2f} | {r['d_eta_1e3']:.1f} |")
-    return "\n".join(lines)
+    return "\n".join(["| transform | coeff. cosine | update cosine | flip (%) | \\|Δη*\\| (1e-3) |",
+                      "|---|---:|---:|---:|---:|"]
+                     + [f"| a = {r['a']:g}, b = {r['b']:g} | {r['coef_cosine']:.4f} | {r['update_cosine']:.4f} | "
+                        f"{r['flip_pct']:.2f} | {r['d_eta_1e3']:.1f} |" for r in rows])
 
 
 def format_table(rows: list[dict]) -> str:
@@ -101,19 +98,18 @@ def format_table(rows: list[dict]) -> str:
     k = rows[0]["matched_gradings"]
     lines = [f"| seed | GRPO | GRPO, {k} gradings/grader | SetGRPO | SetGRPO − GRPO | optimum | "
              "SetGRPO accepted groups |", "|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['seed']} | {r['grpo']:.4f} | {r['grpo_matched']:.4f} | {r['setgrpo']:.4f} | "
-                     f"{r['gain']:+.4f} | {r['best']:.4f} | {r['accepted']:.2f} |")
+    lines += [f"| {r['seed']} | {r['grpo']:.4f} | {r['grpo_matched']:.4f} | {r['setgrpo']:.4f} | "
+              f"{r['gain']:+.4f} | {r['best']:.4f} | {r['accepted']:.2f} |" for r in rows]
     n = len(rows)
     mean = lambda key: sum(r[key] for r in rows) / n  # noqa: E731
     se = math.sqrt(sum((r["gain"] - mean("gain")) ** 2 for r in rows) / max(n - 1, 1) / n)
-    lines.append(f"| mean | {mean('grpo'):.4f} | {mean('grpo_matched'):.4f} | {mean('setgrpo'):.4f} | "
-                 f"{mean('gain'):+.4f} ± {se:.4f} | {mean('best'):.4f} | {mean('accepted'):.2f} |")
     calls = [sum(r["calls"][i] for r in rows) / n for i in range(3)]
-    lines.append("")
-    lines.append(f"Final true-quality reward (exact expectation over prompts). SetGRPO above GRPO in "
-                 f"{sum(r['gain'] > 0 for r in rows)} of {n} seeds, above budget-matched GRPO in "
-                 f"{sum(r['setgrpo'] > r['grpo_matched'] for r in rows)} of {n}. Grader calls per run: "
-                 f"GRPO {calls[0]:.0f}, matched GRPO {calls[1]:.0f}, SetGRPO {calls[2]:.0f} (calibration "
-                 f"included). ± is one standard error over seeds.")
+    lines += [f"| mean | {mean('grpo'):.4f} | {mean('grpo_matched'):.4f} | {mean('setgrpo'):.4f} | "
+              f"{mean('gain'):+.4f} ± {se:.4f} | {mean('best'):.4f} | {mean('accepted'):.2f} |",
+              "",
+              f"Final true-quality reward (exact expectation over prompts). SetGRPO above GRPO in "
+              f"{sum(r['gain'] > 0 for r in rows)} of {n} seeds, above budget-matched GRPO in "
+              f"{sum(r['setgrpo'] > r['grpo_matched'] for r in rows)} of {n}. Grader calls per run: "
+              f"GRPO {calls[0]:.0f}, matched GRPO {calls[1]:.0f}, SetGRPO {calls[2]:.0f} (calibration "
+              f"included). ± is one standard error over seeds."]
     return "\n".join(lines)

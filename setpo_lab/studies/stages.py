@@ -163,18 +163,15 @@ def unreadable(path: str | Path, error: BaseException, remedy: str, *, expected:
 
 
 def _one_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
+    return next((line.strip() for line in str(text).strip().splitlines() if line.strip()), "")
 
 
 def _flat(record: Mapping, prefix: str = "") -> dict:
     """Nested dicts as dotted keys, so a differing field is named exactly (``config.lr``, ``model.hidden_size``)."""
     out = {}
     for key, value in record.items():
-        if isinstance(value, Mapping) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, Mapping) and value
+                   else {f"{prefix}{key}": value})
     return out
 
 

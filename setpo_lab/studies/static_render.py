@@ -66,12 +66,10 @@ def _axes_grid(out, layout, pairs):
     ys = sorted({dom(y, "y") for _, y in pairs}, reverse=True)
     gs = GridSpec(len(ys), len(xs), figure=out, width_ratios=[b - a for a, b in xs],
                   height_ratios=[b - a for a, b in ys])
-    axes = {}
-    for x, y in pairs:
-        axes[(x, y)] = out.add_subplot(gs[ys.index(dom(y, "y")), xs.index(dom(x, "x"))])
-        axes[(x, y)].plotly_anchor = (sum(dom(x, "x")) / 2, dom(y, "y")[1])  # where a subplot title sits
+    axes = {(x, y): out.add_subplot(gs[ys.index(dom(y, "y")), xs.index(dom(x, "x"))]) for x, y in pairs}
     by_ref = {ref: ax for (x, y), ax in axes.items() for ref in (x, y)}
     for (x, y), ax in axes.items():
+        ax.plotly_anchor = (sum(dom(x, "x")) / 2, dom(y, "y")[1])  # where a subplot title sits
         for ref, kind in ((x, "x"), (y, "y")):
             a = layout[f"{kind}axis{ref[1:]}"]
             if a.matches and a.matches in by_ref and by_ref[a.matches] is not ax:
@@ -113,8 +111,8 @@ def _colour_map(marker):
 
 
 def _scatter(ax, tr, default_colour, colourbars):
-    x = np.asarray([np.nan if v is None else v for v in (tr.x if tr.x is not None else [])], dtype=float)
-    y = np.asarray([np.nan if v is None else v for v in (tr.y if tr.y is not None else [])], dtype=float)
+    x, y = (np.asarray([np.nan if v is None else v for v in (values if values is not None else [])], dtype=float)
+            for values in (tr.x, tr.y))
     n = len(x)
     mode = tr.mode or ("lines+markers" if n < 20 else "lines")
     opacity = 1.0 if tr.opacity is None else tr.opacity
@@ -191,9 +189,8 @@ def plotly_to_png(fig, path: Path, dpi: int = 100) -> Path:
     width, height = (layout.width or 700), (layout.height or 450)
     out = static_figure(figsize=(width / dpi, height / dpi), layout="constrained")
     pairs = list(dict.fromkeys((tr.xaxis or "x", tr.yaxis or "y") for tr in fig.data))
-    for key in layout.to_plotly_json():
-        if key.startswith("xaxis") and layout[key].anchor:
-            pairs.append(("x" + key[5:], layout[key].anchor))
+    pairs += [("x" + key[5:], layout[key].anchor) for key in layout.to_plotly_json()
+              if key.startswith("xaxis") and layout[key].anchor]
     pairs = list(dict.fromkeys(pairs or [("x", "y")]))
     axes = _axes_grid(out, layout, pairs)
     colourway = list(layout.template.layout.colorway or _PLOTLY_COLOURWAY) if layout.template else _PLOTLY_COLOURWAY
@@ -235,9 +232,8 @@ def plotly_to_png(fig, path: Path, dpi: int = 100) -> Path:
             ax.set_title(_text(note.text), fontsize=9)
         elif note.text:
             axes[(note.xref, note.yref)].annotate(_text(note.text), (note.x, note.y), fontsize=8)
-    for ax in axes.values():
-        if ax not in used:
-            ax.set_axis_off()
+    for ax in [a for a in axes.values() if a not in used]:
+        ax.set_axis_off()
     for cmap, norm, label in colourbars[:1]:
         from matplotlib.cm import ScalarMappable
 

@@ -109,12 +109,7 @@ def _dynamic_sample(policy, world, cfg, gen):
         kept.append((prompts[signal], tokens[signal], rewards[signal]))
         if sum(len(k[0]) for k in kept) >= cfg.groups_per_step * G:
             break
-    prompts, tokens, rewards = (torch.cat(parts)[: cfg.groups_per_step * G] for parts in zip(*kept, strict=True))
-    return prompts, tokens, rewards
-
-
-def _checkpoint_path(cfg: ToyConfig) -> Path | None:
-    return Path(cfg.checkpoint_dir) / "checkpoint.pt" if cfg.checkpoint_dir else None
+    return tuple(torch.cat(parts)[: cfg.groups_per_step * G] for parts in zip(*kept, strict=True))
 
 
 def _config_record(cfg: ToyConfig) -> dict:
@@ -176,19 +171,19 @@ def _train(cfg: ToyConfig, bar) -> ToyRun:
     preset = get_preset(cfg.algo)
     world = MultiModalBandit(cfg.bandit)
     torch.manual_seed(cfg.seed)
-    policy = _TrajectoryPolicy(cfg.bandit.num_prompts, cfg.bandit.vocab_size, cfg.bandit.traj_len, cfg.hidden)
-    ref = _TrajectoryPolicy(cfg.bandit.num_prompts, cfg.bandit.vocab_size, cfg.bandit.traj_len, cfg.hidden)
+    # the policy, then the KL reference (initialised in that order from the seed, then made equal to the policy)
+    policy, ref = (_TrajectoryPolicy(cfg.bandit.num_prompts, cfg.bandit.vocab_size, cfg.bandit.traj_len, cfg.hidden)
+                   for _ in range(2))
     ref.load_state_dict(policy.state_dict())
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     history, snapshots, start = [], [], 0
 
-    ckpt = _checkpoint_path(cfg)
+    ckpt = Path(cfg.checkpoint_dir) / "checkpoint.pt" if cfg.checkpoint_dir else None
     if ckpt is not None and ckpt.exists():
         state = _load(ckpt, cfg)
-        policy.load_state_dict(state["policy"])
-        ref.load_state_dict(state["ref"])
-        opt.load_state_dict(state["opt"])
+        for key, part in (("policy", policy), ("ref", ref), ("opt", opt)):
+            part.load_state_dict(state[key])
         gen.set_state(state["gen"])
         history, snapshots, start = state["history"], state["snapshots"], state["step"]
 
@@ -253,20 +248,20 @@ def compare(base: ToyConfig, variants: dict[str, dict], seeds, progress: bool = 
     """Train every variant (label -> config changes) from the same seeds and world, with one progress bar
     over all their steps (``progress=False``: none)."""
     seeds = list(seeds)
-    configs = {label: [dataclasses.replace(base, seed=s, **changes) for s in seeds] for label, changes in variants.items()}
+    configs = {label: [dataclasses.replace(base, seed=s, **changes) for s in seeds]
+               for label, changes in variants.items()}
     bar = progress_bar(sum(c.steps for cs in configs.values() for c in cs), "toy runs") if progress else None
-    results = {}
+
+    def run(label: str, c: ToyConfig) -> ToyRun:
+        if bar is not None:
+            bar.set_postfix_str(f"{label}, seed {c.seed}", refresh=False)
+        return train(c, progress=False if bar is None else bar)
+
     try:
-        for label, cs in configs.items():
-            results[label] = []
-            for c in cs:
-                if bar is not None:
-                    bar.set_postfix_str(f"{label}, seed {c.seed}", refresh=False)
-                results[label].append(train(c, progress=False if bar is None else bar))
+        return {label: [run(label, c) for c in cs] for label, cs in configs.items()}
     finally:
         if bar is not None:
             bar.close()
-    return results
 
 
 DEMO_VARIANTS = {"GRPO": {"setpo": False}, "SetPO+GRPO": {"setpo": True}}

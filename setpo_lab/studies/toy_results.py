@@ -26,14 +26,11 @@ def _covered_modes(run, threshold: float = 0.05) -> list[int]:
 
 def coverage_rows(results: dict[str, list], threshold: float = 0.05) -> list[dict]:
     """One row per (variant, seed): correct modes covered (≥ threshold mass), final correct mass, masses."""
-    rows = []
-    for label, runs in results.items():
-        for run in runs:
-            last = run.history[-1]
-            rows.append({"method": label, "seed": run.config.seed, "modes_covered": len(_covered_modes(run, threshold)),
-                         "correct_mass": round(last["correct_mass"], 3),
-                         "correct_mode_masses": [round(m, 2) for m in last["mode_mass"][: run.config.bandit.num_correct]]})
-    return rows
+    return [{"method": label, "seed": run.config.seed, "modes_covered": len(_covered_modes(run, threshold)),
+             "correct_mass": round(run.history[-1]["correct_mass"], 3),
+             "correct_mode_masses": [round(m, 2)
+                                     for m in run.history[-1]["mode_mass"][: run.config.bandit.num_correct]]}
+            for label, runs in results.items() for run in runs]
 
 
 def summary_rows(results: dict[str, list], threshold: float = 0.05) -> list[dict]:
@@ -85,12 +82,12 @@ def _figure1(runs: dict, method: str = "umap", seed: int = 0, prompt: int = 0):
                      for (x, y), m, t in zip(pts, modes, tokens, strict=True)]
         steps = [h["step"] for h in run.history]
         masses = np.asarray([h["mode_mass"] for h in run.history])
-        curves[label] = [{"x": steps, "y": masses[:, m], "name": f"correct mode {m}", "color": SETPO_COLOURS[m % 4]}
-                         for m in sorted(correct)]
-        curves[label].append({"x": steps, "y": masses[:, len(correct):].sum(1), "name": "wrong modes",
-                              "color": "black", "dash": "dash"})
-        curves[label].append({"x": [steps[0], steps[-1]], "y": [0.05, 0.05], "name": "5%: a mode counts as kept",
-                              "color": "grey", "dash": "dot"})
+        curves[label] = [*({"x": steps, "y": masses[:, m], "name": f"correct mode {m}", "color": SETPO_COLOURS[m % 4]}
+                           for m in sorted(correct)),
+                         {"x": steps, "y": masses[:, len(correct):].sum(1), "name": "wrong modes", "color": "black",
+                          "dash": "dash"},
+                         {"x": [steps[0], steps[-1]], "y": [0.05, 0.05], "name": "5%: a mode counts as kept",
+                          "color": "grey", "dash": "dot"}]
     frame = pd.DataFrame(rows)
     landmarks = [{"x": x, "y": y, "label": m, "correct": m in correct} for m, (x, y) in enumerate(stars)]
     fig = trajectory_figure(frame, background=xy_all, landmarks=landmarks, curves=curves,
@@ -108,7 +105,8 @@ def _figure_record(results: dict[str, list], projection: str, command: str) -> d
     return run_record(
         command, config=asdict(runs[0].config), seeds=[r.config.seed for r in runs],
         uses={"projection": projection},
-        variants={label: {k: getattr(rs[0].config, k) for k in ("algo", "setpo", "lam")} for label, rs in results.items()},
+        variants={label: {k: getattr(rs[0].config, k) for k in ("algo", "setpo", "lam")}
+                  for label, rs in results.items()},
         projection=projection, rows=coverage_rows(results))
 
 
@@ -118,6 +116,6 @@ def write_figure1(results: dict[str, list], out_dir: Path, projection: str, comm
     Returns (plotly figure, html path, png path). Used by `make demo` and notebook 01 alike.
     """
     fig, _ = _figure1({label: runs[0] for label, runs in results.items()}, method=projection)
-    record = _figure_record(results, projection, command)
-    html, png = save_figure(fig, Path(out_dir) / "fig1_toy_mode_collapse", record)
+    html, png = save_figure(fig, Path(out_dir) / "fig1_toy_mode_collapse",
+                            _figure_record(results, projection, command))
     return fig, html, png
