@@ -57,7 +57,7 @@ from setpo_lab.studies import judging
 from setpo_lab.studies import math as ml
 from setpo_lab.studies import math_results as mr
 from setpo_lab.studies.figures import (models_pass_at_k_figure, probe_trajectory_figure, read_probes, save_figure,
-                                      save_table, show, show_table, trainer_log_figure)
+                                       save_table, show, show_table, trainer_log_figure)
 from setpo_lab.studies.toolkit import chat_prompts
 from setpo.trl import quiet_libraries
 

@@ -117,7 +117,7 @@ def test_selection_respects_the_pass1_floor():
     ev = lambda p1, pn: {"accuracy": p1, "pass_at_k": [p1, pn], "average_modes": 1.0}  # noqa: E731
     a, b, c = (cfg.main_cell(lam=lam, embedder="hash", units="term_std") for lam in (0.3, 1.0, 3.0))
     best, sel = countdown._select_on_validation(cfg, ev(0.30, 0.60),
-                                                   {a: ev(0.29, 0.62), b: ev(0.25, 0.70), c: ev(0.30, 0.62)})
+                                                {a: ev(0.29, 0.62), b: ev(0.25, 0.70), c: ev(0.30, 0.62)})
     assert best == a and sel["qualified"] and not sel["candidates"][b.name]["qualifies"]  # b loses 5 points of pass@1
     best, sel = countdown._select_on_validation(cfg, ev(0.50, 0.60), {b: ev(0.25, 0.70), c: ev(0.30, 0.62)})
     assert best == b and not sel["qualified"]  # none qualifies: the best pass@n, flagged
@@ -145,7 +145,7 @@ def test_smoke_study_end_to_end(smoke_study):
     summary = json.loads((out / "results.json").read_text())
     runs = [RLRun(**r["run"]) for r in summary["runs"] if r["run"]]
     assert {r.seed for r in runs} == set(cfg.rl_seeds) and {r.method for r in runs} >= {"GRPO", "SetPO+GRPO",
-                                                                                           "Pairwise+GRPO"}
+                                                                                        "Pairwise+GRPO"}
     # the chosen SetPO, every seed, at every temperature
     assert sum(r["primary"] for r in summary["runs"]) == len(cfg.rl_seeds) * len(cfg.eval_temperatures)
     assert {p["variant"] for p in summary["paired"]} == {r.variant for r in runs if r.variant != "GRPO"}
@@ -240,8 +240,8 @@ def test_the_validation_search_has_seeds_of_its_own():
     cfg = CountdownLMConfig(out="runs/never")
     assert cfg.search_seed_list == (1000, 1001)
     finals = {r.seed for r in cfg.final_runs({"setpo": cfg.paper_run(), "pairwise": cfg.main_cell(),
-                                                   "dra": cfg.main_cell(), "passk": cfg.main_cell(),
-                                                   "ceiling": cfg.main_cell()})}
+                                              "dra": cfg.main_cell(), "passk": cfg.main_cell(),
+                                              "ceiling": cfg.main_cell()})}
     assert finals == set(cfg.rl_seeds) and not finals & set(cfg.search_seed_list)
     with pytest.raises(ValueError, match=r"must not use the validation search's seeds .*\[1000\]"):
         CountdownLMConfig(out="runs/never", rl_seeds=(0, 1, 2, 1000))

@@ -12,7 +12,7 @@ from setpo_lab.studies import math as ml
 from setpo_lab.studies.math_config import folder_name
 from setpo_lab.studies import math_results as mr
 from setpo_lab.studies.figures import (hover_text, models_pass_at_k_figure, probe_trajectory_figure, read_probes,
-                                      trainer_log_figure)
+                                       trainer_log_figure)
 from setpo.trl.tiny_models import build_chat_tokenizer
 from setpo.trl.rewards import math_reward_func
 

@@ -151,7 +151,7 @@ def _replication_config(cfg: CountdownLMConfig) -> CountdownLMConfig | None:
 
 
 def _select_on_validation(cfg: CountdownLMConfig, grpo: dict | Sequence[dict],
-                         candidates: dict[RLRun, dict | Sequence[dict]]) -> tuple[RLRun, dict]:
+                          candidates: dict[RLRun, dict | Sequence[dict]]) -> tuple[RLRun, dict]:
     """The candidate with the highest mean validation pass@n among those whose mean pass@1 is at most
     ``cfg.max_pass1_loss`` below GRPO's (ties: the smaller λ); none qualifying: the highest pass@n, flagged.
 
@@ -216,14 +216,14 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bo
     quiet_libraries()
     data = make_data(cfg)
     write_json(out / "data.json", {k: [[list(i.numbers), i.target] for i in getattr(data, k)]
-                                    for k in ("train", "val", "test")})
+                                   for k in ("train", "val", "test")})
     # one solver pass per invocation: the warm start's examples and the "centered:" embedders' reference
     examples = functools.cache(lambda: sft_examples(data.train, cfg.sft_solutions_per_problem, cfg.seed, log))
     sft_final = out / "sft" / "final"
     # The warm start, trained when stage "train" runs and not done; a done one whose model is not here (a new
     # checkout of a study kept in git) is trained again only when a run or an evaluation needs it.
     warm_start = (functools.cache(lambda: train_sft(cfg, data, out / "sft", log=log, examples=examples,
-                                                     identity=identity, redo=redo))
+                                                    identity=identity, redo=redo))
                   if "train" in stages else lambda: sft_final)
     if "train" in stages and not stage_done(sft_final):
         warm_start()

@@ -113,7 +113,7 @@ def _recorded_time(summary: Mapping) -> str:
 
 
 def _check_at_commit(cfg: CountdownLMConfig, argv: Sequence[str], saved: Mapping, changed: Sequence[str],
-                    log: Callable[[str], object] = print, root: Path = ROOT, timeout: float = CHECK_TIMEOUT_S) -> bool:
+                     log: Callable[[str], object] = print, root: Path = ROOT, timeout: float = CHECK_TIMEOUT_S) -> bool:
     """Check the record in ``cfg.out``, made at other code (``saved``: its identity, whose ``code.commit`` is the
     commit to check it with; ``changed``: the study's files that differ), with the code of that commit, and
     report: whether that code accepts every run and evaluation and remakes the committed summary, and the
@@ -182,7 +182,7 @@ def _run_study_at(tree: Path, args: Sequence[str], timeout: float) -> str | None
 
 
 def _same_study_at(commit: str, threads: int, log: Callable[[str], object] = print, root: Path = ROOT,
-                  timeout: float = CHECK_TIMEOUT_S) -> bool:
+                   timeout: float = CHECK_TIMEOUT_S) -> bool:
     """Whether the code of ``commit`` and the code of this checkout make the same study: each makes the smoke
     study (``--smoke``: every stage, every kind of run, at toy size) at ``threads`` threads in a folder of its
     own, and every model (final-weights SHA-256) and every evaluation (per-problem counts) they both make is
@@ -206,7 +206,7 @@ def _same_study_at(commit: str, threads: int, log: Callable[[str], object] = pri
         configs = [read_json(made[n] / "config.json") for n in ("then", "now")]
         _, config_differ = _summary_agreement(*configs)
         shared, summary_differ = _summary_agreement(read_json(made["now"] / "results.json"),
-                                                   read_json(made["then"] / "results.json"))
+                                                    read_json(made["then"] / "results.json"))
     same = (agreement["models"] > 0 and agreement["models_identical"] == agreement["models"]
             and agreement["evaluations"] > 0 and agreement["evaluations_identical"] == agreement["evaluations"]
             and not config_differ and not summary_differ and shared > 0)

@@ -312,7 +312,7 @@ def models_pass_at_k_figure(results: Mapping[str, dict], title: str = ""):
 
 #: what ``trainer_log_figure`` draws: SetPOTrainer's log key -> its panel's title
 TRAINER_LOG_KEYS = (("reward", "mean reward"), ("setpo/pairwise_similarity", "within-group similarity"),
-                 ("setpo/distinct_correct", "distinct correct per group"))
+                    ("setpo/distinct_correct", "distinct correct per group"))
 
 
 def trainer_log_figure(run_dirs: Mapping[str, str | Path], title: str = ""):

@@ -154,8 +154,8 @@ def _math_probes(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
 
 
 def _train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathProblem],
-             probes: Sequence[MathProblem], embedder=None, callbacks: Sequence = (), log=print,
-             units: str = "absolute") -> Path:
+              probes: Sequence[MathProblem], embedder=None, callbacks: Sequence = (), log=print,
+              units: str = "absolute") -> Path:
     """Train one run (λ = 0: the baseline; λ in ``units``) from the base model; resumes from its last checkpoint.
     A heartbeat line every 10 s (``log``) shows a long step is alive.
 
@@ -237,7 +237,7 @@ def passk_file(cfg: MathRunConfig, label: str) -> Path:
 
 
 def _sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], log=None,
-                      label: str = "eval", partial: str | Path | None = None) -> list[list[str]]:
+                       label: str = "eval", partial: str | Path | None = None) -> list[list[str]]:
     """The ``eval_k`` responses per problem an evaluation scores (seeded: sampling again gives them again): by vLLM
     when ``use_vllm`` resolves true (in a fresh process), else ``generate``, batch by batch. partial: a JSONL file
     that keeps each finished batch, so that an evaluation stopped part-way resumes at its next batch with the
@@ -250,7 +250,7 @@ def _sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequ
     if uses_vllm(cfg):
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
         return _in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
-                                cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
+                                 cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
     on_gpu = cuda()
     model = load_model(model_dir, torch.bfloat16 if on_gpu else torch.float32)
     model.to("cuda" if on_gpu else "cpu")
@@ -289,8 +289,8 @@ def _evaluation_of_same_model(cache: Path, sampled: Mapping) -> dict | None:
 
 
 def evaluate_avg_at_k(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem],
-                   cache: str | Path | None = None, texts_file: str | Path | None = None, log=None,
-                   label: str = "eval") -> dict:
+                      cache: str | Path | None = None, texts_file: str | Path | None = None, log=None,
+                      label: str = "eval") -> dict:
     """Pass@1 as avg@k: k samples per problem at T = eval_temperature, top-p eval_top_p, mean fraction correct.
 
     Also the unbiased pass@j curve for j = 1..k (``setpo.pass_at_k``) and avg@k per data source
@@ -362,8 +362,8 @@ def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems
     keep_texts: keep the sampled responses beside each evaluation for the judge (None: when a judge is set)."""
     keep = judging.judge_configured(cfg) if keep_texts is None else keep_texts
     return {label: evaluate_avg_at_k(cfg, final, problems, cache=eval_file(cfg, label),
-                                  texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None,
-                                  log=log, label=label)
+                                     texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None,
+                                     log=log, label=label)
             for label, final in finals.items()}
 
 

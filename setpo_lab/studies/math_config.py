@@ -96,8 +96,8 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
         get_preset(self.algo)
         check_embedder_spec(self.embedder)  # before the base model is evaluated and a run folder claimed
         check_fields(self, group=("num_generations",), count=("eval_k", "probe_samples", "probe_every", "save_steps",
-                                                               "prompts_per_step", "n_probe", "passk_max",
-                                                               "micro_batch", "max_completion_length"),
+                                                              "prompts_per_step", "n_probe", "passk_max",
+                                                              "micro_batch", "max_completion_length"),
                      limit=("eval_limit", "train_limit", "val_limit", "passk_limit"), seed=("seed",),
                      positive=("temperature", "num_train_epochs", "eval_temperature"), nonnegative=("beta",),
                      probability=("eval_top_p", "vllm_gpu_memory_utilization"))
@@ -170,7 +170,7 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
         out = {name: (0.0, "absolute"), f"SetPO+{name}": (self.lam_value, self.lam_units)}
         if self.alt_lam is not None:
             out[f"SetPO+{name} λ={lam_text(self.alt_lam, self.alt_lam_units)}"] = (float(self.alt_lam),
-                                                                                 self.alt_lam_units)
+                                                                                   self.alt_lam_units)
         return out
 
 
@@ -179,7 +179,7 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
 # vLLM takes, every evaluation setting (evaluations are cached apart, by the caller) and the judge, which
 # judges what the evaluation sampled. Everything else must match the folder's run_config.json to reuse it.
 REUSE_NEUTRAL_FIELDS = ("run_dir", "save_steps", "vllm_gpu_memory_utilization", "eval_k", "eval_temperature",
-                           "eval_top_p", "eval_limit", "passk_file", "passk_max", "passk_limit", *JUDGE_FIELDS)
+                        "eval_top_p", "eval_limit", "passk_file", "passk_max", "passk_limit", *JUDGE_FIELDS)
 
 
 def lam_text(lam: float, units: str) -> str:

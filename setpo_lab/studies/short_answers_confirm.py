@@ -116,7 +116,7 @@ def _select_heldout(cfg: ConfirmStudyConfig, embedder, log=print_flushed) -> dic
         tasks = sample_tasks([kind], "train", cfg.heldout_select_per_kind, seed=0)
         record = evaluate_answers(cfg, f"base_{kind}", base, embedder, log, tasks=tasks, folder="heldout_selection")
         right = [[task_from_id(t).is_right(a) for a in row] for t, row in zip(record["task_ids"], record["answers"],
-                                                                               strict=True)]
+                                                                              strict=True)]
         share = sum(map(sum, right)) / sum(map(len, right))
         distinct = statistics.mean(_per_prompt(record, "heldout_distinct_right"))  # every prompt of the kind
         kept = cfg.heldout_min_right <= share <= cfg.heldout_max_right and distinct >= cfg.heldout_min_distinct
@@ -161,7 +161,7 @@ def _evaluate_exploratory(cfg: ConfirmStudyConfig, exploratory: str | Path, embe
                 # the loaded embedder only if it is the one the record's runs name (else the trainer loads theirs)
                 final = train_run(cure, label, embedder=embedder if cure.embedder == cfg.embedder else None, log=log)
             out[label] = evaluate_answers(cfg, name, final, embedder, log, tasks=heldout, n=cfg.eval_n,
-                                        folder="eval_heldout")
+                                          folder="eval_heldout")
         except RestoreMismatch as refused:
             log(f"[exploratory] {label} left out: {refused}")
     return out
@@ -440,7 +440,7 @@ def report(cfg: ConfirmStudyConfig, log=print_flushed, exploratory: str | Path |
 
 
 def _run_confirm(cfg: ConfirmStudyConfig, stages: Sequence[str] | str | None = None, *, log=print_flushed,
-                exploratory: str | Path | None = None) -> dict:
+                 exploratory: str | Path | None = None) -> dict:
     """The plan pinned, the held-out kinds chosen, then the study's stages (``run_study``), the models of the
     exploratory record in ``exploratory`` on the held-out kinds (``_evaluate_exploratory``; None: none, the
     command's ``--preset confirm`` gives ``EXPLORATORY_RECORD``) and the plan's reading."""
