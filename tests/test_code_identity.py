@@ -12,7 +12,7 @@ import pytest
 
 from setpo_lab.repro.at_commit import changed_since, environment_at, has_commit, temporary_worktree
 from setpo_lab.repro.provenance import (ROOT, CODE_HASH, code_changes, code_fingerprint, code_identity, identity_differences,
-                                    import_closure, recorded_code)
+                                        import_closure, recorded_code)
 from setpo_lab.studies import countdown, countdown_record
 
 MODULE = '''"""A module."""
@@ -97,8 +97,9 @@ def test_a_record_hashed_any_other_way_differs_in_every_file(tmp_path):
 def test_a_restamp_changes_only_the_code_fingerprints_and_names_the_commit_they_are_of():
     recorded = {"files": {"setpo/old.py": "ab" * 8}, "commit": "c" * 40, "dirty": True}
     now = {"hash": CODE_HASH, "files": {"setpo/new.py": "cd" * 8}, "commit": "d" * 40, "dirty": False}
-    assert countdown_record._restamped_code(recorded, now) == {"hash": CODE_HASH, "files": {"setpo/new.py": "cd" * 8},
-                                             "commit": "c" * 40, "dirty": True, "restamped_at": "d" * 40}
+    assert countdown_record._restamped_code(recorded, now) == {
+        "hash": CODE_HASH, "files": {"setpo/new.py": "cd" * 8}, "commit": "c" * 40, "dirty": True,
+        "restamped_at": "d" * 40}
     assert code_changes(countdown_record._restamped_code(recorded, now), now) == []
 
 
@@ -118,7 +119,7 @@ def test_the_temporary_worktree_holds_the_commits_code_and_is_removed_even_on_er
     _repo(tmp_path, {"setpo/a.py": "X = 2\n"})
     assert has_commit(first, tmp_path) and not has_commit("f" * 40, tmp_path) and not has_commit(None, tmp_path)
     assert changed_since(first, root=tmp_path) == ["setpo/a.py"] and changed_since(first, ["setpo/__init__.py"],
-                                                                                    root=tmp_path) == []
+                                                                                   root=tmp_path) == []
     with pytest.raises(RuntimeError, match="inside"):
         with temporary_worktree(first, tmp_path) as tree:
             assert (tree / "setpo/a.py").read_text() == "X = 1\n"

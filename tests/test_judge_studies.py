@@ -205,7 +205,7 @@ def test_good_judge_flags_reach_the_config_and_stay_out_of_the_claims(monkeypatc
     saved = ml.MathRunConfig.cpu_demo(smoke=True, run_dir="../elsewhere", eval_k=3)
     (run / "run_config.json").write_text(json.dumps({"label": "GRPO", "lambda": 0.0, "config": asdict(saved)}))
     cfg, stages, _ = parse_study_args(ml.COMMAND, ["--config", str(run / "run_config.json"), "--stages", "judge", "--judge-url",
-                                 "http://127.0.0.1:9/v1", "--judge-model", "m"])
+                                                   "http://127.0.0.1:9/v1", "--judge-model", "m"])
     assert cfg.run_dir == str(run.parent) and cfg.eval_k == 3 and cfg.judge_model == "m"
     # judging a run that has no evaluation yet says which stage to run first (the judge is never asked)
     with pytest.raises(ValueError, match=r"no evaluation of 'GRPO' to judge: .*eval_GRPO.json; run stage 'evaluate' first"):

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 import setpo_lab.studies.toy as toy
 from setpo_lab import ROOT
 from setpo_lab.studies.countdown import (CountdownLMConfig, RLRun, claim_folder, load_config, make_data, train_rl, train_sft,
-                                     run_study)
+                                         run_study)
 from setpo_lab.studies.sampling import sample_completions
 from setpo_lab.studies.toy import ToyConfig, train
 from setpo.trl import SetPOConfig

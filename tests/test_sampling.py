@@ -160,14 +160,14 @@ def test_a_model_already_evaluated_alike_is_not_sampled_again(tmp_path, monkeypa
     monkeypatch.setattr(ml, "_sample_eval_texts", no_sampling)
     lines = []
     grpo = ml.evaluate_avg_at_k(cfg, untrained, problems, cache=tmp_path / "run" / "passk_grpo.json", label="GRPO",
-                             log=lines.append)
+                                log=lines.append)
     assert grpo["same_model_as"] == "base model" and grpo["seconds"] == 0.0 and grpo["label"] == "GRPO"
     assert grpo["correct"] == base["correct"] and grpo["sampled"] == base["sampled"]
     assert any("the same model as 'base model'" in line for line in lines)
     assert not (tmp_path / "run" / "passk_grpo.partial.jsonl").exists()
     with pytest.raises(AssertionError, match="already evaluated"):  # other settings: sampled again
         ml.evaluate_avg_at_k(replace(cfg, eval_temperature=0.7), untrained, problems,
-                          cache=tmp_path / "run" / "passk_hot.json")
+                             cache=tmp_path / "run" / "passk_hot.json")
     # an evaluation kept before evaluations recorded what they sampled is read as it is, never sampled again
     old = tmp_path / "run" / "passk_old.json"
     old.write_text(json.dumps({k: v for k, v in base.items() if k not in ("sampled", "label")}))
@@ -196,14 +196,14 @@ def test_paired_differences_over_problems_and_the_reading_written_from_them(tmp_
     cfg = ml.MathRunConfig.cpu_demo(smoke=True)
     noisy = _evaluation([0, 3, 0, 1], n)
     text = mr.math_reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]}, "GRPO": noisy},
-                      mr.paired_differences({"base model": base, "GRPO": noisy}, [("GRPO", "base model")]),
-                      {"GRPO": {0: 0.9, 6: 0.95}}, {"GRPO": 3.0})
+                           mr.paired_differences({"base model": base, "GRPO": noisy}, [("GRPO", "base model")]),
+                           {"GRPO": {0: 0.9, 6: 0.95}}, {"GRPO": 3.0})
     assert "no detectable change" in text and "2 of 4 problems solved at least once" in text
     assert "0.900 at step 0, 0.950 at step 6 (+0.050)" in text and "GRPO 3 min" in text
     same = mr.math_reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]},
-                            "GRPO": {**base, "same_model_as": "base model"}}, [], {}, {"GRPO": 3.0},
-                      {"GRPO": {"reward": [0.0, 0.0, 0.0], "clipped": [0.5, 1.0, 0.75]},
-                       "SetPO+GRPO": {"reward": [0.0, 0.125]}})
+                                 "GRPO": {**base, "same_model_as": "base model"}}, [], {}, {"GRPO": 3.0},
+                           {"GRPO": {"reward": [0.0, 0.0, 0.0], "clipped": [0.5, 1.0, 0.75]},
+                            "SetPO+GRPO": {"reward": [0.0, 0.125]}})
     assert "**GRPO** in training: mean reward 0.000; 0 of 3 steps had a right rollout (with every reward 0" in same
     assert f"; 75% of rollouts were cut at {cfg.max_completion_length} tokens." in same
     assert "**SetPO+GRPO** in training: mean reward 0.062; 1 of 2 steps had a right rollout." in same

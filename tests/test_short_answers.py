@@ -3,8 +3,8 @@
 import pytest
 
 from setpo.envs.short_answers import (EXAMPLES, KINDS, MAX_DIGITS, SPLITS, answer_key, parse_answer, right_answer,
-                                sample_tasks, score_answer, split_of, task_from_id, task_messages, tasks_of,
-                                text_after_answer, to_trl_records)
+                                      sample_tasks, score_answer, split_of, task_from_id, task_messages, tasks_of,
+                                      text_after_answer, to_trl_records)
 from setpo.trl.rewards import short_answer_reward
 from setpo_lab.studies import short_answers
 from setpo_lab.studies.short_answers import BaseTableConfig

@@ -90,7 +90,7 @@ def test_the_records_figures_draw_every_arm_and_the_guesser_from_its_numbers(cur
     assert set(drawn) == {"base model", "guessing from the base model's answers",
                           *(m for m in methods if cfg.arm_of(m) in cfg.hard_arms)}
     assert drawn["guessing from the base model's answers"] == pytest.approx([curves["guessing"][str(k)]
-                                                                           for k in rec["hard"]["k"]])
+                                                                             for k in rec["hard"]["k"]])
     assert hard_pass_at_k_figure({**rec, "hard": {}}) is None
 
 

@@ -230,7 +230,7 @@ def identity_differences(saved: Mapping, now: Mapping) -> dict[str, str]:
     if changed:
         shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
         commits = [str(c)[:10] if c else "?" for c in (saved.get("code", {}).get("commit"),
-                                                      now.get("code", {}).get("commit"))]
+                                                       now.get("code", {}).get("commit"))]
         out["code"] = f"{shown} differ (commit {commits[0]} then, {commits[1]} now)"
     out.update(_field_differences("versions", saved, now))
     return out

@@ -166,8 +166,8 @@ def verdict(summary: dict) -> list[dict]:
             side = interval_side(head[key]) or "no interval"
             add(f"Does it keep more distinct solutions ({label})?", side, {"above 0": True, "below 0": False}.get(side),
                 f"Δ {label} {ci_text(head[key], 1.0, 2 if key == 'avg_modes' else 1)}")
-    grid = [c for c in summary.get("grid", []) if (c["G"], c["beta"]) != (summary["config"]["main_group_size"],
-                                                                       summary["config"]["main_beta"]) or c["T"] != 1.0]
+    main_cell = (summary["config"]["main_group_size"], summary["config"]["main_beta"])
+    grid = [c for c in summary.get("grid", []) if (c["G"], c["beta"]) != main_cell or c["T"] != 1.0]
     if grid:
         sides = [(interval_side(c["difference"]["passn"]) or "no interval") for c in grid]
         positive = sum(c["difference"]["passn"]["mean"] > 0 for c in grid)

@@ -87,7 +87,7 @@ def marginal_vs_angle_figure(cluster: Sequence[float], angles: Sequence[float]):
     curve = [float(setpo.diversity_marginals(on_circle(list(cluster) + [a]))[-1]) for a in angles]
     n = len(cluster)
     return line_grid([{"title": "", "lines": [{"x": list(angles), "y": curve, "name": f"s_{n}", "markers": True,
-                                                "color": "#1f77b4"}]}], cols=1, x_title=f"angle of o_{n} (degrees)",
+                                               "color": "#1f77b4"}]}], cols=1, x_title=f"angle of o_{n} (degrees)",
                      y_title=f"s_{n}", panel_px=(620, 300),
                      title=f"Marginal of o_{n} as it moves past a cluster at {', '.join(f'{c:g}°' for c in cluster)}")
 

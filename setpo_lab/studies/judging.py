@@ -214,7 +214,7 @@ def judge_evaluations(cfg, problems: Sequence[str], members: Sequence[tuple[str,
             raise refusal(f"no evaluation of {method!r} to judge", path,
                           "run stage 'evaluate' first (--stages evaluate,judge), then rerun")
         texts, sources[Path(path).stem] = eval_responses(Path(path), len(problems), n_samples,
-                                                          lambda d=model_dir: sample(d), correct, log)
+                                                         lambda d=model_dir: sample(d), correct, log)
         sets.setdefault(method, []).append(texts)
     return judge_methods(cfg, problems, sets, folder, sources, log, judge)
 

@@ -134,8 +134,8 @@ def training_signal(run_dirs: Mapping[str, str | Path]) -> dict[str, dict[str, l
 
 
 def math_reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[dict],
-            similarity: Mapping[str, Mapping[int, float]], train_minutes: Mapping[str, float],
-            training: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> str:
+                 similarity: Mapping[str, Mapping[int, float]], train_minutes: Mapping[str, float],
+                 training: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> str:
     """Notebook 06's closing text, written from its numbers: the base model's coverage at small and large k, how
     much reward each run saw in training and how many rollouts the length limit cut (``training_signal``), whether
     its model moved at all (an

@@ -89,7 +89,7 @@ def draw_groups(task: RubricTask, policy: LinearSoftmaxPolicy, n_groups: int, gr
 
 
 def _train_method(method: str = "setgrpo", task_config: RubricToyConfig | None = None,
-          train_config: TrainConfig | None = None, seed: int = 0) -> dict:
+                  train_config: TrainConfig | None = None, seed: int = 0) -> dict:
     """Train the linear policy on the toy with "grpo" or "setgrpo"; return the history.
 
     The world and the sampling are both seeded from ``seed``, so two methods run with the same seed see the
@@ -148,8 +148,8 @@ def _train_method(method: str = "setgrpo", task_config: RubricToyConfig | None =
 
 
 def compare_methods(seeds=range(5), task_config: RubricToyConfig | None = None,
-            train_config: TrainConfig | None = None, verbose: bool = True,
-            keep_history: bool = False, log=print_flushed) -> list[dict]:
+                    train_config: TrainConfig | None = None, verbose: bool = True,
+                    keep_history: bool = False, log=print_flushed) -> list[dict]:
     """GRPO vs SetGRPO on the same noisy graders, one world per seed; with ``verbose``, ``log`` a line per seed
     and a markdown table.
 

@@ -60,7 +60,7 @@ from functools import partial
 from pathlib import Path
 
 from setpo.envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer, sample_tasks,
-                                task_messages, to_trl_records)
+                                      task_messages, to_trl_records)
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import (PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, CureStudyConfig,
@@ -302,7 +302,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
 
 
 def evaluate_answers(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, embedder, log=print_flushed, *,
-                   tasks: Sequence[TaskSpec] | None = None, n: int | None = None, folder: str = "eval") -> dict:
+                     tasks: Sequence[TaskSpec] | None = None, n: int | None = None, folder: str = "eval") -> dict:
     """``n`` (default ``eval_n``) samples of every prompt of ``tasks`` (default: the study's test prompts) from
     one model: answers, texts and within-prompt similarity, cached in ``<folder>/<label>.json`` (of the folder
     the run is reused from, for a reused run's study evaluation) and reused only if that model made it."""

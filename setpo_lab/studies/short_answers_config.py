@@ -202,21 +202,21 @@ ARMS = {
     "grpo": _Arm("GRPO"),
     "setpo": _Arm("SetPO+GRPO", "lam"),  # the whole completion, the study's embedder: the committed arm
     "answer": _Arm("SetPO, answer by MiniLM", "lam_answer",
-                  (("embedder", "default"), ("setpo_kernel_reads", "answer"),
-                   ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"))),
+                   (("embedder", "default"), ("setpo_kernel_reads", "answer"),
+                    ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"))),
     "key": _Arm("SetPO, answer key", "lam_key",
-               (("embedder", "key"), ("setpo_kernel_reads", "answer"),
-                ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"))),
+                (("embedder", "key"), ("setpo_kernel_reads", "answer"),
+                 ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"))),
     "key_gated": _Arm("SetPO, answer key, right only", "lam_key_gated",
-                     (("embedder", "key"), ("setpo_kernel_reads", "answer"),
-                      ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"), ("setpo_gate_reward", 1.0))),
+                      (("embedder", "key"), ("setpo_kernel_reads", "answer"),
+                       ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"), ("setpo_gate_reward", 1.0))),
     "passk": _Arm("Pass@k Training", None, (("setpo_estimator", "pass@4"),)),
     # the confirmatory study's peers (results/short_answers/confirm/PLAN.md), each at its paper's default
     "fgrpo": _Arm("F-GRPO (focal, γ = 0.5)", None, (("setpo_estimator", "focal:grpo"),)),
     "obe_batch": _Arm("Outcome-based exploration, batch", "lam_obe",
-                     (("embedder", "key"), ("setpo_kernel_reads", "answer"),
-                      ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"),
-                      ("setpo_diversity", "outcome_batch"), ("setpo_lambda_units", "absolute"))),
+                      (("embedder", "key"), ("setpo_kernel_reads", "answer"),
+                       ("setpo_answer_reader", "setpo.envs.short_answers:answer_key"),
+                       ("setpo_diversity", "outcome_batch"), ("setpo_lambda_units", "absolute"))),
 }
 
 #: the cure study's sizes: "cure" (the record), "pilot" (λ of each new arm on the validation split), "smoke"

@@ -331,8 +331,8 @@ def results_markdown(record: Mapping) -> str:
              "| metric | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
     for key, (name, _, fmt) in METRICS.items():
         lines.append(f"| {name} | " + " | ".join(fmt.format(record["means"][m][key])
-                                               if not math.isnan(record["means"][m][key]) else "–"
-                                               for m in methods) + " |")
+                                                 if not math.isnan(record["means"][m][key]) else "–"
+                                                 for m in methods) + " |")
     hard = record.get("hard") or {}
     if hard:
         names = list(hard["curves"])
@@ -341,7 +341,7 @@ def results_markdown(record: Mapping) -> str:
                   "| k | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for k in hard["k"]:
             lines.append(f"| {k} | " + " | ".join(f"{c[str(k)] if str(k) in c else c[k]:.3f}"
-                                                for c in hard["curves"].values()) + " |")
+                                                  for c in hard["curves"].values()) + " |")
     lines += ["", "| comparison | mean [95% interval] | seeds × prompts |", "|---|---|---|"]
     for c in record["comparisons"]:
         name = METRICS[c["metric"]][0] if c["metric"] in METRICS else c["metric"]

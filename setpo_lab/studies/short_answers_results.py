@@ -137,7 +137,7 @@ def results_markdown(record: Mapping) -> str:
         name = name.replace("k_max", str(k_max))
         b = "–" if key == "reward_rise" else fmt.format(base[key]) if base[key] is not None else "–"
         lines.append(f"| {name} | {b} | " + " | ".join(interval_text(record["by_method"][m][key], fmt)
-                                                        for m in methods) + " |")
+                                                       for m in methods) + " |")
     lines += ["", "| paired difference | mean [95% interval over seeds] |", "|---|---|"]
     for p in record["paired"]:
         name, fmt = PAIRED_METRICS[p["metric"]]
@@ -233,7 +233,7 @@ def reading(record: Mapping) -> str:
                      f"{interval_text(s, '{:+.3f}')} ({_verdict(s)}); {setpo} − {grpo} {interval_text(d, '{:+.3f}')} "
                      f"({_verdict(d)}).")
     similarity, after, distinct = (_paired(record, m, setpo, grpo) for m in ("similarity", "after_answer",
-                                                                           "distinct_right"))
+                                                                             "distinct_right"))
     if _verdict(similarity) == "below 0" and _verdict(after) == "above 0" and _verdict(distinct) != "above 0":
         mine, theirs = (record["by_method"][m]["after_answer"]["mean"] for m in (setpo, grpo))
         lines.append(f"- **Where {setpo}'s diversity went:** {mine:.1%} of its test samples carry text after the "

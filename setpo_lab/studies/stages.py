@@ -170,8 +170,10 @@ def _flat(record: Mapping, prefix: str = "") -> dict:
     """Nested dicts as dotted keys, so a differing field is named exactly (``config.lr``, ``model.hidden_size``)."""
     out = {}
     for key, value in record.items():
-        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, Mapping) and value
-                   else {f"{prefix}{key}": value})
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
     return out
 
 

@@ -161,7 +161,7 @@ def _scatter(ax, tr, default_colour, colourbars):
     if "text" in mode and tr.text is not None:
         size = 0.75 * (tr.textfont.size or 11)
         for xi, yi, t, pos in zip(x, y, _as_list(tr.text, n), _as_list(tr.textposition or "top center", n),
-                                   strict=False):
+                                  strict=False):
             v, _, h = (pos or "top center").partition(" ")
             dx = {"left": -6, "right": 6}.get(h, 0)
             dy = {"top": 6, "bottom": -6}.get(v, 0)
