@@ -121,7 +121,7 @@ show_table(table)
 # is "solved by at least one of 64 samples", the number diversity should lift.
 
 # %%
-fig = cr.pass_at_k_figure(summary)
+fig = cr.grid_pass_at_k_figure(summary)
 html, png = save_figure(fig, Path(OUT_DIR) / "fig3_countdown_pass_at_k", record)
 show(fig, png)
 
@@ -135,7 +135,7 @@ show(fig, png)
 
 # %%
 shown_runs = cr.main_cell_runs(summary, seed=cfg.rl_seeds[0])
-fig = cr.training_figure(cr.training_curves(out, shown_runs), shown_runs)
+fig = cr.training_curves_figure(cr.training_curves(out, shown_runs), shown_runs)
 html, png = save_figure(fig, Path(OUT_DIR) / "fig3_countdown_training", record)
 show(fig, png)
 

@@ -99,7 +99,7 @@ show_table(format_table(rows))
 # over seeds, bands one standard error.
 
 # %%
-fig = rr.training_figure(rows, smooth=1 if SMOKE else 9)
+fig = rr.setgrpo_training_figure(rows, smooth=1 if SMOKE else 9)
 html, png = save_figure(fig, out / "05_setgrpo_training", record)
 show(fig, png)
 

@@ -151,7 +151,7 @@ if MATH:
 
 # %%
 if MATH:
-    record = mr.figure_record(cfg)
+    record = mr.config_record(cfg)
     fig = trainer_log_figure(run_dirs, title=f"{ALGO.upper()} vs SetPO+{ALGO.upper()} during training{NOTE}")
     html, png = save_figure(fig, out / "06_math_training", record)
     show(fig, png)

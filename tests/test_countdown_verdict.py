@@ -181,13 +181,13 @@ def test_a_finished_record_is_drawn_as_it_stands_and_only_when_finished(tmp_path
 def test_the_pass_at_k_figure_gives_each_method_its_colour_and_says_its_seeds():
     """Six methods besides GRPO share the main cell's panel: each has a colour of its own (four shared colours
     made two pairs look alike), and a panel whose methods have different numbers of seeds says the range."""
-    from setpo_lab.studies.countdown_results import pass_at_k_figure
+    from setpo_lab.studies.countdown_results import grid_pass_at_k_figure
 
     cfg = {"eval_samples": 4, "main_group_size": 7, "main_beta": 0.001, "other_cells": [], "eval_temperatures": [1.0]}
     methods = ["GRPO", "SetPO a", "SetPO b", "pairwise", "DRA", "Pass@k", "ceiling"]
     rows = [{"name": f"{m}{s}", "variant": m, "T": 1.0, "G": 7, "beta": 0.001, "seed": s, "role": "other",
              "pass_curve": [0.1, 0.2, 0.3, 0.4]} for m in methods for s in range(12 if m in ("GRPO", "SetPO a") else 5)]
-    fig = pass_at_k_figure({"config": cfg, "runs": rows})
+    fig = grid_pass_at_k_figure({"config": cfg, "runs": rows})
     colours = {t.name: t.line.color for t in fig.data if t.name in methods and t.line.color}
     assert set(colours) == set(methods) and len(set(colours.values())) == len(methods)
     assert "every method (5–12 seeds)" in fig.layout.annotations[0].text

@@ -424,7 +424,7 @@ def _colour(variant: str, variants: Sequence[str]) -> str:
     return STUDY_COLOURS[others.index(variant) % len(STUDY_COLOURS)]
 
 
-def pass_at_k_figure(summary: dict, cols: int = 3):
+def grid_pass_at_k_figure(summary: dict, cols: int = 3):
     """pass@k (%) against k on a log axis (ticks 1, 2, 4, ..., n): the main cell at T = 1 with every method, then
     one panel per cell of the grid and temperature with GRPO and the chosen SetPO+GRPO (mean over seeds, band:
     lowest to highest seed); dotted grey: the warm start at that temperature."""
@@ -492,7 +492,7 @@ def _run_of(row: dict) -> RLRun:
     return RLRun(**row["run"])
 
 
-def training_figure(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str]] = TRAINING_METRICS,
+def training_curves_figure(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str]] = TRAINING_METRICS,
                     window: int = 5):
     """Training metrics of ``runs`` (``training_curves``), ``window``-step rolling means: a column per metric,
     one line per run (``setpo_lab.studies.figures.metric_curves``)."""

@@ -38,7 +38,7 @@ from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
 from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, folder_name, lam_text, uses_vllm
 from setpo_lab.studies.figures import save_table
-from setpo_lab.studies.math_results import figure_record, results_record, results_table
+from setpo_lab.studies.math_results import config_record, results_record, results_table
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
 from setpo_lab.studies import toolkit
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
@@ -434,7 +434,7 @@ def _write_results(cfg: MathRunConfig, out: Mapping, command: str) -> tuple[str,
     table = results_table(out["results"], cfg.eval_k, judged=out.get("judged"),
                           note="Tiny random model: these numbers mean nothing." if cfg.tiny else "")
     extra = {"pass_at_k": {k: r["pass_at_k"] for k, r in out["pass_at_k"].items()}} if "pass_at_k" in out else {}
-    record = results_record(figure_record(cfg, command), out["results"], out.get("judged"), **extra)
+    record = results_record(config_record(cfg, command), out["results"], out.get("judged"), **extra)
     return table, save_table(table, Path(cfg.run_dir) / "results", record)
 
 

@@ -7,7 +7,7 @@ records, ``log_history.json``, evaluation results), with the shared builders of 
   run's ``log_history.json``);
 - where the responses to fixed prompts go over training: ``figures.probe_trajectory_figure`` (any study's probes);
 - ``results_table``: Pass@1 as avg@k per run and data source (and the judged diversity, with a judge);
-  ``figure_record``: the record beside a figure; ``results_record`` (written by ``math._write_results``): the
+  ``config_record``: the record beside a figure; ``results_record`` (written by ``math._write_results``): the
   record beside the results table, and the table and record of ``python -m setpo_lab run math`` (``run_dir/results.md``, ``.json``).
 """
 
@@ -47,7 +47,7 @@ def results_table(results: Mapping[str, dict], eval_k: int, note: str = "", judg
     return markdown_table(rows) + (f"\n\n*{note}*" if note else "")
 
 
-def figure_record(cfg: MathRunConfig, command: str = "notebooks/06_qwen_math_gpu", **extra) -> dict:
+def config_record(cfg: MathRunConfig, command: str = "notebooks/06_qwen_math_gpu", **extra) -> dict:
     """The run record of a notebook-06 figure: config, seed, model, embedder and data by name."""
     uses = {"embedder": embedder_name(cfg.embedder),
             "model": (cfg.model_path or (cfg.packaged_model and f"{cfg.packaged_model} (setpo.models)")
@@ -210,7 +210,7 @@ def paired_table(diffs: Sequence[dict]) -> str:
 
 
 def results_record(record: Mapping, results: Mapping[str, dict], judged: Mapping | None = None, **extra) -> dict:
-    """The record beside the results table: ``record`` (``figure_record``), every run's evaluation without its
+    """The record beside the results table: ``record`` (``config_record``), every run's evaluation without its
     example texts, and the judged summaries when there is a judge (no judge: no judge key at all)."""
     return {**record, "results": {k: {kk: vv for kk, vv in r.items() if kk != "examples"} for k, r in results.items()},
             **extra, **({} if judged is None else {"judged": dict(judged)})}

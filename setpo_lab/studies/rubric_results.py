@@ -34,7 +34,7 @@ def graders_table(task_config, seed: int = 0) -> str:
                         for name, mask in (("clear", ~amb), ("ambiguous", amb))])
 
 
-def training_figure(rows: Sequence[dict], smooth: int = 9):
+def setgrpo_training_figure(rows: Sequence[dict], smooth: int = 9):
     """The paper's Figures 3 and 5 in miniature: true-quality reward, SetGRPO's accepted-group ratio and mean
     recovery ratio η*, and the RMS coefficient per step; means over seeds with ± one standard error."""
     def line(method, key, s=1, band=True):
