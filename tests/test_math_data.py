@@ -9,7 +9,6 @@ import pytest
 
 from setpo.envs import math as md
 from setpo_lab.studies import math as ml
-from setpo_lab.studies.math_config import folder_name
 from setpo_lab.studies import math_results as mr
 from setpo_lab.studies.figures import (hover_text, models_pass_at_k_figure, probe_trajectory_figure, read_probes,
                                        trainer_log_figure)
@@ -261,7 +260,7 @@ def test_run_config_checks_and_presets():
     real = ml.MathRunConfig.cpu_real()
     assert real.runs() == {"GRPO": (0.0, "absolute"), "SetPO+GRPO": (0.05, "absolute"),
                            "SetPO+GRPO λ=0.15σ": (0.15, "term_std")}
-    assert [folder_name(label) for label in real.runs()] == ["GRPO", "SetPO_GRPO", "SetPO_GRPO_lam0.15sd"]
+    assert [ml._folder_name(label) for label in real.runs()] == ["GRPO", "SetPO_GRPO", "SetPO_GRPO_lam0.15sd"]
     assert real.shares_samples() and not real.tiny and ml.eval_file(real, "GRPO") == ml.passk_file(real, "GRPO")
     assert not ml.MathRunConfig.cpu_demo().shares_samples() and ml.MathRunConfig.cpu_demo().tiny
     with pytest.raises(ValueError, match="alt_lam_units must be one of"):

@@ -13,7 +13,8 @@ from setpo_lab.studies.arguments import run_command
 from setpo_lab.studies.short_answers import COMMAND, STAGES, run_study
 from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
 from setpo_lab.studies import short_answers_results
-from setpo_lab.studies.short_answers_results import powers_of_two, reading, results_markdown
+from setpo_lab.studies.figures import powers_of_two
+from setpo_lab.studies.short_answers_results import reading, results_markdown
 
 
 @pytest.fixture(scope="module")

@@ -270,12 +270,16 @@ def run_colour(i: int) -> str:
     return BASELINE_COLOUR if i == 0 else SETPO_COLOURS[(i - 1) % len(SETPO_COLOURS)]
 
 
+def powers_of_two(n: int) -> list[int]:
+    """1, 2, 4, ... up to ``n``: the k at which the studies report pass@k and mark its figures' log axis."""
+    return [2 ** j for j in range(n.bit_length()) if 2 ** j <= n]
+
+
 def pass_at_k_curves(panels: Sequence[Mapping], k_max: int, cols: int = 1, title: str = "", x_title: str = "k",
                      y_title: str = "pass@k", panel_px: tuple[int, int] = (640, 400)):
     """pass@k against k on a log axis, the powers of two up to ``k_max`` marked (``line_grid`` panels): the
     pass@k figure of every language-model study."""
-    ticks = [2 ** j for j in range(k_max.bit_length()) if 2 ** j <= k_max]
-    return line_grid(panels, cols=cols, log_x=True, x_ticks=ticks, x_title=x_title, y_title=y_title, title=title,
+    return line_grid(panels, cols=cols, log_x=True, x_ticks=powers_of_two(k_max), x_title=x_title, y_title=y_title, title=title,
                      panel_px=panel_px)
 
 

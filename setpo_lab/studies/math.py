@@ -36,7 +36,7 @@ from setpo.records import read_json, write_json
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
-from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, folder_name, lam_text, uses_vllm
+from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, uses_vllm
 from setpo_lab.studies.figures import save_table
 from setpo_lab.studies.math_results import config_record, results_record, results_table
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
@@ -85,6 +85,12 @@ def _in_fresh_process(fn, *args, **kwargs):
     """
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(fn, *args, **kwargs).result()
+
+
+def _folder_name(label: str) -> str:
+    """The folder (and file-name part) of a run label: ``SetPO+GRPO λ=0.15σ`` -> ``SetPO_GRPO_lam0.15sd``."""
+    name = label.replace("+", "_").replace(" λ=", "_lam").replace("σ", "sd")
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
 def resolve_model_path(cfg: MathRunConfig) -> Path:
@@ -159,12 +165,12 @@ def _train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
     """Train one run (λ = 0: the baseline; λ in ``units``) from the base model; resumes from its last checkpoint.
     A heartbeat line every 10 s (``log``) shows a long step is alive.
 
-    Writes under ``run_dir/<folder_name(label)>/``: ``run_config.json (the folder's claim: a rerun with another config
+    Writes under ``run_dir/<_folder_name(label)>/``: ``run_config.json (the folder's claim: a rerun with another config
     is refused, naming the fields; ``REUSE_NEUTRAL_FIELDS`` may differ), checkpoints, ``final/`` (model +
     tokenizer + done.json), ``log_history.json`` and ``probes.jsonl``. A finished run is not retrained.
     Returns ``final/``.
     """
-    out = Path(cfg.run_dir) / folder_name(label)
+    out = Path(cfg.run_dir) / _folder_name(label)
     # λ's units are named only when they are not the paper's, so folders made before units existed stay valid
     claim_folder(out, {"label": label, "lambda": lam, **({"units": units} if units != "absolute" else {}),
                        "config": judging.without_judge(asdict(cfg))},
@@ -228,12 +234,12 @@ def _evaluated_problems(cfg: MathRunConfig, problems: Sequence[MathProblem]) -> 
 def eval_file(cfg: MathRunConfig, label: str) -> Path:
     """Where stage "evaluate" caches a run's avg@k evaluation: its pass@k file when the two are the same samples
     (``MathRunConfig.shares_samples``), so they are sampled once."""
-    return passk_file(cfg, label) if cfg.shares_samples() else Path(cfg.run_dir) / f"eval_{folder_name(label)}.json"
+    return passk_file(cfg, label) if cfg.shares_samples() else Path(cfg.run_dir) / f"eval_{_folder_name(label)}.json"
 
 
 def passk_file(cfg: MathRunConfig, label: str) -> Path:
     """Where stage "evaluate" caches a model's pass@k evaluation (label: a run's, or "base model")."""
-    return Path(cfg.run_dir) / f"passk_{folder_name(label)}.json"
+    return Path(cfg.run_dir) / f"passk_{_folder_name(label)}.json"
 
 
 def _sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequence[MathProblem], log=None,
@@ -399,7 +405,7 @@ def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=pr
         raise ValueError("stage 'judge' needs a judge: set judge_url and judge_model (a server), or judge_path")
     train, val = load_study_problems(cfg)
     log(f"[data] {len(train)} training and {len(val)} validation problems")
-    finals = {label: Path(cfg.run_dir) / folder_name(label) / "final" for label in cfg.runs()}
+    finals = {label: Path(cfg.run_dir) / _folder_name(label) / "final" for label in cfg.runs()}
     summary: dict = {}
     if "evaluate" in stages:
         passk_problems = load_passk_problems(cfg)

@@ -187,12 +187,6 @@ def lam_text(lam: float, units: str) -> str:
     return f"{lam:g}{'σ' if units == 'term_std' else ''}"
 
 
-def folder_name(label: str) -> str:
-    """The folder (and file-name part) of a run label: ``SetPO+GRPO λ=0.15σ`` -> ``SetPO_GRPO_lam0.15sd``."""
-    name = label.replace("+", "_").replace(" λ=", "_lam").replace("σ", "sd")
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
-
-
 def cuda() -> bool:
     return torch.cuda.is_available()
 

@@ -38,7 +38,7 @@ def _sample_settings(model_path: str | Path, n: int, max_new_tokens: int, seed: 
             "seed": seed, "temperature": PAPER_RUN.eval_temperature, "top_p": PAPER_RUN.eval_top_p}
 
 
-def sample(model_path: str | Path, settings: dict, log=print) -> list[str]:
+def _sample(model_path: str | Path, settings: dict, log=print) -> list[str]:
     """One response per problem (the first ``settings['n']`` GSM8K test problems)."""
     import torch
 
@@ -91,7 +91,7 @@ class _ResponsesConfig:
         check_fields(self, flag=("resample",))
 
 
-def write_table(cfg: _ResponsesConfig, out: str | Path) -> str:
+def _write_table(cfg: _ResponsesConfig, out: str | Path) -> str:
     """Sample (or take the kept responses), score them with the current checker and write
     ``out/real_responses.json`` and ``out/real_responses.md``; returns the markdown."""
     model_path = cfg.model_path
@@ -107,7 +107,7 @@ def write_table(cfg: _ResponsesConfig, out: str | Path) -> str:
         responses, seconds = kept["responses"], kept["sample_seconds"]
     else:
         t0 = time.perf_counter()
-        responses = sample(model_path, settings)
+        responses = _sample(model_path, settings)
         seconds = round(time.perf_counter() - t0, 1)
         write_json(out / "real_responses.json", {"settings": settings, "sample_seconds": seconds,
                                                  "responses": responses})
@@ -128,7 +128,7 @@ def write_table(cfg: _ResponsesConfig, out: str | Path) -> str:
 
 
 def _run(cfg: _ResponsesConfig, stages, args) -> int:
-    print(write_table(cfg, args.out))
+    print(_write_table(cfg, args.out))
     return 0
 
 

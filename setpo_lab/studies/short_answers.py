@@ -56,7 +56,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, fields, replace
-from functools import partial
 from pathlib import Path
 
 from setpo.envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer, sample_tasks,
@@ -459,13 +458,8 @@ def run_extended(cfg: ShortAnswerStudyConfig, stages: Sequence[str], args) -> in
     return 0
 
 
-def presets_of(config_class) -> dict:
-    """A config class's ``PRESETS`` as ``StudyCommand`` factories (name -> config from fields)."""
-    return {name: partial(config_class.preset, name) for name in config_class.PRESETS}
-
-
 #: ``python -m setpo_lab run short_answers --preset committed --out DIR``: GRPO vs SetPO+GRPO over paired seeds
-COMMAND = StudyCommand("short_answers", presets_of(ShortAnswerStudyConfig), STAGES, run_extended,
+COMMAND = StudyCommand("short_answers", ShortAnswerStudyConfig.presets(), STAGES, run_extended,
                        default_preset="committed", fields=frozenset(f.name for f in fields(ShortAnswerStudyConfig)),
                        options=("model_path", "rerun", "figures"), doc=__doc__)
 BASE_FLAGS = ("--per-kind", "--n", "--kinds", "--temperatures")

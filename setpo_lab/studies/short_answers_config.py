@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -135,6 +136,11 @@ class ShortAnswerStudyConfig:
         if name not in cls.PRESETS:
             raise ValueError(f"unknown preset {name!r}; presets: {', '.join(cls.PRESETS)}")
         return replace(cls(), **{**cls.PRESETS[name], **overrides})
+
+    @classmethod
+    def presets(cls) -> dict:
+        """The class's ``PRESETS`` as a study command's factories (name -> config from fields)."""
+        return {name: partial(cls.preset, name) for name in cls.PRESETS}
 
     def command(self) -> str:
         """The command line that makes this study: its preset, folder and model."""

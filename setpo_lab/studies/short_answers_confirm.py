@@ -39,7 +39,6 @@ from setpo_lab.studies.short_answers import (
     evaluate_answers,
     rerun_status,
     run_study,
-    presets_of,
     train_run,
 )
 from setpo_lab.studies.short_answers_config import (
@@ -472,7 +471,7 @@ def _run(cfg: ConfirmStudyConfig, stages: Sequence[str], args) -> int:
 
 
 #: ``python -m setpo_lab run short_answers_confirm --preset confirm --out DIR``
-COMMAND = StudyCommand("short_answers_confirm", presets_of(ConfirmStudyConfig), STAGES, _run, default_preset="confirm",
+COMMAND = StudyCommand("short_answers_confirm", ConfirmStudyConfig.presets(), STAGES, _run, default_preset="confirm",
                        fields=frozenset(ConfirmStudyConfig.__dataclass_fields__), options=("model_path", "rerun"),
                        doc=__doc__)
 

@@ -21,11 +21,11 @@ again in a scratch folder and says whether it came back bit for bit (exit status
 from __future__ import annotations
 
 from setpo_lab.studies.arguments import StudyCommand, run_command
-from setpo_lab.studies.short_answers import STAGES, presets_of, run_extended
+from setpo_lab.studies.short_answers import STAGES, run_extended
 from setpo_lab.studies.short_answers_config import CureStudyConfig
 
 #: ``python -m setpo_lab run short_answers_cure --preset cure --out DIR``
-COMMAND = StudyCommand("short_answers_cure", presets_of(CureStudyConfig), STAGES, run_extended, default_preset="cure",
+COMMAND = StudyCommand("short_answers_cure", CureStudyConfig.presets(), STAGES, run_extended, default_preset="cure",
                        fields=frozenset(CureStudyConfig.__dataclass_fields__), options=("model_path", "rerun"),
                        doc=__doc__)
 

@@ -31,9 +31,10 @@ import numpy as np
 from setpo.envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
 from setpo.records import read_json
+from setpo_lab.studies.figures import powers_of_two
 from setpo_lab.studies.intervals import RESAMPLES, interval_side, interval_text, paired_bootstrap
 from setpo_lab.studies.short_answers_config import CureStudyConfig, eval_path, run_folder
-from setpo_lab.studies.short_answers_results import powers_of_two, training_series
+from setpo_lab.studies.short_answers_results import training_series
 from setpo_lab.studies.stages import print_flushed, write_report
 
 #: per-prompt metrics: key -> (name, which prompts: "many" | "one" | "all", format)

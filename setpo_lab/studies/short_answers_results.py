@@ -28,6 +28,7 @@ from pathlib import Path
 from setpo.envs.short_answers import task_from_id, text_after_answer
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, read_records
+from setpo_lab.studies.figures import powers_of_two
 from setpo_lab.studies.intervals import interval_side, interval_text, mean_ci, paired_ci
 from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
 from setpo_lab.studies.stages import print_flushed, write_report
@@ -39,10 +40,6 @@ PAIRED_METRICS = {"pass@1": ("pass@1 (one-answer)", "{:.3f}"), "pass@max": ("pas
                   "similarity": ("within-prompt similarity", "{:.3f}"),
                   "after_answer": ("samples with text after the answer line", "{:.3f}"),
                   "reward_rise": ("training reward rise", "{:.3f}")}
-
-
-def powers_of_two(n: int) -> list[int]:
-    return [2 ** j for j in range(n.bit_length()) if 2 ** j <= n]
 
 
 def _model_metrics(evaluation: Mapping) -> dict:
