@@ -23,14 +23,17 @@ from setpo.diversity import (
 )
 from setpo.metrics import (
     ModeCoverage,
+    answer_entropy,
     diversity_width_and_average_modes,
+    hill_number,
     mean_pairwise_similarity,
     mode_coverage,
     pass_at_k,
+    rarefied_distinct,
 )
 from setpo.presets import PAPER_RUN, PRESETS, AlgorithmPreset, get_preset
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -39,6 +42,7 @@ __all__ = [
     "PRESETS",
     "AlgorithmPreset",
     "ModeCoverage",
+    "answer_entropy",
     "diversity_width_and_average_modes",
     "mean_pairwise_similarity",
     "mode_coverage",
@@ -48,8 +52,10 @@ __all__ = [
     "get_preset",
     "group_advantages",
     "groups_with_signal",
+    "hill_number",
     "kernel_marginals",
     "pass_at_k",
+    "rarefied_distinct",
     "register_diversity_term",
     "register_estimator",
     "set_diversity",

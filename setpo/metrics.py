@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -196,6 +197,56 @@ def diversity_width_and_average_modes(
     width = sum(c >= min_distinct for c in counts)
     pool = [c for c in counts if c > 0] if over == "solved" else counts
     return width, (sum(pool) / len(pool) if pool else 0.0)
+
+
+def _answer_counts(answers, name: str = "answers") -> Counter:
+    """How often each answer occurs; ``None`` entries (a sample without a readable answer) are left out."""
+    return Counter(a for a in _hashable_ids(answers, name) if a is not None)
+
+
+def answer_entropy(answers) -> float:
+    """Shannon entropy, in nats, of the answers' empirical distribution: 0.0 when every answer is the same (or
+    there is none), log(m) for m equally frequent answers.
+
+    answers: (N,) one prompt's parsed answers (hashable: ints, strings), ``None`` for a sample without one (left
+        out).
+    """
+    counts = _answer_counts(answers)
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
+
+
+def hill_number(answers) -> float | None:
+    """The effective number of distinct answers: exp(``answer_entropy``), the Hill number of order 1, i.e. how
+    many equally frequent answers would have the same entropy (1.0 for one answer however often, m for m equally
+    frequent ones; fewer than the raw count when some answers are rare). None without an answer.
+
+    answers: as in ``answer_entropy``.
+    """
+    return math.exp(answer_entropy(answers)) if _answer_counts(answers) else None
+
+
+def rarefied_distinct(answers, r: int) -> float | None:
+    """The expected number of distinct answers among ``r`` of the answers drawn without replacement (rarefaction):
+    Σ_a 1 − C(R − c_a, r) / C(R, r) over the distinct answers a, each given c_a times, R in all: each ratio from
+    exact integers, correctly rounded (for r above 4096, each term is ``pass_at_k(R, c_a, r)``, whose cost does not
+    grow with R). None when there are fewer than ``r`` answers.
+
+    Unlike the raw count of distinct answers, it does not grow with how many answers there are: compare two
+    policies' right answers at the same ``r``, and the one that is right more often no longer counts more
+    distinct ones for that alone.
+    answers: as in ``answer_entropy`` (``None`` left out); r: an integer >= 1.
+    """
+    r = check_int(r, "r", minimum=1)
+    counts = _answer_counts(answers)
+    total = sum(counts.values())
+    if total < r:
+        return None
+    if r > _EXACT_PASS_AT_K_TERMS:
+        return sum(pass_at_k(total, c, r) for c in counts.values())
+    every = math.comb(total, r)
+    missing = {c: math.comb(total - c, r) for c in set(counts.values())}  # draws without answer a, by its count
+    return sum(1.0 - missing[c] / every for c in counts.values())
 
 
 def mean_pairwise_similarity(emb, index=None, *, group_size: int | None = None, reduce: bool = True):

@@ -114,21 +114,6 @@ def test_the_plans_power_table_is_what_the_exploratory_record_gives():
     assert "0.5 in `term_std` units" in plan and "100–111" in plan and "H1 → H2 → H4 → H3" in plan
 
 
-def test_rarefied_distinct_is_the_mean_over_every_subset():
-    import itertools
-
-    from setpo_lab.studies.short_answers_cure_results import rarefied_distinct, right_answer_hill
-
-    right = [3, 3, 3, 5, 7, 7, 9]
-    for r in (1, 2, 3, 7):
-        subsets = list(itertools.combinations(range(len(right)), r))
-        brute = sum(len({right[i] for i in sub}) for sub in subsets) / len(subsets)
-        assert rarefied_distinct(right, r) == pytest.approx(brute)
-    assert rarefied_distinct(right, 8) is None and rarefied_distinct([], 1) is None
-    assert right_answer_hill([4, 4, 6, 6]) == pytest.approx(2.0) and right_answer_hill([4] * 5) == pytest.approx(1.0)
-    assert right_answer_hill([]) is None
-
-
 def test_near_miss_guesser_hits_by_its_spread_around_grpos_answer():
     from statistics import NormalDist
 

@@ -155,3 +155,54 @@ def test_mean_pairwise_similarity_bad_input():
         mean_pairwise_similarity(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
     with pytest.raises(ValueError, match="NaN"):
         mean_pairwise_similarity(torch.tensor([[1.0, 0.0], [float("nan"), 0.0]]))
+
+
+def test_rarefied_distinct_is_the_mean_over_every_subset():
+    import itertools
+
+    from setpo.metrics import rarefied_distinct
+
+    answers = [3, 3, 3, 5, 7, 7, 9]
+    for r in (1, 2, 3, 7):
+        subsets = list(itertools.combinations(range(len(answers)), r))
+        brute = sum(len({answers[i] for i in sub}) for sub in subsets) / len(subsets)
+        assert rarefied_distinct(answers, r) == pytest.approx(brute)
+        assert rarefied_distinct([*answers, None, None], r) == rarefied_distinct(answers, r)  # no answer: left out
+    assert rarefied_distinct(answers, 8) is None and rarefied_distinct([], 1) is None
+    assert rarefied_distinct(["a", "b", "b"], 3) == 2.0  # every answer drawn: the raw count
+    assert rarefied_distinct(np.array([1, 1, 2]), 1) == 1.0 and rarefied_distinct(torch.tensor([1, 2]), 2) == 2.0
+
+
+def test_rarefied_distinct_beyond_the_exact_terms_agrees_with_pass_at_k_and_stays_in_range():
+    from setpo.metrics import pass_at_k, rarefied_distinct
+
+    answers = [i % 50 for i in range(10_000)]  # 50 answers, 200 each; r above the 4096 exact terms
+    value = rarefied_distinct(answers, 5000)
+    assert value == pytest.approx(50 * pass_at_k(10_000, 200, 5000)) and 0 < value <= 50
+    assert rarefied_distinct(answers, 4096) == pytest.approx(50.0)  # 4096 draws miss none of 50 answers
+
+
+def test_answer_entropy_and_hill_number():
+    from setpo.metrics import answer_entropy, hill_number
+
+    assert answer_entropy([4, 4, 6, 6]) == pytest.approx(math.log(2)) and answer_entropy([4] * 5) == 0.0
+    assert answer_entropy([]) == 0.0 and answer_entropy([None, None]) == 0.0
+    assert answer_entropy([1, 1, 2, None]) == pytest.approx(-(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3))
+    assert hill_number([4, 4, 6, 6]) == pytest.approx(2.0) and hill_number([4] * 5) == pytest.approx(1.0)
+    assert hill_number([1, 2, 3, 3]) < 3  # a rare answer counts for less than a whole one
+    assert hill_number([]) is None and hill_number([None]) is None
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda f: f["rarefied_distinct"]("abc", 1), "answers must be a sequence, got a string"),
+    (lambda f: f["rarefied_distinct"]([1, 2], 0), "r must be >= 1"),
+    (lambda f: f["rarefied_distinct"]([1, 2], 1.5), "r must be an integer"),
+    (lambda f: f["rarefied_distinct"]([1, 2], True), "r must be an integer"),
+    (lambda f: f["hill_number"]([[1], [2]]), "answers must hold hashable ids"),
+    (lambda f: f["answer_entropy"](5), "answers must be a sequence, got int"),
+])
+def test_answer_metrics_refuse_bad_input_by_name(call, message):
+    from setpo import metrics
+
+    with pytest.raises(ValueError, match=message):
+        call(vars(metrics))

@@ -31,6 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from setpo.envs.short_answers import sample_tasks, task_from_id, text_after_answer
+from setpo.metrics import hill_number, rarefied_distinct
 from setpo.records import read_json, write_json
 from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.intervals import fixed_sequence, holm, paired_bootstrap, paired_t_test, sign_flip_p, t_interval
@@ -52,8 +53,6 @@ from setpo_lab.studies.short_answers_cure_results import (
     distinct_near,
     modal_answer,
     near_miss_pass_at_k,
-    rarefied_distinct,
-    right_answer_hill,
 )
 from setpo_lab.studies.stages import chosen_stages, claim_folder, print_flushed, refusal, write_report
 
@@ -186,7 +185,7 @@ def _plan_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = 
         rarefied = [x for x in (rarefied_distinct(r, RAREFY_TO) for r in rights) if x is not None]
         out[f"rarefied_distinct_right@{RAREFY_TO}"] = statistics.mean(rarefied) if rarefied else None
         out[f"prompts_under_{RAREFY_TO}_right"] = len(rights) - len(rarefied)  # left out of the rarefied mean
-        hill = [x for x in map(right_answer_hill, rights) if x is not None]
+        hill = [x for x in map(hill_number, rights) if x is not None]
         out["right_answer_hill"] = statistics.mean(hill) if hill else None
         texts = [x for row in test["texts"] for x in row]
         out["after_answer"] = sum(bool(text_after_answer(x)) for x in texts) / len(texts)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from setpo.envs.short_answers import task_from_id, text_after_answer
-from setpo.metrics import pass_at_k
+from setpo.metrics import answer_entropy, pass_at_k
 from setpo.records import read_json
 from setpo_lab.studies.figures import powers_of_two
 from setpo_lab.studies.intervals import RESAMPLES, interval_side, interval_text, paired_bootstrap
@@ -46,12 +46,6 @@ METRICS = {"distinct_right": ("distinct right answers / many-answer prompt", "ma
            "length": ("completion length (characters)", "all", "{:.1f}"),
            "similarity": ("within-prompt similarity, whole completions", "all", "{:.3f}"),
            "answer_similarity": ("within-prompt similarity, answer lines (MiniLM)", "all", "{:.3f}")}
-
-
-def _entropy(values: Sequence) -> float:
-    counts = Counter(v for v in values if v is not None)
-    total = sum(counts.values())
-    return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
 
 
 #: decimals kept of a prompt's answer-line similarity: MiniLM's kernels give other last bits on another processor
@@ -77,7 +71,7 @@ def _prompt_metrics(evaluation: Mapping, embedder) -> dict[str, list]:
         right = [task.is_right(a) for a in answers]
         out["distinct_right"].append(len({a for a, ok in zip(answers, right) if ok}) if many else None)
         out["distinct_all"].append(len({a for a in answers if a is not None}) if many else None)
-        out["answer_entropy"].append(_entropy(answers) if many else None)
+        out["answer_entropy"].append(answer_entropy(answers) if many else None)
         out["pass@1"].append(None if many else sum(right) / n)
         out["after_answer"].append(sum(bool(text_after_answer(t)) for t in texts) / n)
         out["length"].append(sum(len(t) for t in texts) / n)
@@ -105,23 +99,6 @@ def _guessing_pass_at_k(base: Mapping, ks: Sequence[int]) -> dict[int, list[floa
 
 
 # ---- metrics the gated kernel does not pay for directly (the confirmatory plan, results/short_answers/confirm) ----
-
-
-def rarefied_distinct(right_answers: Sequence, r: int) -> float | None:
-    """The expected number of distinct answers among r of a prompt's right samples drawn without replacement
-    (exact: Σ_a 1 − C(R − c_a, r) / C(R, r) over the distinct answers a, c_a samples each, R in all); None when the
-    prompt has fewer than r right samples. Unlike the raw count, it does not grow with how often an arm is right."""
-    counts = Counter(right_answers)
-    total = sum(counts.values())
-    if r < 1 or total < r:
-        return None
-    return sum(1.0 - math.comb(total - c, r) / math.comb(total, r) for c in counts.values())
-
-
-def right_answer_hill(right_answers: Sequence) -> float | None:
-    """exp(entropy) of a prompt's right answers (the Hill number of order 1: the number of equally common answers
-    with the same entropy); None without a right sample."""
-    return math.exp(_entropy(right_answers)) if right_answers else None
 
 
 def near_miss_pass_at_k(center: int | None, answers: Sequence, target: int, k: int) -> float | None:
