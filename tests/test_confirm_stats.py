@@ -117,15 +117,16 @@ def test_the_plans_power_table_is_what_the_exploratory_record_gives():
 def test_near_miss_guesser_hits_by_its_spread_around_grpos_answer():
     from statistics import NormalDist
 
-    from setpo_lab.studies.short_answers_cure_results import distinct_near, modal_answer, near_miss_pass_at_k
+    from setpo_lab.studies import short_answers_confirm as confirm
 
     answers = [370, 375, 380, 372, None, 378]
     values = [a for a in answers if a is not None]
     mean = sum(values) / len(values)
     sd = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
     q = NormalDist(370, sd).cdf(375.5) - NormalDist(370, sd).cdf(374.5)
-    assert near_miss_pass_at_k(370, answers, 375, 4) == pytest.approx(1 - (1 - q) ** 4)
-    assert near_miss_pass_at_k(375, [375, 375], 375, 1) == 1.0 and near_miss_pass_at_k(374, [375], 375, 8) == 0.0
-    assert near_miss_pass_at_k(None, answers, 375, 4) is None
-    assert modal_answer([5, 3, 3, 5, None, 9]) == 3 and modal_answer([None]) is None
-    assert distinct_near([365, 366, 366, 385, 386, None], 375) == 3
+    assert confirm._near_miss_pass_at_k(370, answers, 375, 4) == pytest.approx(1 - (1 - q) ** 4)
+    assert confirm._near_miss_pass_at_k(375, [375, 375], 375, 1) == 1.0
+    assert confirm._near_miss_pass_at_k(374, [375], 375, 8) == 0.0
+    assert confirm._near_miss_pass_at_k(None, answers, 375, 4) is None
+    assert confirm._modal_answer([5, 3, 3, 5, None, 9]) == 3 and confirm._modal_answer([None]) is None
+    assert confirm._distinct_near([365, 366, 366, 385, 386, None], 375) == 3

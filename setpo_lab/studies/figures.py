@@ -279,8 +279,8 @@ def pass_at_k_curves(panels: Sequence[Mapping], k_max: int, cols: int = 1, title
                      y_title: str = "pass@k", panel_px: tuple[int, int] = (640, 400)):
     """pass@k against k on a log axis, the powers of two up to ``k_max`` marked (``line_grid`` panels): the
     pass@k figure of every language-model study."""
-    return line_grid(panels, cols=cols, log_x=True, x_ticks=powers_of_two(k_max), x_title=x_title, y_title=y_title, title=title,
-                     panel_px=panel_px)
+    return line_grid(panels, cols=cols, log_x=True, x_ticks=powers_of_two(k_max), x_title=x_title, y_title=y_title,
+                     title=title, panel_px=panel_px)
 
 
 def metric_curves(runs: Sequence[tuple[str, str, Mapping]], metrics: Sequence[tuple[str, str]], title: str = "",
@@ -293,7 +293,6 @@ def metric_curves(runs: Sequence[tuple[str, str, Mapping]], metrics: Sequence[tu
                                          for name, colour, series in runs if key in series]}
               for key, label in metrics]
     return line_grid(panels, cols=len(metrics), x_title="step", title=title, panel_px=panel_px)
-
 
 
 def models_pass_at_k_figure(results: Mapping[str, dict], title: str = ""):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -48,11 +49,6 @@ from setpo_lab.studies.short_answers_config import (
     CureStudyConfig,
     eval_path,
     run_folder,
-)
-from setpo_lab.studies.short_answers_cure_results import (
-    distinct_near,
-    modal_answer,
-    near_miss_pass_at_k,
 )
 from setpo_lab.studies.stages import chosen_stages, claim_folder, print_flushed, refusal, write_report
 
@@ -172,6 +168,36 @@ def _read(cfg: ConfirmStudyConfig, label: str, folder: str) -> Mapping | None:
     return read_json(path, f"delete {path} and rerun to evaluate {label} again") if path.exists() else None
 
 
+def _modal_answer(answers: Sequence) -> int | None:
+    """The most frequent numeric answer (ties: the smaller), None without one: the near-miss guesser's center."""
+    counts = Counter(a for a in answers if a is not None)
+    return min(counts, key=lambda a: (-counts[a], a)) if counts else None
+
+
+def _near_miss_pass_at_k(center: int | None, answers: Sequence, target: int, k: int) -> float | None:
+    """pass@k of a guesser that draws integers around ``center`` (GRPO's most frequent answer to the prompt, same
+    seed) with the spread of an arm's own numeric ``answers`` to it: a normal of that standard deviation, rounded to
+    the nearest integer, so one draw hits ``target`` with q = Φ((t − c + ½)/σ) − Φ((t − c − ½)/σ) and k draws with
+    1 − (1 − q)^k. σ = 0 (one answer only) draws the center itself. None without a center or numeric answers. An
+    arm whose pass@k is no higher than its guesser's sprays near GRPO's answer rather than knowing the target."""
+    values = [a for a in answers if a is not None]
+    if center is None or not values:
+        return None
+    mean = sum(values) / len(values)
+    sigma = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    if sigma == 0:
+        q = float(center == target)
+    else:
+        phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731 - the standard normal CDF
+        q = phi((target - center + 0.5) / sigma) - phi((target - center - 0.5) / sigma)
+    return 1.0 - (1.0 - q) ** k
+
+
+def _distinct_near(answers: Sequence, target: int, within: int = 10) -> int:
+    """Distinct numeric answers within ±``within`` of the target (what spraying near it produces)."""
+    return len({a for a in answers if a is not None and abs(a - target) <= within})
+
+
 def _plan_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = None) -> dict[str, float | None]:
     """One model's value of each metric of the plan, each the mean over its prompts (None where a set is missing)."""
     out: dict[str, float | None] = {}
@@ -195,10 +221,11 @@ def _plan_metrics(cfg: ConfirmStudyConfig, label: str, grpo_label: str | None = 
         tasks = [task_from_id(t) for t in hard["task_ids"]]
         n = len(hard["answers"][0])
         out["hard_pass@n"] = statistics.mean(any(map(t.is_right, row)) for t, row in zip(tasks, hard["answers"]))
-        out["hard_distinct_near"] = statistics.mean(distinct_near(row, t.low) for t, row in zip(tasks, hard["answers"]))
+        out["hard_distinct_near"] = statistics.mean(_distinct_near(row, t.low)
+                                                    for t, row in zip(tasks, hard["answers"]))
         grpo = _read(cfg, grpo_label, "eval_hard") if grpo_label else None
         if grpo is not None:
-            guess = [near_miss_pass_at_k(modal_answer(g), row, t.low, n)
+            guess = [_near_miss_pass_at_k(_modal_answer(g), row, t.low, n)
                      for t, row, g in zip(tasks, hard["answers"], grpo["answers"], strict=True)]
             guess = [g for g in guess if g is not None]
             out["hard_near_miss_guesser"] = statistics.mean(guess) if guess else None

@@ -101,36 +101,6 @@ def _guessing_pass_at_k(base: Mapping, ks: Sequence[int]) -> dict[int, list[floa
 # ---- metrics the gated kernel does not pay for directly (the confirmatory plan, results/short_answers/confirm) ----
 
 
-def near_miss_pass_at_k(center: int | None, answers: Sequence, target: int, k: int) -> float | None:
-    """pass@k of a guesser that draws integers around ``center`` (GRPO's most frequent answer to the prompt, same
-    seed) with the spread of an arm's own numeric ``answers`` to it: a normal of that standard deviation, rounded to
-    the nearest integer, so one draw hits ``target`` with q = Φ((t − c + ½)/σ) − Φ((t − c − ½)/σ) and k draws with
-    1 − (1 − q)^k. σ = 0 (one answer only) draws the center itself. None without a center or numeric answers. An
-    arm whose pass@k is no higher than its guesser's sprays near GRPO's answer rather than knowing the target."""
-    values = [a for a in answers if a is not None]
-    if center is None or not values:
-        return None
-    mean = sum(values) / len(values)
-    sigma = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-    if sigma == 0:
-        q = float(center == target)
-    else:
-        phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731 - the standard normal CDF
-        q = phi((target - center + 0.5) / sigma) - phi((target - center - 0.5) / sigma)
-    return 1.0 - (1.0 - q) ** k
-
-
-def modal_answer(answers: Sequence) -> int | None:
-    """The most frequent numeric answer (ties: the smaller), None without one: the near-miss guesser's center."""
-    counts = Counter(a for a in answers if a is not None)
-    return min(counts, key=lambda a: (-counts[a], a)) if counts else None
-
-
-def distinct_near(answers: Sequence, target: int, within: int = 10) -> int:
-    """Distinct numeric answers within ±``within`` of the target (what spraying near it produces)."""
-    return len({a for a in answers if a is not None and abs(a - target) <= within})
-
-
 def _nanmean(x: np.ndarray) -> float:
     """The mean of the values that apply (NaN: none does, e.g. a many-answer metric without such prompts)."""
     x = x[~np.isnan(x)]
