@@ -36,7 +36,7 @@ from setpo.records import read_json, write_json
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
-from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, cuda, lam_text, uses_vllm
+from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, lam_text, uses_vllm
 from setpo_lab.studies.figures import save_table
 from setpo_lab.studies.math_results import config_record, results_record, results_table
 from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
@@ -121,7 +121,7 @@ def load_study_problems(cfg: MathRunConfig) -> tuple[list[MathProblem], list[Mat
 
 def _trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str = "absolute"):
     """The ``setpo.trl`` config of one run: the preset's loss settings, the paper's sampling, our batch shape."""
-    on_gpu = cuda()
+    on_gpu = torch.cuda.is_available()
     extra = {} if cfg.lr is None else {"learning_rate": cfg.lr}
     if uses_vllm(cfg):
         extra.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
@@ -192,7 +192,7 @@ def _train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
                              f"prompts/step, vLLM={args.use_vllm}", heartbeat_label=f"[{label}]",
                     clock=out / CLOCK_FILE)
         del model
-        if cuda():
+        if torch.cuda.is_available():
             torch.cuda.empty_cache()  # the next run in this process starts with the memory free
 
     return train_stage(out, f"[{label}]", f"run {label}", fit, log)
@@ -257,7 +257,7 @@ def _sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequ
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
         return _in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
                                  cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
-    on_gpu = cuda()
+    on_gpu = torch.cuda.is_available()
     model = load_model(model_dir, torch.bfloat16 if on_gpu else torch.float32)
     model.to("cuda" if on_gpu else "cpu")
     return sample_evaluation(model, tokenizer, prompts, cfg.eval_k, seed=cfg.seed + 1, log=log, label=label,

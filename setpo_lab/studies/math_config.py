@@ -187,12 +187,9 @@ def lam_text(lam: float, units: str) -> str:
     return f"{lam:g}{'σ' if units == 'term_std' else ''}"
 
 
-def cuda() -> bool:
-    return torch.cuda.is_available()
-
-
 def uses_vllm(cfg: MathRunConfig) -> bool:
     """Whether generation goes through vLLM: ``cfg.use_vllm``, or (None) when CUDA and vllm are available."""
     if cfg.use_vllm is not None:
         return bool(cfg.use_vllm)
-    return cuda() and importlib.util.find_spec("vllm") is not None  # looked up, not imported: vllm takes seconds
+    # vllm looked up, not imported: importing it takes seconds
+    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None

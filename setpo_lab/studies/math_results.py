@@ -21,7 +21,7 @@ from setpo.records import markdown_table, read_json
 from setpo_lab.studies.figures import embedder_name, run_record
 from setpo_lab.studies.intervals import interval_side, interval_text, paired_ci
 from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
-from setpo_lab.studies.math_config import MathRunConfig, cuda, uses_vllm
+from setpo_lab.studies.math_config import MathRunConfig, uses_vllm
 from setpo_lab.studies.stages import sittings_seconds
 
 
@@ -94,10 +94,11 @@ def similarity_table(similarity: Mapping[str, Mapping[int, float]]) -> str:
     return markdown_table(rows)
 
 
-def _torch_threads() -> int:
+def _processor() -> str:
+    """Where this process samples: "GPU", or "CPU, <n> threads"."""
     import torch
 
-    return torch.get_num_threads()
+    return "GPU" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads"
 
 
 def run_seconds(run_dir: str | Path) -> float:
@@ -172,7 +173,7 @@ def math_reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[
     evals = sum(r.get("seconds", 0.0) for r in passk.values()) / 60
     lines.append(f"- **Cost:** training {', '.join(f'{k} {v:.0f} min' for k, v in train_minutes.items())}; "
                  f"sampling the {len(passk)} evaluations {evals:.0f} min "
-                 f"({'GPU' if cuda() else f'CPU, {_torch_threads()} threads'}).")
+                 f"({_processor()}).")
     return "\n".join(lines)
 
 
