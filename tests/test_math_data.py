@@ -261,7 +261,7 @@ def test_run_config_checks_and_presets():
     assert real.runs() == {"GRPO": (0.0, "absolute"), "SetPO+GRPO": (0.05, "absolute"),
                            "SetPO+GRPO λ=0.15σ": (0.15, "term_std")}
     assert [ml._folder_name(label) for label in real.runs()] == ["GRPO", "SetPO_GRPO", "SetPO_GRPO_lam0.15sd"]
-    assert real.shares_samples() and not real.tiny and ml.eval_file(real, "GRPO") == ml.passk_file(real, "GRPO")
+    assert real.shares_samples() and not real.tiny and ml._eval_file(real, "GRPO") == ml._passk_file(real, "GRPO")
     assert not ml.MathRunConfig.cpu_demo().shares_samples() and ml.MathRunConfig.cpu_demo().tiny
     with pytest.raises(ValueError, match="alt_lam_units must be one of"):
         ml.MathRunConfig(alt_lam=0.1, alt_lam_units="sigma")

@@ -56,7 +56,7 @@ class Killed(Exception):
 def test_toy_interrupted_anywhere_resumes_bit_for_bit(toy_straight, tmp_path, monkeypatch, where, at):
     cfg = ToyConfig(checkpoint_dir=str(tmp_path), checkpoint_every=3, **SMALL)
     calls = {"n": 0}
-    real_save, real_mass = toy._save, toy.mode_mass
+    real_save, real_mass = toy._save, toy._mode_mass
 
     def save_then_die(path, step, *a):
         real_save(path, step, *a)
@@ -69,7 +69,7 @@ def test_toy_interrupted_anywhere_resumes_bit_for_bit(toy_straight, tmp_path, mo
             raise Killed
         return real_mass(*a)
 
-    monkeypatch.setattr(toy, "_save" if where == "after_save" else "mode_mass",
+    monkeypatch.setattr(toy, "_save" if where == "after_save" else "_mode_mass",
                         save_then_die if where == "after_save" else die_mid_step)
     with pytest.raises(Killed):
         train(cfg, progress=False)
@@ -83,11 +83,11 @@ def test_toy_sigkill_at_random_moments_resumes_bit_for_bit(toy_straight, tmp_pat
         import sys; sys.path.insert(0, {str(ROOT)!r})
         from setpo_lab.studies.toy import ToyConfig, train
         import setpo_lab.studies.toy as toy, time
-        real = toy.mode_mass
+        real = toy._mode_mass
         def slow(*a):  # a few ms per step, so that kills land at different steps and inside saves
             time.sleep(0.05)
             return real(*a)
-        toy.mode_mass = slow
+        toy._mode_mass = slow
         print("ready", flush=True)
         train(ToyConfig(checkpoint_dir={str(tmp_path)!r}, checkpoint_every=1, **{SMALL!r}), progress=False)
         print("done", flush=True)
@@ -140,13 +140,13 @@ def test_toy_training_runs_on_one_thread_and_restores_the_callers_setting():
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     seen = []
-    real = toy.mode_mass
-    toy.mode_mass = lambda *a: (seen.append(torch.get_num_threads()), real(*a))[1]
+    real = toy._mode_mass
+    toy._mode_mass = lambda *a: (seen.append(torch.get_num_threads()), real(*a))[1]
     try:
         train(ToyConfig(**{**SMALL, "steps": 2}), progress=False)
         assert seen == [1, 1] and torch.get_num_threads() == 2
     finally:
-        toy.mode_mass = real
+        toy._mode_mass = real
         torch.set_num_threads(before)
 
 

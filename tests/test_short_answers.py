@@ -168,12 +168,13 @@ def test_the_study_config_refuses_what_a_run_would_fail_on_later(field, value, m
 
 
 def test_a_missing_base_model_is_refused_before_a_folder_is_claimed(tmp_path):
-    from setpo_lab.studies.short_answers import base_table, run_study
+    from setpo_lab.studies import short_answers
+    from setpo_lab.studies.short_answers import run_study
     from setpo_lab.studies.short_answers_config import BaseTableConfig, ShortAnswerStudyConfig
 
     missing = str(tmp_path / "no_model")
     with pytest.raises(ValueError, match="no model folder"):
         run_study(ShortAnswerStudyConfig.preset("smoke", run_dir=str(tmp_path / "study"), model_path=missing))
     with pytest.raises(ValueError, match="no model folder"):
-        base_table(BaseTableConfig(model_path=missing), tmp_path / "base")
+        short_answers._base_table(BaseTableConfig(model_path=missing), tmp_path / "base")
     assert not (tmp_path / "study").exists() and not (tmp_path / "base").exists()

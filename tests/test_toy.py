@@ -4,7 +4,7 @@ import torch
 
 from setpo.envs.bandit import BanditConfig, MultiModalBandit
 from setpo_lab.studies import toy, toy_results
-from setpo_lab.studies.toy import ToyConfig, mode_mass, train
+from setpo_lab.studies.toy import ToyConfig, train
 
 SMALL = dict(steps=12, groups_per_step=4, snapshot_every=6, snapshot_samples=16)
 
@@ -14,7 +14,7 @@ def test_policy_log_probs_are_a_distribution():
     pol = toy._TrajectoryPolicy(num_prompts=2, vocab_size=3, traj_len=3)
     for p in range(2):
         assert abs(float(pol.sequence_probs(p).sum()) - 1.0) < 1e-5
-    masses = mode_mass(pol, MultiModalBandit(BanditConfig(vocab_size=3, num_prompts=2)))
+    masses = toy._mode_mass(pol, MultiModalBandit(BanditConfig(vocab_size=3, num_prompts=2)))
     torch.testing.assert_close(masses.sum(1), torch.ones(2))
 
 

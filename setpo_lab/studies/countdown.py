@@ -265,7 +265,7 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bo
     for run in runs:
         test_split(run.name, run, _require(out / "rl" / run.name / "final", "train"), chosen)
     diagnostics = read_json(out / "diagnostics.json", "delete it and rerun --stages train to diagnose again")
-    summary = summarize(cfg, runs, chosen, results, selection, diagnostics, stage_timings(cfg, runs))
+    summary = summarize(cfg, runs, chosen, results, selection, diagnostics, _stage_timings(cfg, runs))
     if judge:
         summary["judged"] = _judge_runs(cfg, data, runs, log)
     _write_summary(out, summary, log)
@@ -273,7 +273,7 @@ def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bo
     return summary
 
 
-def stage_timings(cfg: CountdownLMConfig, runs: Sequence[RLRun]) -> dict:
+def _stage_timings(cfg: CountdownLMConfig, runs: Sequence[RLRun]) -> dict:
     """Where the study's time went, from what each stage recorded: the warm start's seconds, each RL run's
     generation / embedding / update seconds (``timings.json``), and each evaluation's sampling seconds."""
     out = Path(cfg.out)

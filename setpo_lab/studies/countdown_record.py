@@ -101,7 +101,7 @@ def _duration(seconds: float) -> str:
 
 
 def _recorded_time(summary: Mapping) -> str:
-    """The work the record's stage timings measured (``countdown.stage_timings``: the warm start, RL, evaluation;
+    """The work the record's stage timings measured (``countdown._stage_timings``: the warm start, RL, evaluation;
     its replication's too), as "<total> of recorded work (<main> at <n> threads, the replication <time> at <m>
     thread; ...)"."""
     parts = [(summary, "")] + ([(summary["replication"], "the replication ")] if "replication" in summary else [])

@@ -231,13 +231,13 @@ def _evaluated_problems(cfg: MathRunConfig, problems: Sequence[MathProblem]) -> 
     return list(problems[:cfg.eval_limit] if cfg.eval_limit else problems)
 
 
-def eval_file(cfg: MathRunConfig, label: str) -> Path:
+def _eval_file(cfg: MathRunConfig, label: str) -> Path:
     """Where stage "evaluate" caches a run's avg@k evaluation: its pass@k file when the two are the same samples
     (``MathRunConfig.shares_samples``), so they are sampled once."""
-    return passk_file(cfg, label) if cfg.shares_samples() else Path(cfg.run_dir) / f"eval_{_folder_name(label)}.json"
+    return _passk_file(cfg, label) if cfg.shares_samples() else Path(cfg.run_dir) / f"eval_{_folder_name(label)}.json"
 
 
-def passk_file(cfg: MathRunConfig, label: str) -> Path:
+def _passk_file(cfg: MathRunConfig, label: str) -> Path:
     """Where stage "evaluate" caches a model's pass@k evaluation (label: a run's, or "base model")."""
     return Path(cfg.run_dir) / f"passk_{_folder_name(label)}.json"
 
@@ -358,17 +358,17 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
     """
     pcfg = replace(cfg, eval_k=cfg.passk_max, eval_limit=None, **dict.fromkeys(judging.JUDGE_FIELDS))  # no judge
     return {label: evaluate_avg_at_k(pcfg, model_dir, problems, log=log, label=label,
-                                     cache=None if cache_dir is None else Path(cache_dir) / passk_file(cfg, label).name)
+                                     cache=None if cache_dir is None else Path(cache_dir) / _passk_file(cfg, label).name)
             for label, model_dir in models.items()}
 
 
 def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem],
                   keep_texts: bool | None = None, log=print) -> dict[str, dict]:
-    """Stage "evaluate"'s avg@k of every run (label -> final model folder), each cached in ``eval_file``.
+    """Stage "evaluate"'s avg@k of every run (label -> final model folder), each cached in ``_eval_file``.
     keep_texts: keep the sampled responses beside each evaluation for the judge (None: when a judge is set)."""
     keep = judging.judge_configured(cfg) if keep_texts is None else keep_texts
-    return {label: evaluate_avg_at_k(cfg, final, problems, cache=eval_file(cfg, label),
-                                     texts_file=judging.texts_path(eval_file(cfg, label)) if keep else None,
+    return {label: evaluate_avg_at_k(cfg, final, problems, cache=_eval_file(cfg, label),
+                                     texts_file=judging.texts_path(_eval_file(cfg, label)) if keep else None,
                                      log=log, label=label)
             for label, final in finals.items()}
 
@@ -376,11 +376,11 @@ def evaluate_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems
 def judge_runs(cfg: MathRunConfig, finals: Mapping[str, str | Path], problems: Sequence[MathProblem], log=print,
                judge=None) -> dict:
     """Stage "judge": the LLM-judged diversity (``setpo_lab.studies.judging.judge_methods``) of the responses each
-    run sampled in its avg@k evaluation (``eval_file``; kept beside it when the evaluation ran with a judge,
+    run sampled in its avg@k evaluation (``_eval_file``; kept beside it when the evaluation ran with a judge,
     else sampled again with its seeds), on the evaluated validation problems; verdicts cached in
     ``run_dir/judge_cache.jsonl``. Returns the judged record ({"judge", "prompt_version", "methods", ...})."""
     problems = _evaluated_problems(cfg, problems)
-    members = [(label, eval_file(cfg, label), Path(final)) for label, final in finals.items()]
+    members = [(label, _eval_file(cfg, label), Path(final)) for label, final in finals.items()]
     return judging.judge_evaluations(
         cfg, [p.question for p in problems], members, lambda d: _sample_eval_texts(cfg, d, problems),
         lambda texts: [sum(math_reward(t, p.answer) for t in ts) for p, ts in zip(problems, texts, strict=True)],
@@ -419,7 +419,7 @@ def run_study(cfg: MathRunConfig, stages: Sequence[str] | None = None, *, log=pr
     if "judge" in stages and judge:
         summary["judged"] = judge_runs(cfg, finals, val, log)
         if "results" not in summary:
-            summary["results"] = {label: read_json(eval_file(cfg, label), "delete it and rerun --stages evaluate")
+            summary["results"] = {label: read_json(_eval_file(cfg, label), "delete it and rerun --stages evaluate")
                                   for label in finals}
     return StudyResult("math", Path(cfg.run_dir), finals, summary, time.time() - t0)
 

@@ -150,7 +150,7 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
 
     def shares_samples(self) -> bool:
         """Whether the avg@k evaluation and the pass@k one are the same samples (same problems, same n): then
-        they are sampled once (``setpo_lab.studies.math.eval_file``)."""
+        they are sampled once (``setpo_lab.studies.math._eval_file``)."""
         return (self.passk_file is not None and self.passk_file == self.val_file and self.eval_k == self.passk_max
                 and self.eval_limit is not None and self.eval_limit == self.passk_limit)
 

@@ -7,7 +7,7 @@ chose the family); ``study`` trains GRPO and SetPO+GRPO over paired seeds and co
 
 A task family is in a model's competence zone when RL has a signal from the first step: a mean reward between
 about 0.15 and 0.6, and most groups of G rollouts mixed (some right, some wrong), since a group whose rollouts
-all score alike gets advantage 0 under GRPO. ``base_table`` measures, per task kind and sampling temperature,
+all score alike gets advantage 0 under GRPO. ``_base_table`` measures, per task kind and sampling temperature,
 on ``per_kind`` training prompts × ``n`` samples of the base model:
 
 - ``reward``: the mean 0/1 reward;
@@ -102,7 +102,7 @@ def _kind_row(tasks: list[TaskSpec], samples: list[list[str]], lengths: list[lis
             "distinct_right": sum(distinct) / len(distinct), "answer_line": answered / count, "truncated": cut / count}
 
 
-def base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> dict:
+def _base_table(cfg: BaseTableConfig, out: str | Path, *, log=print_flushed) -> dict:
     """Measure the base model on every kind at every temperature (see the module docstring); returns the record
     that ``base_model.json`` holds."""
     import torch
@@ -440,7 +440,7 @@ def _base_config(**values) -> BaseTableConfig:
 
 
 def _run_base(cfg: BaseTableConfig, stages: Sequence[str], args) -> int:
-    base_table(cfg, args.out)
+    _base_table(cfg, args.out)
     return 0
 
 

@@ -23,7 +23,7 @@ MAX_NEW_TOKENS = 1024
 
 @dataclass(frozen=True)
 class BaseTableConfig:
-    """What ``base_table`` measures.
+    """What ``short_answers._base_table`` measures.
 
     model_path: a local model folder; None: the packaged SmolLM2-135M-Instruct (``setpo.models``).
     kinds: task kinds of ``setpo.envs.short_answers``. per_kind: training prompts per kind. n: samples per prompt.

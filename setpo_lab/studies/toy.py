@@ -76,7 +76,7 @@ class _TrajectoryPolicy(nn.Module):
         return self.token_log_probs(torch.full((len(grid),), prompt), grid).sum(-1).exp()
 
 
-def mode_mass(policy: _TrajectoryPolicy, world: MultiModalBandit) -> torch.Tensor:
+def _mode_mass(policy: _TrajectoryPolicy, world: MultiModalBandit) -> torch.Tensor:
     """(num_prompts, num_modes) exact probability mass the policy puts on each mode, per prompt."""
     c = world.config
     return torch.stack([
@@ -221,7 +221,7 @@ def _train(cfg: ToyConfig, bar) -> ToyRun:
             loss.backward()
             opt.step()
 
-        masses = mode_mass(policy, world).mean(0)
+        masses = _mode_mass(policy, world).mean(0)
         history.append({
             "step": step + 1,
             "reward": float(rewards.mean()) if len(rewards) else math.nan,
