@@ -1,8 +1,8 @@
 """Every benchmark runs and writes its rows: `python -m setpo_lab.cli bench --smoke` (what `make bench` runs, at tiny sizes), each
 benchmark's report and rows parsed and checked, and nothing written to the full runs' folder (runs/bench/).
 
-About 1 min on 2 cores without verl, 5 min with it (the smoke runs of verl_cpu_step and verl_real_memory are one Ray
-cluster each: about 2 min).
+About 1 min on 2 cores without verl, 8 min with it (469 s in a fresh clone's `make test`, 2026-12-07: the smoke runs
+of verl_cpu_step and verl_real_memory are one Ray cluster each), the longest setup of the suite.
 verl_ray_nodes is run by tests/test_verl_ray_nodes.py (its full size is already its smoke size).
 """
 

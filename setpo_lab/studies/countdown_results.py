@@ -388,7 +388,7 @@ def training_curves(out: str | Path, runs: Sequence[RLRun]):
 
 
 def _probe_frame(out: str | Path, runs: Sequence[RLRun], embedder, problem: int = 0, method: str = "pca",
-                seed: int = 0):
+                 seed: int = 0):
     """Probe samples of the given runs on one validation problem, embedded and projected to 2-D together.
 
     embedder: texts -> (N, d) (the study's embedder, so the picture shows what SetPO's kernel sees).
@@ -493,7 +493,7 @@ def _run_of(row: dict) -> RLRun:
 
 
 def training_curves_figure(curves, runs: Sequence[RLRun], metrics: Sequence[tuple[str, str]] = TRAINING_METRICS,
-                    window: int = 5):
+                           window: int = 5):
     """Training metrics of ``runs`` (``training_curves``), ``window``-step rolling means: a column per metric,
     one line per run (``setpo_lab.studies.figures.metric_curves``)."""
     variants = [r.variant for r in runs]
