@@ -211,7 +211,10 @@ def answer_entropy(answers) -> float:
     answers: (N,) one prompt's parsed answers (hashable: ints, strings), ``None`` for a sample without one (left
         out).
     """
-    counts = _answer_counts(answers)
+    return _entropy(_answer_counts(answers))
+
+
+def _entropy(counts: Counter) -> float:
     total = sum(counts.values())
     return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
 
@@ -223,7 +226,8 @@ def hill_number(answers) -> float | None:
 
     answers: as in ``answer_entropy``.
     """
-    return math.exp(answer_entropy(answers)) if _answer_counts(answers) else None
+    counts = _answer_counts(answers)  # counted once: the entropy and whether there is any answer
+    return math.exp(_entropy(counts)) if counts else None
 
 
 def rarefied_distinct(answers, r: int) -> float | None:

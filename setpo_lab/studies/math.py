@@ -358,7 +358,8 @@ def evaluate_pass_at_k(cfg: MathRunConfig, models: Mapping[str, str | Path], pro
     """
     pcfg = replace(cfg, eval_k=cfg.passk_max, eval_limit=None, **dict.fromkeys(judging.JUDGE_FIELDS))  # no judge
     return {label: evaluate_avg_at_k(pcfg, model_dir, problems, log=log, label=label,
-                                     cache=None if cache_dir is None else Path(cache_dir) / _passk_file(cfg, label).name)
+                                     cache=None if cache_dir is None
+                                     else Path(cache_dir) / _passk_file(cfg, label).name)
             for label, model_dir in models.items()}
 
 
