@@ -374,7 +374,7 @@ def study_step_rows(folder: Path, tmp: str, roof: dict, smoke: bool) -> list[dic
 
     from setpo.envs.short_answers import task_messages, to_trl_records
     from setpo.embed import load_embedder
-    from setpo_lab.studies.short_answers import train_tasks, trainer_args
+    from setpo_lab.studies.short_answers import trainer_args
     from setpo_lab.studies.toolkit import chat_prompts
     from setpo_lab.studies.short_answers_config import ShortAnswerStudyConfig
     from setpo.trl import SetPOTrainer
@@ -383,7 +383,7 @@ def study_step_rows(folder: Path, tmp: str, roof: dict, smoke: bool) -> list[dic
     cfg = replace(ShortAnswerStudyConfig.preset("smoke" if smoke else "committed"), steps=1, save_steps=10**6)
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     embedder = load_embedder(cfg.embedder, device="cpu")
-    tasks = train_tasks(cfg)
+    tasks = cfg.train_tasks()
     prompt_len = statistics.mean(len(tok(p, add_special_tokens=False)["input_ids"])
                                  for p in chat_prompts(tok, tasks, task_messages))
     rows = []

@@ -68,7 +68,7 @@ from setpo_lab.repro.arithmetic import bf16_matrix_units
 from setpo_lab.studies.figures import (ROOT, probe_trajectory_figure, read_probes, save_figure, save_table, show,
                                        show_table)
 from setpo_lab.studies.short_answers import run_study
-from setpo_lab.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig, run_folder
+from setpo_lab.studies.short_answers_config import CureStudyConfig, ShortAnswerStudyConfig
 from setpo.trl import quiet_libraries
 from setpo.trl.tiny_models import make_tiny_model
 
@@ -213,7 +213,7 @@ display(Image(filename=str(ROOT / "figures" / "fig1_toy_mode_collapse.png"), wid
 
 # %%
 embedder = load_embedder(cfg.embedder)
-seed0 = {method: run_folder(cfg, label) / "probes.jsonl"
+seed0 = {method: cfg.run_folder(label) / "probes.jsonl"
          for label, (method, seed) in cfg.run_labels().items() if seed == cfg.seeds[0]}
 traj, _ = probe_trajectory_figure({m: read_probes(p) for m, p in seed0.items()}, embedder, method="pca",
                                title_note=NOTE)

@@ -36,10 +36,10 @@ from setpo.records import read_json, write_json
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import StudyCommand, run_command
 from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
-from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig, lam_text, uses_vllm
+from setpo_lab.studies.math_config import REUSE_NEUTRAL_FIELDS, MathRunConfig
 from setpo_lab.studies.figures import save_table
 from setpo_lab.studies.math_results import config_record, results_record, results_table
-from setpo_lab.studies.sampling import batch_prompts, model_identity, sample_completions
+from setpo_lab.studies.sampling import batch_prompts, model_identity
 from setpo_lab.studies import toolkit
 from setpo_lab.studies.toolkit import chat_prompts, model_folder
 from setpo_lab.studies.trainer_arguments import rl_trainer_args
@@ -123,7 +123,7 @@ def _trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str
     """The ``setpo.trl`` config of one run: the preset's loss settings, the paper's sampling, our batch shape."""
     on_gpu = torch.cuda.is_available()
     extra = {} if cfg.lr is None else {"learning_rate": cfg.lr}
-    if uses_vllm(cfg):
+    if cfg.uses_vllm():
         extra.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
     return rl_trainer_args(
         cfg.algo, output_dir, seed=cfg.seed, save_steps=cfg.save_steps, on_cpu=not on_gpu, bf16=on_gpu,
@@ -133,18 +133,6 @@ def _trl_args(cfg: MathRunConfig, lam: float, output_dir: str | Path, units: str
         gradient_accumulation_steps=cfg.prompts_per_step * cfg.num_generations // cfg.micro_batch,
         num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
         gradient_checkpointing=on_gpu and not cfg.tiny, **extra)
-
-
-def sample_responses(model, tokenizer, questions: Sequence[str], n: int, temperature: float, top_p: float,
-                     max_new_tokens: int, seed: int = 0, batch_sequences: int = 64, progress=None,
-                     first_index: int = 0, share_prompt: bool = False, fast_nucleus: bool = False) -> list[list[str]]:
-    """n responses per question, prompted with the Qwen-Math template (``setpo_lab.studies.sampling.sample_completions``;
-    progress: called with the prompts each batch finished; first_index, share_prompt, fast_nucleus: see there)."""
-    return sample_completions(model, tokenizer, chat_prompts(tokenizer, questions, qwen_math_messages), n, temperature,
-                              top_p, max_new_tokens, seed=seed, batch_sequences=batch_sequences,
-                              add_special_tokens=False,
-                              progress=progress, first_index=first_index, share_prompt=share_prompt,
-                              fast_nucleus=fast_nucleus)
 
 
 def _math_probes(cfg: MathRunConfig, probes: Sequence[MathProblem], tokenizer):
@@ -188,7 +176,7 @@ def _train_rl(cfg: MathRunConfig, label: str, lam: float, train: Sequence[MathPr
                     rows=to_trl_records(train), embedder=embedder, probes=_math_probes(cfg, probes, tokenizer),
                     probe_every=cfg.probe_every, probes_at_end=True, callbacks=callbacks,
                     record={"label": label, "lam": lam, "units": units}, log=log,
-                    describe=f"[{label}] λ={lam_text(lam, units)}, G={cfg.num_generations}, {cfg.prompts_per_step} "
+                    describe=f"[{label}] λ={cfg.lam_text(lam, units)}, G={cfg.num_generations}, {cfg.prompts_per_step} "
                              f"prompts/step, vLLM={args.use_vllm}", heartbeat_label=f"[{label}]",
                     clock=out / CLOCK_FILE)
         del model
@@ -218,7 +206,7 @@ def train_runs(cfg: MathRunConfig, train: Sequence[MathProblem], probes: Sequenc
     """
     finals = {}
     for label, (lam, units) in cfg.runs().items():
-        if uses_vllm(cfg):
+        if cfg.uses_vllm():
             log(f"[{label}] training in a fresh process (vLLM)")
             finals[label] = _in_fresh_process(_train_rl, cfg, label, lam, list(train), list(probes), units=units)
         else:
@@ -253,7 +241,7 @@ def _sample_eval_texts(cfg: MathRunConfig, model_dir: str | Path, problems: Sequ
     inside a long batch)."""
     tokenizer = load_tokenizer(model_dir, tiny=cfg.tiny)
     prompts = chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages)
-    if uses_vllm(cfg):
+    if cfg.uses_vllm():
         # The evaluation process holds the GPU alone (training has exited), so vLLM may take most of it.
         return _in_fresh_process(_generate_vllm, str(model_dir), prompts, cfg.eval_k, cfg.eval_temperature,
                                  cfg.eval_top_p, cfg.max_completion_length, cfg.seed + 1, 0.85)
@@ -275,7 +263,7 @@ def _sampling_record(cfg: MathRunConfig, model_dir: str | Path, problems: Sequen
     return {"model": model_identity(model_dir), "questions_sha256": hashlib.sha256(questions).hexdigest(),
             "k": cfg.eval_k, "temperature": cfg.eval_temperature, "top_p": cfg.eval_top_p,
             "max_new_tokens": cfg.max_completion_length, "seed": cfg.seed + 1,
-            "engine": "vllm" if uses_vllm(cfg) else "generate", "batch_sequences": EVAL_BATCH_SEQUENCES}
+            "engine": "vllm" if cfg.uses_vllm() else "generate", "batch_sequences": EVAL_BATCH_SEQUENCES}
 
 
 def _evaluation_of_same_model(cache: Path, sampled: Mapping) -> dict | None:

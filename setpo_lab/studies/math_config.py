@@ -159,6 +159,18 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
         """Whether the runs use the tiny random model (no model_path, no packaged_model): numbers then mean nothing."""
         return self.model_path is None and self.packaged_model is None
 
+    def uses_vllm(self) -> bool:
+        """Whether generation goes through vLLM: ``use_vllm``, or (None) when CUDA and vllm are available."""
+        if self.use_vllm is not None:
+            return bool(self.use_vllm)
+        # vllm looked up, not imported: importing it takes seconds
+        return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+
+    @staticmethod
+    def lam_text(lam: float, units: str) -> str:
+        """λ as the labels write it: ``0.05`` (absolute) or ``0.15σ`` (in units of the term's spread)."""
+        return f"{lam:g}{'σ' if units == 'term_std' else ''}"
+
     @property
     def lam_value(self) -> float:
         return get_preset(self.algo).lam if self.lam is None else float(self.lam)
@@ -169,8 +181,8 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
         name = self.algo.upper()
         out = {name: (0.0, "absolute"), f"SetPO+{name}": (self.lam_value, self.lam_units)}
         if self.alt_lam is not None:
-            out[f"SetPO+{name} λ={lam_text(self.alt_lam, self.alt_lam_units)}"] = (float(self.alt_lam),
-                                                                                   self.alt_lam_units)
+            out[f"SetPO+{name} λ={self.lam_text(self.alt_lam, self.alt_lam_units)}"] = (float(self.alt_lam),
+                                                                                        self.alt_lam_units)
         return out
 
 
@@ -180,16 +192,3 @@ class MathRunConfig(JudgeSettings):  # + the optional judge's fields (judging.Ju
 # judges what the evaluation sampled. Everything else must match the folder's run_config.json to reuse it.
 REUSE_NEUTRAL_FIELDS = ("run_dir", "save_steps", "vllm_gpu_memory_utilization", "eval_k", "eval_temperature",
                         "eval_top_p", "eval_limit", "passk_file", "passk_max", "passk_limit", *JUDGE_FIELDS)
-
-
-def lam_text(lam: float, units: str) -> str:
-    """λ as the labels write it: ``0.05`` (absolute) or ``0.15σ`` (in units of the term's spread)."""
-    return f"{lam:g}{'σ' if units == 'term_std' else ''}"
-
-
-def uses_vllm(cfg: MathRunConfig) -> bool:
-    """Whether generation goes through vLLM: ``cfg.use_vllm``, or (None) when CUDA and vllm are available."""
-    if cfg.use_vllm is not None:
-        return bool(cfg.use_vllm)
-    # vllm looked up, not imported: importing it takes seconds
-    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None

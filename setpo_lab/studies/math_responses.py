@@ -18,11 +18,12 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from setpo.envs.math import final_answer, load_math_problems, math_reward
+from setpo.envs.math import final_answer, load_math_problems, math_reward, qwen_math_messages
 from setpo.presets import PAPER_RUN
 from setpo_lab import ROOT
 from setpo.records import markdown_table, read_json, write_json, write_text
 from setpo_lab.studies.arguments import StudyCommand, check_fields, flags_as_set, run_command
+from setpo_lab.studies.toolkit import chat_prompts
 
 GSM8K_TEST = ROOT / "data" / "gsm8k" / "test.parquet"
 #: characters of each response's end shown in the table (the answer sits at the end)
@@ -42,15 +43,18 @@ def _sample(model_path: str | Path, settings: dict, log=print) -> list[str]:
     """One response per problem (the first ``settings['n']`` GSM8K test problems)."""
     import torch
 
-    from setpo_lab.studies.math import load_model, load_tokenizer, sample_responses
+    from setpo_lab.studies.math import load_model, load_tokenizer
+    from setpo_lab.studies.sampling import sample_completions
 
     problems = load_math_problems(GSM8K_TEST, limit=settings["n"])
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, torch.float32)
     t0 = time.perf_counter()
-    texts = sample_responses(model, tokenizer, [p.question for p in problems], 1, settings["temperature"],
-                             settings["top_p"], settings["max_new_tokens"], seed=settings["seed"],
-                             batch_sequences=settings["n"])
+    # the Qwen-Math chat template already holds the special tokens: the tokenizer adds none
+    prompts = chat_prompts(tokenizer, [p.question for p in problems], qwen_math_messages)
+    texts = sample_completions(model, tokenizer, prompts, 1, settings["temperature"], settings["top_p"],
+                               settings["max_new_tokens"], seed=settings["seed"], batch_sequences=settings["n"],
+                               add_special_tokens=False)
     log(f"sampled {len(texts)} responses in {time.perf_counter() - t0:.0f} s")
     return [t[0] for t in texts]
 

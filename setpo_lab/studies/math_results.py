@@ -21,7 +21,7 @@ from setpo.records import markdown_table, read_json
 from setpo_lab.studies.figures import embedder_name, run_record
 from setpo_lab.studies.intervals import interval_side, interval_text, paired_ci
 from setpo_lab.studies.judging import JUDGED_COLUMN, judged_cell, judged_note, without_judge
-from setpo_lab.studies.math_config import MathRunConfig, uses_vllm
+from setpo_lab.studies.math_config import MathRunConfig
 from setpo_lab.studies.stages import sittings_seconds
 
 
@@ -55,7 +55,7 @@ def config_record(cfg: MathRunConfig, command: str = "notebooks/06_qwen_math_gpu
             "train data": cfg.train_file or "generated (setpo.envs.math.smoke_problems)",
             "validation data": cfg.val_file or "generated (setpo.envs.math.smoke_problems)",
             "pass@k data": cfg.passk_file or "generated (setpo.envs.math.smoke_problems)",
-            "generation": "vLLM" if uses_vllm(cfg) else "transformers generate"}
+            "generation": "vLLM" if cfg.uses_vllm() else "transformers generate"}
     return run_record(command, config=without_judge(vars(cfg)), seeds=[cfg.seed], uses=uses, **extra)
 
 

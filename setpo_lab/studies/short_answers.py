@@ -63,7 +63,7 @@ from setpo.envs.short_answers import (MANY_ANSWER_KINDS, TaskSpec, parse_answer,
 from setpo.metrics import pass_at_k
 from setpo.records import read_json, write_json
 from setpo_lab.studies.short_answers_config import (PROG, REUSE_NEUTRAL_FIELDS, BaseTableConfig, CureStudyConfig,
-                                                    ShortAnswerStudyConfig, eval_path, run_folder)
+                                                    ShortAnswerStudyConfig)
 from setpo_lab.studies.arguments import StudyCommand, flags_as_set, run_command
 from setpo_lab.studies.engine import probe_sampler, sample_evaluation, train_setpo, train_stage
 from setpo_lab.studies.toolkit import chat_prompts, load_model, model_folder
@@ -199,16 +199,6 @@ def _base_table_markdown(record: dict) -> str:
 STAGES = ("train", "evaluate", "report")
 
 
-def train_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
-    """The training pool: the same for every run (a seed orders it)."""
-    return sample_tasks(cfg.kinds, "train", cfg.train_per_kind, seed=0)
-
-
-def _test_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
-    """The prompts every model is evaluated on: the test split (the cure study's pilot: validation)."""
-    return sample_tasks(cfg.kinds, getattr(cfg, "eval_split", "test"), cfg.eval_per_kind, seed=0)
-
-
 def _probe_tasks(cfg: ShortAnswerStudyConfig) -> list[TaskSpec]:
     """Validation prompts with many right answers, sampled during training (distinct answers, trajectories)."""
     kinds = [k for k in cfg.kinds if k in MANY_ANSWER_KINDS] or list(cfg.kinds)
@@ -274,7 +264,7 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
     for bit (``stages.restore_model`` / ``check_restored``), or it is refused and nothing is made from it."""
     method, seed = cfg.run_labels()[label]
     settings = cfg.trainer_settings(method)
-    out = run_folder(cfg, label)
+    out = cfg.run_folder(label)
 
     def fit(final: Path) -> None:
         import torch
@@ -288,7 +278,8 @@ def train_run(cfg: ShortAnswerStudyConfig, label: str, embedder=None, log=print_
 
         args = trainer_args(cfg, settings, seed, out)
         train_setpo(out, final, model=model, tokenizer=tokenizer, args=args, reward=short_answer_reward,
-                    rows=to_trl_records(train_tasks(cfg)), embedder=embedder if args.embedder == cfg.embedder else None,
+                    rows=to_trl_records(cfg.train_tasks()),
+                    embedder=embedder if args.embedder == cfg.embedder else None,
                     probes=probe_sampler(tokenizer, probes, chat_prompts(tokenizer, probes, task_messages),
                                          cfg.probe_samples, record, seed=cfg.eval_seed, **_sampling_settings(cfg)),
                     probe_every=cfg.probe_every, probes_at_end=True,
@@ -309,10 +300,10 @@ def evaluate_answers(cfg: ShortAnswerStudyConfig, label: str, model_dir: Path, e
 
     from setpo.metrics import mean_pairwise_similarity
 
-    path = eval_path(cfg, label, folder)
+    path = cfg.eval_path(label, folder)
 
     def evaluate() -> dict:
-        chosen = _test_tasks(cfg) if tasks is None else list(tasks)
+        chosen = cfg.eval_tasks() if tasks is None else list(tasks)
         _require_bf16_units(cfg, f"evaluating {label}")
         # bf16 weights: sampling is 2x the float32 rate on a CPU with bf16 matrix units; every model alike
         tokenizer, model = load_model(model_dir, torch.bfloat16 if cfg.bf16 else torch.float32, remedy=MODEL_REMEDY)
@@ -336,7 +327,7 @@ def _rerun_check(cfg: ShortAnswerStudyConfig, label: str, scratch: str | Path, l
     run is expected to come back bit for bit."""
     if label not in cfg.run_labels():
         raise ValueError(f"unknown run {label!r}; runs: {', '.join(cfg.run_labels())}")
-    recorded_dir = run_folder(cfg, label)  # a reused run's record is in the folder it is reused from
+    recorded_dir = cfg.run_folder(label)  # a reused run's record is in the folder it is reused from
     if not stage_done(recorded_dir / "final"):
         raise ValueError(f"run {label} has no record to compare with: {recorded_dir / 'final'}; train it first")
     # trained here, never into a reused folder
@@ -388,11 +379,11 @@ def run_study(cfg: ShortAnswerStudyConfig, stages: Sequence[str] | str | None = 
     cfg.check_reusable()
     embedder = load_embedder(cfg.embedder)
     extra = cfg.extra_evaluations()
-    finals = {label: run_folder(cfg, label) / "final" for label in cfg.run_labels()}
+    finals = {label: cfg.run_folder(label) / "final" for label in cfg.run_labels()}
 
     def evaluated(label: str) -> bool:
-        return eval_path(cfg, label).exists() and all(eval_path(cfg, label, folder).exists()
-                                                      for folder, _, _, labels in extra if label in labels)
+        return cfg.eval_path(label).exists() and all(cfg.eval_path(label, folder).exists()
+                                                     for folder, _, _, labels in extra if label in labels)
 
     def evaluate(label: str, model: Path) -> None:
         if label != "base" and not stage_done(model):

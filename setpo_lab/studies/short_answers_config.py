@@ -156,6 +156,14 @@ class ShortAnswerStudyConfig:
         """The config a record's ``config`` (JSON: tuples came back as lists) was made with."""
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
 
+    def train_tasks(self) -> list[TaskSpec]:
+        """The training pool: the same for every run (a seed orders it)."""
+        return sample_tasks(self.kinds, "train", self.train_per_kind, seed=0)
+
+    def eval_tasks(self) -> list[TaskSpec]:
+        """The prompts every model is evaluated on: the test split (the cure study's pilot: validation)."""
+        return sample_tasks(self.kinds, getattr(self, "eval_split", "test"), self.eval_per_kind, seed=0)
+
     def methods(self) -> dict[str, float]:
         """Method -> λ: GRPO (λ = 0) and SetPO+GRPO."""
         return {"GRPO": 0.0, "SetPO+GRPO": self.lam}
@@ -174,6 +182,17 @@ class ShortAnswerStudyConfig:
     def reused_folder(self, label: str) -> str | None:
         """The folder run ``label`` comes from when another study's is reused: this study trains every run."""
         return None
+
+    def run_folder(self, label: str) -> Path:
+        """Where run ``label`` lives: ``train/<label>`` of the study's folder, or of the folder it reuses runs from
+        (``CureStudyConfig.reuse_from``, for the committed study's arms)."""
+        return Path(self.reused_folder(label) or self.run_dir) / "train" / label
+
+    def eval_path(self, label: str, folder: str = "eval") -> Path:
+        """``<folder>/<label>.json`` of the study's folder, or, for the study evaluation of a run (or the base
+        model) the cure study reuses, of the folder it reuses from."""
+        source = self.reused_folder(label) if folder == "eval" else None
+        return Path(source or self.run_dir) / folder / f"{label}.json"
 
     def check_reusable(self) -> None:
         """Nothing to check: no run is reused."""
@@ -455,17 +474,3 @@ class ConfirmStudyConfig(CureStudyConfig):
             raise ValueError("the confirmatory study trains every run on fresh seeds: reuse_from must be None")
 #: the arms the committed study trained, reused from it (``reuse_from``)
 REUSED_ARMS = ("grpo", "setpo")
-
-
-def eval_path(cfg: ShortAnswerStudyConfig, label: str, folder: str = "eval") -> Path:
-    """``<folder>/<label>.json`` of the study's folder, or, for the study evaluation of a run (or the base
-    model) the cure study reuses, of the folder it reuses from."""
-    source = cfg.reused_folder(label) if folder == "eval" else None
-    return Path(source or cfg.run_dir) / folder / f"{label}.json"
-
-
-def run_folder(cfg: ShortAnswerStudyConfig, label: str) -> Path:
-    """Where run ``label`` lives: ``train/<label>`` of the study's folder, or of the folder it reuses runs from
-    (``CureStudyConfig.reuse_from``, for the committed study's arms)."""
-    source = cfg.reused_folder(label)
-    return Path(source or cfg.run_dir) / "train" / label

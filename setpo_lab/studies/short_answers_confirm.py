@@ -47,8 +47,6 @@ from setpo_lab.studies.short_answers_config import (
     REUSE_NEUTRAL_FIELDS,
     ConfirmStudyConfig,
     CureStudyConfig,
-    eval_path,
-    run_folder,
 )
 from setpo_lab.studies.stages import chosen_stages, claim_folder, print_flushed, refusal, write_report
 
@@ -149,9 +147,9 @@ def _evaluate_exploratory(cfg: ConfirmStudyConfig, exploratory: str | Path, embe
     out = {}
     for label in cure.run_labels():
         name = f"exploratory_{label}"
-        final = run_folder(cure, label) / "final"
+        final = cure.run_folder(label) / "final"
         try:
-            if not eval_path(cfg, name, "eval_heldout").exists():
+            if not cfg.eval_path(name, "eval_heldout").exists():
                 # the loaded embedder only if it is the one the record's runs name (else the trainer loads theirs)
                 final = train_run(cure, label, embedder=embedder if cure.embedder == cfg.embedder else None, log=log)
             out[label] = evaluate_answers(cfg, name, final, embedder, log, tasks=heldout, n=cfg.eval_n,
@@ -164,7 +162,7 @@ def _evaluate_exploratory(cfg: ConfirmStudyConfig, exploratory: str | Path, embe
 # ---- the plan's reading -------------------------------------------------------------------------------------------
 
 def _read(cfg: ConfirmStudyConfig, label: str, folder: str) -> Mapping | None:
-    path = eval_path(cfg, label, folder)
+    path = cfg.eval_path(label, folder)
     return read_json(path, f"delete {path} and rerun to evaluate {label} again") if path.exists() else None
 
 

@@ -33,7 +33,7 @@ from setpo.metrics import answer_entropy, pass_at_k
 from setpo.records import read_json
 from setpo_lab.studies.figures import powers_of_two
 from setpo_lab.studies.intervals import RESAMPLES, interval_side, interval_text, paired_bootstrap
-from setpo_lab.studies.short_answers_config import CureStudyConfig, eval_path, run_folder
+from setpo_lab.studies.short_answers_config import CureStudyConfig
 from setpo_lab.studies.short_answers_results import training_series
 from setpo_lab.studies.stages import print_flushed, write_report
 
@@ -119,7 +119,7 @@ def report(cfg: CureStudyConfig, log=print_flushed) -> dict:
     labels = cfg.run_labels()
     methods = list(cfg.methods())
     by_method = {m: [label for label, (mm, _) in labels.items() if mm == m] for m in methods}
-    per_prompt = {label: _prompt_metrics(read_json(eval_path(cfg, label), "run the evaluate stage"), minilm)
+    per_prompt = {label: _prompt_metrics(read_json(cfg.eval_path(label), "run the evaluate stage"), minilm)
                   for label in ["base", *labels]}
     grpo = next((m for m in methods if cfg.arm_of(m) == "grpo"), None)
     comparisons = [{"metric": key, "a": m, "b": other,
@@ -134,7 +134,7 @@ def report(cfg: CureStudyConfig, log=print_flushed) -> dict:
     hard = _hard(cfg, by_method)
     if hard:
         comparisons += hard.pop("comparisons")
-    runs = {label: training_series(run_folder(cfg, label)) for label in labels}
+    runs = {label: training_series(cfg.run_folder(label)) for label in labels}
     record = {"config": json.loads(json.dumps(asdict(cfg))), "command": cfg.command(), "means": means,
               "per_seed": {label: means_of([label]) for label in labels},
               "comparisons": comparisons, "hard": hard, "runs": runs, "reading": None}
