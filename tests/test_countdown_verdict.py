@@ -95,7 +95,7 @@ def test_the_replication_counts_what_both_studies_made_bit_for_bit(tmp_path):
     verdict's replication line repeats the counts."""
     import json
 
-    from setpo_lab.studies.countdown_verdict import bitwise_agreement
+    from setpo_lab.repro.agreement import bitwise_agreement
 
     def study(root, models, evaluations):
         for name, digest in models.items():

@@ -14,9 +14,9 @@ The library (``setpo/``, what the wheel installs):
 and no file under setpo/ imports the lab (imports inside functions included): the wheel does not hold it.
 
 The lab (``setpo_lab/``, in a clone only):
-    setpo_lab/repro       the reproducibility machinery (provenance, the pinned arithmetic, a commit's code in a
-                          temporary worktree): may use the core and the records; never an adapter, setpo.envs, a
-                          study or a command line
+    setpo_lab/repro       the reproducibility machinery (provenance, the pinned arithmetic, two study folders
+                          compared bit for bit, a commit's code in a temporary worktree): may use the core and the
+                          records; never an adapter, setpo.envs, a study or a command line
     setpo_lab/studies     whole studies: anything above, never the lab's command line
     setpo_lab/cli.py      the lab's command line: anything
 

@@ -161,10 +161,10 @@ def test_the_record_says_which_machine_trained_and_evaluated_each_row(study):
     """A study of several sittings may have had several machines (another one's kernels give other weights):
     every row names the processor that trained it and the one that evaluated it, and the record counts them."""
     from setpo_lab.repro.provenance import machine
-    from setpo_lab.studies import countdown_verdict
+    from setpo_lab.repro import agreement
 
     summary = json.loads((Path(study.out) / "results.json").read_text())
-    here = countdown_verdict._machine_label(machine())
+    here = agreement._machine_label(machine())
     assert here != "unrecorded"
     assert {r["trained_on"] for r in summary["runs"]} == {r["evaluated_on"] for r in summary["runs"]} == {here}
     assert summary["machines"] == {"trained": {here: len(summary["runs"])}, "evaluated": {here: len(summary["runs"])}}
@@ -172,9 +172,9 @@ def test_the_record_says_which_machine_trained_and_evaluated_each_row(study):
 
 
 def test_machine_label_names_the_widest_vector_extension():
-    from setpo_lab.studies import countdown_verdict
+    from setpo_lab.repro import agreement
 
-    label = countdown_verdict._machine_label
+    label = agreement._machine_label
     assert label({"cpu": "AMD EPYC", "vector": ["avx2", "fma", "avx512f"], "flags_sha256": "6a93d771884cba54"}) \
         == "AMD EPYC avx512f 6a93d771"
     assert label({"cpu": "AMD EPYC", "vector": ["avx2"], "flags_sha256": None}) == "AMD EPYC avx2"

@@ -8,6 +8,8 @@
   pinned arithmetic) as one identity, and what differs between two.
 - ``setpo_lab.repro.arithmetic``: the pinned floating-point path; ``python -m setpo_lab.repro.arithmetic COMMAND`` runs a
   command on it.
+- ``setpo_lab.repro.agreement``: where each row of a Countdown record came from (the processors that trained and
+  evaluated it, digests of its weights and counts) and how much of two study folders is the same bit for bit.
 - ``setpo_lab.repro.at_commit``: the code of another commit, in a temporary git worktree: the code a record names,
   which checks the record before it is re-stamped (``setpo_lab.studies.countdown_record``).
 

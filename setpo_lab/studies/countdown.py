@@ -87,6 +87,7 @@ import torch
 from setpo.envs.countdown import make_prompt
 from setpo.records import read_json, write_json
 from setpo.trl.training import DONE_FILE, quiet_libraries
+from setpo_lab.repro.agreement import bitwise_agreement, machines_used
 from setpo_lab.repro.provenance import run_identity
 from setpo_lab.studies import judging
 from setpo_lab.studies.arguments import StudyCommand, run_command
@@ -105,7 +106,7 @@ from setpo_lab.studies.countdown_data import (
     resolve_embedder,
     sft_examples,
 )
-from setpo_lab.studies.countdown_results import results_markdown, summarize, with_replication
+from setpo_lab.studies.countdown_results import results_markdown, summarize
 from setpo_lab.studies.countdown_training import evaluate_model, sample_eval, train_rl, train_sft
 from setpo_lab.studies.stages import (
     RestoreMismatch,
@@ -196,11 +197,25 @@ def run_study(cfg: CountdownLMConfig, stages: Sequence[str] | None = None, *, lo
         log(f"[replication] the whole study again at {replica.threads} thread(s) in {replica.out}")
         replicated = _run_one(replica, log, stages, redo)
         if summary:
-            summary = _write_summary(Path(cfg.out), with_replication(summary, replicated), log)
+            summary = _write_summary(Path(cfg.out), _with_replication(summary, replicated), log)
     runs: dict[str, list[dict]] = {}
     for row in summary.get("runs", []):
         runs.setdefault(row["name"], []).append(row)
     return StudyResult("countdown", Path(cfg.out), runs, summary, time.time() - t0)
+
+
+def _with_replication(summary: dict, replicated: dict) -> dict:
+    """The primary study's summary with its replication's inside (``replication``), its rows marked
+    ``replication: 1``; ``agreement``: the headline of both, side by side; ``identical``: how much of what
+    both made is the same bit for bit (``bitwise_agreement``); ``machines``: of both."""
+    rep = {**replicated, "runs": [{**r, "replication": 1} for r in replicated["runs"]]}
+    head = lambda s: next((p for p in s["paired"] if p["primary"]), None)  # noqa: E731
+    return {**summary, "replication": rep, "machines": machines_used(summary["runs"] + rep["runs"]),
+            "identical": bitwise_agreement(summary["config"]["out"], replicated["config"]["out"]),
+            "agreement": {"primary": {"threads": summary["config"]["threads"], "chosen": summary["chosen"],
+                                      "headline": head(summary)},
+                          "replication": {"threads": replicated["config"]["threads"], "chosen": replicated["chosen"],
+                                          "headline": head(replicated)}}}
 
 
 def _run_one(cfg: CountdownLMConfig, log, stages: Sequence[str] | None, redo: bool) -> dict:

@@ -186,9 +186,9 @@ def _same_study_at(commit: str, threads: int, log: Callable[[str], object] = pri
     """Whether the code of ``commit`` and the code of this checkout make the same study: each makes the smoke
     study (``--smoke``: every stage, every kind of run, at toy size) at ``threads`` threads in a folder of its
     own, and every model (final-weights SHA-256) and every evaluation (per-problem counts) they both make is
-    identical bit for bit (``countdown_results.bitwise_agreement``), at the same configuration and with the
-    same summary."""
-    from setpo_lab.studies.countdown_verdict import bitwise_agreement  # what a study and its replication share
+    identical bit for bit (``setpo_lab.repro.agreement.bitwise_agreement``), at the same configuration and with
+    the same summary."""
+    from setpo_lab.repro.agreement import bitwise_agreement  # what a study and its replication share
 
     args = ["--smoke", "--set", f"threads={threads}"]
     with tempfile.TemporaryDirectory(prefix="setpo-same-study-") as tmp, temporary_worktree(commit, root) as tree:

@@ -25,17 +25,8 @@ from setpo.records import read_json, read_records
 from setpo_lab import ROOT
 from setpo_lab.repro.arithmetic import active_arithmetic
 from setpo_lab.studies.countdown_config import REUSE_NEUTRAL_FIELDS, CountdownLMConfig, RLRun
-from setpo_lab.studies.countdown_verdict import (
-    bitwise_agreement,
-    ci_text,
-    fingerprints,
-    identical_text,
-    in_main_cell,
-    machines_used,
-    made_on,
-    verdict,
-    verdict_markdown,
-)
+from setpo_lab.repro.agreement import fingerprints, identical_text, machines_used, made_on
+from setpo_lab.studies.countdown_verdict import ci_text, in_main_cell, verdict, verdict_markdown
 from setpo_lab.studies.figures import (
     BASELINE_COLOUR,
     SETPO_COLOURS,
@@ -95,7 +86,7 @@ def summarize(cfg: CountdownLMConfig, runs: Sequence[RLRun], chosen: Mapping[str
     summary = {"config": json.loads(json.dumps(without_judge(asdict(cfg)))), "chosen": primary.variant,
                "chosen_by_search": {k: r.variant for k, r in chosen.items()}, "runs": rows,
                "paired": _paired_differences(cfg, rows), "versus": _versus_baselines(cfg, rows),
-               "grid": _grid_differences(cfg, rows), "noise": headline_noise(cfg, rows, results),
+               "grid": _grid_differences(cfg, rows), "noise": _headline_noise(cfg, rows, results),
                "selection": selection, "diagnostics": diagnostics, "machines": machines_used(rows)}
     if timings is not None:
         summary["timings"] = timings
@@ -112,20 +103,6 @@ def _role(run: RLRun | None, chosen: Mapping[str, RLRun]) -> str:
         if run.in_cell(c.group_size, c.beta, c.seed) == c:
             return key
     return "paper" if run.lam and run.units == "absolute" else "other"
-
-
-def with_replication(summary: dict, replicated: dict) -> dict:
-    """The primary study's summary with its replication's inside (``replication``), its rows marked
-    ``replication: 1``; ``agreement``: the headline of both, side by side; ``identical``: how much of what
-    both made is the same bit for bit (``bitwise_agreement``); ``machines``: of both."""
-    rep = {**replicated, "runs": [{**r, "replication": 1} for r in replicated["runs"]]}
-    head = lambda s: next((p for p in s["paired"] if p["primary"]), None)  # noqa: E731
-    return {**summary, "replication": rep, "machines": machines_used(summary["runs"] + rep["runs"]),
-            "identical": bitwise_agreement(summary["config"]["out"], replicated["config"]["out"]),
-            "agreement": {"primary": {"threads": summary["config"]["threads"], "chosen": summary["chosen"],
-                                      "headline": head(summary)},
-                          "replication": {"threads": replicated["config"]["threads"], "chosen": replicated["chosen"],
-                                          "headline": head(replicated)}}}
 
 
 def finished_summary(out: str | Path) -> dict | None:
@@ -221,7 +198,7 @@ def _grid_differences(cfg: CountdownLMConfig, rows: Sequence[dict]) -> list[dict
     return out
 
 
-def headline_noise(cfg: CountdownLMConfig, rows: Sequence[dict], results: Mapping[str, dict]) -> dict | None:
+def _headline_noise(cfg: CountdownLMConfig, rows: Sequence[dict], results: Mapping[str, dict]) -> dict | None:
     """The noise in the headline (main cell, T = 1, chosen SetPO+GRPO minus GRPO, pass@n), split in two:
 
     - evaluation: the standard error of one run's pass@n over the test problems (per-problem "any of n samples
