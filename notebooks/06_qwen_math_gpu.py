@@ -142,7 +142,6 @@ if MATH:
     embedder = load_embedder(cfg.embedder, device="cuda" if CUDA else "cpu")
     finals = ml.train_runs(cfg, train, probes, embedder=embedder)
     run_dirs = {label: Path(final).parent for label, final in finals.items()}
-    train_minutes = {label: mr.run_seconds(d) / 60 for label, d in run_dirs.items()}
 
 # %% [markdown]
 # ## Training curves
@@ -215,4 +214,4 @@ if MATH:
 
 # %%
 if MATH:
-    display(Markdown(mr.math_reading(cfg, passk, diffs, similarity, train_minutes, mr.training_signal(run_dirs))))
+    display(Markdown(mr.math_reading(cfg, passk, diffs, similarity, run_dirs)))

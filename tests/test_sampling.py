@@ -195,20 +195,25 @@ def test_paired_differences_over_problems_and_the_reading_written_from_them(tmp_
         mr.paired_differences({"a": base, "b": _evaluation([0, 1], n)}, [("a", "b")])
     cfg = ml.MathRunConfig.cpu_demo(smoke=True)
     noisy = _evaluation([0, 3, 0, 1], n)
+
+    def run_dir(label: str, history: list[dict], seconds: float):  # what a finished run leaves
+        (tmp_path / label / "final").mkdir(parents=True)
+        (tmp_path / label / "log_history.json").write_text(json.dumps([*history, {"train_runtime": seconds}]))
+        (tmp_path / label / "final" / "done.json").write_text(json.dumps({"seconds": seconds}))
+        return tmp_path / label
+    grpo = run_dir("GRPO", [{"step": s, "reward": 0.0, "completions/clipped_ratio": c}
+                            for s, c in enumerate([0.5, 1.0, 0.75])], 180.0)
+    setpo = run_dir("SetPO+GRPO", [{"step": 1, "reward": 0.0}, {"step": 2, "reward": 0.125}], 240.0)
     text = mr.math_reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]}, "GRPO": noisy},
                            mr.paired_differences({"base model": base, "GRPO": noisy}, [("GRPO", "base model")]),
-                           {"GRPO": {0: 0.9, 6: 0.95}}, {"GRPO": 3.0})
+                           {"GRPO": {0: 0.9, 6: 0.95}}, {"GRPO": grpo})
     assert "no detectable change" in text and "2 of 4 problems solved at least once" in text
-    assert "0.900 at step 0, 0.950 at step 6 (+0.050)" in text and "GRPO 3 min" in text
+    assert "0.900 at step 0, 0.950 at step 6 (+0.050)" in text and "training GRPO 3 min;" in text
     same = mr.math_reading(cfg, {"base model": {**base, "pass_at_k": [0.1, 0.2, 0.3, 0.5]},
-                                 "GRPO": {**base, "same_model_as": "base model"}}, [], {}, {"GRPO": 3.0},
-                           {"GRPO": {"reward": [0.0, 0.0, 0.0], "clipped": [0.5, 1.0, 0.75]},
-                            "SetPO+GRPO": {"reward": [0.0, 0.125]}})
+                                 "GRPO": {**base, "same_model_as": "base model"}}, [], {},
+                           {"GRPO": grpo, "SetPO+GRPO": setpo})
     assert "**GRPO** in training: mean reward 0.000; 0 of 3 steps had a right rollout (with every reward 0" in same
     assert f"; 75% of rollouts were cut at {cfg.max_completion_length} tokens." in same
     assert "**SetPO+GRPO** in training: mean reward 0.062; 1 of 2 steps had a right rollout." in same
     assert "**GRPO** after training is the base model, bit for bit" in same
-    (tmp_path / "log_history.json").write_text(json.dumps([
-        {"step": 1, "reward": 0.0, "completions/clipped_ratio": 0.875}, {"step": 2, "reward": 0.25},
-        {"train_runtime": 9.0}]))
-    assert mr.training_signal({"GRPO": tmp_path}) == {"GRPO": {"reward": [0.0, 0.25], "clipped": [0.875]}}
+    assert "training GRPO 3 min, SetPO+GRPO 4 min;" in same

@@ -101,7 +101,7 @@ def _processor() -> str:
     return "GPU" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads"
 
 
-def run_seconds(run_dir: str | Path) -> float:
+def _run_seconds(run_dir: str | Path) -> float:
     """A finished run's training time in seconds over all its sittings (``sittings.json``, which the training's
     heartbeat keeps), else its last sitting's (``final/done.json``)."""
     clock = Path(run_dir) / "sittings.json"
@@ -123,7 +123,7 @@ def _moved(d: dict) -> str:
 TRAINING_SIGNAL_KEYS = {"reward": "reward", "clipped": "completions/clipped_ratio"}
 
 
-def training_signal(run_dirs: Mapping[str, str | Path]) -> dict[str, dict[str, list[float]]]:
+def _training_signal(run_dirs: Mapping[str, str | Path]) -> dict[str, dict[str, list[float]]]:
     """Each run's mean reward and fraction of rollouts cut at the length limit, per training step, as
     ``SetPOTrainer`` logged them (``log_history.json``): label -> {"reward": [...], "clipped": [...]}."""
     out = {}
@@ -135,14 +135,14 @@ def training_signal(run_dirs: Mapping[str, str | Path]) -> dict[str, dict[str, l
 
 
 def math_reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[dict],
-                 similarity: Mapping[str, Mapping[int, float]], train_minutes: Mapping[str, float],
-                 training: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> str:
+                 similarity: Mapping[str, Mapping[int, float]], run_dirs: Mapping[str, str | Path]) -> str:
     """Notebook 06's closing text, written from its numbers: the base model's coverage at small and large k, how
-    much reward each run saw in training and how many rollouts the length limit cut (``training_signal``), whether
-    its model moved at all (an
-    evaluation ``same_model_as`` another), what each run did to pass@1 and pass@n against the base model and
-    against the baseline (``paired_differences``), what the probe similarities did, and what the run cost.
+    much reward each run (label -> its folder in ``run_dirs``) saw in training and how many rollouts the length
+    limit cut (``_training_signal``), whether its model moved at all (an evaluation ``same_model_as`` another),
+    what each run did to pass@1 and pass@n against the base model and against the baseline
+    (``paired_differences``), what the probe similarities did, and what the runs cost (``_run_seconds``).
     Markdown."""
+    train_minutes = {label: _run_seconds(d) / 60 for label, d in run_dirs.items()}
     base = passk["base model"]
     n, problems = base["k"], base["n_problems"]
     mid = min(16, n)
@@ -152,7 +152,7 @@ def math_reading(cfg: MathRunConfig, passk: Mapping[str, dict], diffs: Sequence[
                  f"{100 * base['pass_at_k'][0]:.1f}%, pass@{mid} {100 * base['pass_at_k'][mid - 1]:.1f}%, "
                  f"pass@{n} {100 * base['pass_at_k'][n - 1]:.1f}%: "
                  f"{sum(c > 0 for c in base['correct'])} of {problems} problems solved at least once.")
-    for label, signal in (training or {}).items():
+    for label, signal in _training_signal(run_dirs).items():
         rewards, clipped = signal["reward"], signal.get("clipped") or []
         rewarded = sum(r > 0 for r in rewards)
         lines.append(f"- **{label}** in training: mean reward {sum(rewards) / max(len(rewards), 1):.3f}; "
