@@ -125,7 +125,6 @@ from setpo_lab.studies.stages import (
 
 
 STAGES = ("train", "evaluate", "judge")  # train: the warm start, then the RL runs
-SEARCHES = ("setpo", "pairwise", "dra", "passk", "ceiling")  # the validation searches, in the order they run
 STUDY_OUTPUTS = ("sft", "rl", "val", "eval", "diagnostics.json", "selection.json", "results.json", "results.md",
                  "replication")
 # The code that makes the study's runs (``setpo_lab.repro.provenance``): this module and all it imports, except the

@@ -390,8 +390,6 @@ class CureStudyConfig(ShortAnswerStudyConfig):
         return {f: getattr(self, f) for f in shared}
 
 
-CURE_PROG = CureStudyConfig.COMMAND
-
 #: the confirmatory study's sizes: "confirm" (the record its plan describes) and "smoke" (a tiny model, the tests')
 CONFIRM_PRESETS = {
     "confirm": {},
