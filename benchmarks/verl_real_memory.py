@@ -33,22 +33,25 @@ sys.path.insert(0, str(ROOT))
 from harness import options, report  # noqa: E402
 from setpo.records import markdown_table  # noqa: E402
 
+LIGHT = "1 worker, β = 0: the test now"  # tests/test_real_model.py's run, at full size
 SETTINGS = {  # name -> (workers, β)
     "2 workers, reference model + KL (β = 1e-4): the test before": (2, 1e-4),
     "2 workers, β = 0 (no reference model)": (2, 0.0),
-    "1 worker, β = 0: the test now": (1, 0.0),
+    LIGHT: (1, 0.0),
 }
-SMOKE_SETTINGS = ["1 worker, β = 0: the test now"]
+SMOKE_SETTINGS = [LIGHT]
 
 
 def measure(name: str, model: Path, train: Path, val: Path, out: Path, steps: int, tokenizer=None,
-            task: str = "math") -> dict:
+            task: str = "math", extra: tuple[str, ...] = ()) -> dict:
+    """One setting's run (``smoke_train_command`` with ``extra`` overrides), metrics in ``out/real/``: its row."""
     from setpo.verl.cpu_demo import run_in_session, smoke_train_command
 
     workers, beta = SETTINGS[name]
     cmd = smoke_train_command(model, train, val, out, workers=workers, kl_coef=beta, steps=steps,
-                              tokenizer_path=tokenizer, task=task)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+                              tokenizer_path=tokenizer, task=task, extra=extra)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "RAY_DEDUP_LOGS": "1", "PYTHONUNBUFFERED": "1"}
     print(f"  {name} ...", flush=True)
     t0 = time.perf_counter()
     status, output, left, peak = run_in_session(cmd, timeout=600, cwd=ROOT, env=env)
@@ -62,6 +65,19 @@ def measure(name: str, model: Path, train: Path, val: Path, out: Path, steps: in
         print(output[-3000:], flush=True)
         row["output_tail"] = output[-3000:]
     return row
+
+
+def table(model_name: str, steps: int, rows: list[dict]) -> str:
+    """The report's table: each setting's row beside the first's peak."""
+    base = rows[0]["peak_bytes"]
+    shown = [{"setting": r["setting"], "ran to the end": "yes" if r["exit_status"] == 0 and not r["left"] else
+              f"no (exit {r['exit_status']}{', OOM-killed by Ray' if 'memory' in r.get('output_tail', '') else ''})",
+              "steps": r["steps"], "reference model built": "yes" if r["reference_model"] else "no",
+              "peak memory (GiB)": f"{r['peak_bytes'] / 2**30:.2f}", "of the first": f"{r['peak_bytes'] / base:.2f}",
+              "run wall (s)": f"{r['wall_s']:.0f}"} for r in rows]
+    return "\n".join([
+        f"verl on the CPU, {model_name}: {steps} steps of 2 prompts x G = 4, one Ray cluster per setting; peak of "
+        f"the summed proportional set sizes of the run's processes (sampled every 0.5 s).", "", markdown_table(shown)])
 
 
 def main(argv=None) -> str:
@@ -85,17 +101,9 @@ def main(argv=None) -> str:
             tokenizer, task = None, "math"
         rows = [measure(name, model, train, val, Path(tmp) / f"run{i}", steps, tokenizer, task)
                 for i, name in enumerate(names)]
-    base = rows[0]["peak_bytes"]
-    shown = [{"setting": r["setting"], "ran to the end": "yes" if r["exit_status"] == 0 and not r["left"] else
-              f"no (exit {r['exit_status']}{', OOM-killed by Ray' if 'memory' in r.get('output_tail', '') else ''})",
-              "steps": r["steps"], "reference model built": "yes" if r["reference_model"] else "no",
-              "peak memory (GiB)": f"{r['peak_bytes'] / 2**30:.2f}", "of the first": f"{r['peak_bytes'] / base:.2f}",
-              "run wall (s)": f"{r['wall_s']:.0f}"} for r in rows]
-    table = "\n".join([
-        f"verl on the CPU, {model.name}: {steps} steps of 2 prompts x G = 4, one Ray cluster per setting; peak of "
-        f"the summed proportional set sizes of the run's processes (sampled every 0.5 s).", "", markdown_table(shown)])
-    report(args, "verl_real_memory", table, {"rows": rows})
-    return table
+    text = table(model.name, steps, rows)
+    report(args, "verl_real_memory", text, {"rows": rows})
+    return text
 
 
 if __name__ == "__main__":

@@ -114,20 +114,24 @@ def test_left_padded_batches_generate_what_single_prompts_do(model_dir):
 
 @pytest.mark.slow
 def test_verl_trains_setpo_on_gsm8k_with_the_real_model_on_the_cpu(model_dir, tmp_path):
+    """The light setting of benchmarks/verl_real_memory.py at full size (one worker, β = 0: no reference model),
+    run by the benchmark's own ``measure`` and reported by its ``table``: this is also that benchmark's smoke
+    check (tests/test_benchmarks.py, RUN_ELSEWHERE), one Ray cluster for both."""
     pytest.importorskip("verl")
-    from setpo.verl.cpu_demo import run_in_session, smoke_train_command
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import verl_real_memory as bench
 
     out, audit = tmp_path / "runs", tmp_path / "audit"
-    # one worker and β = 0 (no reference model): the light run (benchmarks/verl_real_memory.py measures both)
-    cmd = smoke_train_command(model_dir, ROOT / "data/gsm8k/train.parquet", ROOT / "data/gsm8k/test.parquet", out,
-                              extra=(f"+ray_kwargs.ray_init.runtime_env.env_vars.SETPO_VERL_AUDIT={audit}",))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "RAY_DEDUP_LOGS": "1", "PYTHONUNBUFFERED": "1"}
-    t0 = time.perf_counter()
-    status, output, left, peak = run_in_session(cmd, 600, cwd=ROOT, env=env)
-    print(f"verl, real model, 2 steps: {time.perf_counter() - t0:.0f} s, peak {peak / 2**30:.1f} GiB")
-    assert status == 0, output[-6000:]
-    assert not left, f"processes of the run still alive after it ended: {left}"
+    row = bench.measure(bench.LIGHT, model_dir, ROOT / "data/gsm8k/train.parquet", ROOT / "data/gsm8k/test.parquet",
+                        out, steps=2, extra=(f"+ray_kwargs.ray_init.runtime_env.env_vars.SETPO_VERL_AUDIT={audit}",))
+    print(f"verl, real model, 2 steps: {row['wall_s']:.0f} s, peak {row['peak_bytes'] / 2**30:.1f} GiB")
+    assert row["exit_status"] == 0, row.get("output_tail")
+    assert not row["left"], f"processes of the run still alive after it ended: {row['left']}"
+    assert row["workers"] == 1 and row["beta"] == 0.0 and row["steps"] == 2
+    assert row["reference_model"] is False  # β = 0: verl built no reference model, so it timed no ref pass
+    assert 50 << 20 < row["peak_bytes"] < 64 << 30  # Ray, torch and the model take more than 50 MB
+    table = bench.table(model_dir.name, 2, [row])
+    assert f"| {bench.LIGHT} | yes | 2 | no |" in table and "| 1.00 |" in table
     rows = [json.loads(line) for line in (out / "real" / "metrics.jsonl").read_text().splitlines() if line.strip()]
     metrics = {r["step"]: r["data"] for r in rows}
     assert sorted(metrics) == [1, 2]
